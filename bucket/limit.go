@@ -1,0 +1,214 @@
+package bucket
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Algorithm names a rate-limiting algorithm.
+type Algorithm uint8
+
+// The algorithms. The numeric values are part of the wire format: never
+// renumber them.
+const (
+	// TokenBucket holds up to Burst tokens and refills Limit tokens per Period,
+	// continuously (fractions of a token are kept).
+	TokenBucket Algorithm = 1
+	// LeakyMeter is a leaky bucket used as a meter (policing): a level of up to
+	// Burst drains at Limit per Period; a request that would overflow is rejected.
+	LeakyMeter Algorithm = 2
+	// LeakyQueue is a leaky bucket used as a queue (shaping): requests leave one
+	// every Period/Limit; the caller is told how long to wait, and is rejected
+	// when the wait would exceed MaxWait or more than Burst requests would queue.
+	LeakyQueue Algorithm = 3
+	// FixedWindow admits Limit hits in each window [k*Period, (k+1)*Period).
+	FixedWindow Algorithm = 4
+	// SlidingLog admits Limit hits in every rolling window of length Period,
+	// exactly, by keeping a log of at most Limit timestamps.
+	SlidingLog Algorithm = 5
+	// SlidingCounter approximates a rolling window: the previous fixed window's
+	// count weighted by its overlap with the rolling window, plus the current one.
+	SlidingCounter Algorithm = 6
+	// GCRA is the generic cell rate algorithm: the same admissions as
+	// TokenBucket for the same Limit, Period and Burst, kept as one timestamp.
+	GCRA Algorithm = 7
+	// Concurrency is a semaphore of Limit permits; a permit that is not
+	// released expires Period after it was acquired.
+	Concurrency Algorithm = 8
+	// SmoothBursty is Guava's SmoothBursty RateLimiter: Limit permits per
+	// Period, up to Burst stored permits (default: one second's worth), and the
+	// wait of a request paid by the next one.
+	SmoothBursty Algorithm = 9
+	// SmoothWarmingUp is Guava's SmoothWarmingUp RateLimiter: after idling, the
+	// rate ramps up from a third of Limit per Period over WarmUp.
+	SmoothWarmingUp Algorithm = 10
+)
+
+// Algorithms lists every algorithm, in wire order.
+var algorithms = [...]Algorithm{TokenBucket, LeakyMeter, LeakyQueue, FixedWindow, SlidingLog,
+	SlidingCounter, GCRA, Concurrency, SmoothBursty, SmoothWarmingUp}
+
+var algorithmNames = [...]string{
+	TokenBucket:     "token_bucket",
+	LeakyMeter:      "leaky_meter",
+	LeakyQueue:      "leaky_queue",
+	FixedWindow:     "fixed_window",
+	SlidingLog:      "sliding_log",
+	SlidingCounter:  "sliding_counter",
+	GCRA:            "gcra",
+	Concurrency:     "concurrency",
+	SmoothBursty:    "smooth_bursty",
+	SmoothWarmingUp: "smooth_warming_up",
+}
+
+// Algorithms returns every algorithm, in wire order.
+func Algorithms() []Algorithm { return algorithms[:] }
+
+// String returns the algorithm's name as used in configuration and on the
+// public API, such as "token_bucket".
+func (a Algorithm) String() string {
+	if a.Valid() {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// Valid reports whether a names a known algorithm.
+func (a Algorithm) Valid() bool { return a >= TokenBucket && a <= SmoothWarmingUp }
+
+// ParseAlgorithm returns the algorithm named s (as returned by String).
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for _, a := range algorithms {
+		if algorithmNames[a] == s {
+			return a, nil
+		}
+	}
+	return 0, &LimitError{Field: "algorithm", Reason: fmt.Sprintf("unknown algorithm %q", s)}
+}
+
+// Limit configures one bucket. The zero value is not valid: Algorithm, Limit
+// and Period are required. Unused options must be zero.
+type Limit struct {
+	// Algorithm selects the algorithm.
+	Algorithm Algorithm
+	// Limit is the number of permits per Period (for Concurrency: the number of
+	// permits held at once). It must be positive.
+	Limit int64
+	// Period is the time over which Limit permits are granted (for Concurrency:
+	// the lease timeout after which an unreleased permit expires). It must be
+	// positive.
+	Period time.Duration
+	// Burst is the capacity: the permits that can be taken at once after idling
+	// (TokenBucket, GCRA, LeakyMeter), the longest queue (LeakyQueue), or the
+	// most stored permits (SmoothBursty). Zero means Limit (SmoothBursty: one
+	// second's worth of permits, as Guava's default). Other algorithms ignore it.
+	Burst int64
+	// MaxWait is the longest a caller is willing to wait (LeakyQueue,
+	// SmoothBursty, SmoothWarmingUp): a request whose wait would be longer is
+	// rejected. Zero means the request must not wait at all (Guava's tryAcquire).
+	MaxWait time.Duration
+	// MinGap is the shortest time allowed between two admitted hits (SlidingLog).
+	MinGap time.Duration
+	// CountRejected makes SlidingLog record rejected attempts too, so a client
+	// that keeps hammering stays blocked until it pauses.
+	CountRejected bool
+	// WarmUp is the warm-up period of SmoothWarmingUp. It must be positive for
+	// SmoothWarmingUp.
+	WarmUp time.Duration
+}
+
+// Maximums that keep every computation inside int64 and float64 range.
+const (
+	// MaxLimit is the largest Limit and Burst accepted (1e18).
+	MaxLimit = 1_000_000_000_000_000_000
+	// MaxPeriod is the longest Period, MaxWait, MinGap and WarmUp accepted
+	// (about 292 years, math.MaxInt64 nanoseconds).
+	MaxPeriod = time.Duration(1<<63 - 1)
+	// MaxLogLimit bounds the Limit of SlidingLog, whose memory is one
+	// timestamp per permit.
+	MaxLogLimit = 1 << 20
+)
+
+// ErrInvalidLimit is wrapped by every *LimitError.
+var ErrInvalidLimit = errors.New("bucket: invalid limit")
+
+// ErrNegativeHits is returned when a call asks for fewer than zero hits.
+var ErrNegativeHits = errors.New("bucket: hits must not be negative")
+
+// ErrMismatch is returned when two states of different algorithms or limits
+// are merged.
+var ErrMismatch = errors.New("bucket: states do not match")
+
+// ErrCorrupt is wrapped by every error of Decode.
+var ErrCorrupt = errors.New("bucket: corrupt state")
+
+// LimitError reports an invalid field of a Limit. It wraps ErrInvalidLimit.
+type LimitError struct {
+	// Field is the name of the offending field, in the public API's spelling
+	// ("limit", "period", "burst", ...).
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// Error implements error.
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("bucket: invalid %s: %s", e.Field, e.Reason)
+}
+
+// Unwrap returns ErrInvalidLimit.
+func (e *LimitError) Unwrap() error { return ErrInvalidLimit }
+
+func invalid(field, format string, args ...any) error {
+	return &LimitError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Validate reports whether l can configure a bucket. The error is a
+// *LimitError naming the field.
+func (l Limit) Validate() error {
+	if !l.Algorithm.Valid() {
+		return invalid("algorithm", "unknown algorithm %d", uint8(l.Algorithm))
+	}
+	if l.Limit <= 0 {
+		return invalid("limit", "must be positive, got %d", l.Limit)
+	}
+	if l.Limit > MaxLimit {
+		return invalid("limit", "must be at most %d, got %d", int64(MaxLimit), l.Limit)
+	}
+	if l.Period <= 0 {
+		return invalid("period", "must be positive, got %v", l.Period)
+	}
+	if l.Burst < 0 || l.Burst > MaxLimit {
+		return invalid("burst", "must be between 0 and %d, got %d", int64(MaxLimit), l.Burst)
+	}
+	if l.MaxWait < 0 {
+		return invalid("max_wait", "must not be negative, got %v", l.MaxWait)
+	}
+	if l.MinGap < 0 {
+		return invalid("min_gap", "must not be negative, got %v", l.MinGap)
+	}
+	if l.WarmUp < 0 {
+		return invalid("warm_up", "must not be negative, got %v", l.WarmUp)
+	}
+	switch l.Algorithm {
+	case SlidingLog:
+		if l.Limit > MaxLogLimit {
+			return invalid("limit", "sliding_log keeps one timestamp per permit: at most %d, got %d", MaxLogLimit, l.Limit)
+		}
+	case SmoothWarmingUp:
+		if l.WarmUp <= 0 {
+			return invalid("warm_up", "smooth_warming_up needs a positive warm-up period")
+		}
+	}
+	return nil
+}
+
+// Capacity returns the burst in force: Burst, or Limit when Burst is zero.
+// SmoothBursty's default (one second's worth) is computed by that algorithm.
+func (l Limit) Capacity() int64 {
+	if l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Limit
+}
