@@ -136,8 +136,9 @@ var ErrInvalidLimit = errors.New("bucket: invalid limit")
 // ErrNegativeHits is returned when a call asks for fewer than zero hits.
 var ErrNegativeHits = errors.New("bucket: hits must not be negative")
 
-// ErrMismatch is returned when two states of different algorithms or limits
-// are merged.
+// ErrMismatch is returned when a state is merged with, or reconfigured to,
+// another algorithm. (States of one algorithm under different limits merge:
+// the other state is scaled to this one's limit first.)
 var ErrMismatch = errors.New("bucket: states do not match")
 
 // ErrCorrupt is wrapped by every error of Decode.
