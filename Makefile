@@ -6,7 +6,7 @@ PKGS      := ./...
 N         ?= 3
 BENCHTIME ?= 1s
 
-.PHONY: all build test lint bench proto fuzz
+.PHONY: all build test lint bench proto fuzz run cluster sim
 
 all: lint test
 
@@ -43,6 +43,23 @@ proto:
 	$(GO) build -o bin/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
 	$(GO) build -o bin/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	protoc --plugin=protoc-gen-go=bin/protoc-gen-go --plugin=protoc-gen-go-grpc=bin/protoc-gen-go-grpc \
-	  -I proto --go_out=. --go_opt=module=github.com/ringlimit/ringlimit \
-	  --go-grpc_out=. --go-grpc_opt=module=github.com/ringlimit/ringlimit \
+	  -I proto --go_out=proto --go_opt=paths=source_relative \
+	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
 	  $$(find proto -name '*.proto')
+
+## run: build the node and start a 3-node cluster on loopback (ports in
+## scripts/cluster.sh and README.md); Ctrl-C stops every node.
+run: N = 3
+run: cluster
+
+## cluster: the same with N nodes (1 to 50): make cluster N=5.
+cluster:
+	$(GO) build -o bin/node ./cmd/node
+	@scripts/cluster.sh $(N) bin/node
+
+## sim: run every standard simulation scenario in every mode (seed 1, 60s
+## simulated each) and print the comparison table. SIMFLAGS adds flags, e.g.
+## SIMFLAGS='-flush 50ms,100ms,250ms -plot sim.svg' or SIMFLAGS='-format csv'.
+SIMFLAGS ?=
+sim:
+	$(GO) run ./cmd/sim -scenario all -seed 1 $(SIMFLAGS)

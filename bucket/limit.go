@@ -62,8 +62,8 @@ var algorithmNames = [...]string{
 	SmoothWarmingUp: "smooth_warming_up",
 }
 
-// Algorithms returns every algorithm, in wire order.
-func Algorithms() []Algorithm { return algorithms[:] }
+// Algorithms returns every algorithm, in wire order, in a new slice.
+func Algorithms() []Algorithm { a := algorithms; return a[:] }
 
 // String returns the algorithm's name as used in configuration and on the
 // public API, such as "token_bucket".

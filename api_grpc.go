@@ -1,0 +1,124 @@
+package ringlimit
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// Check decides a batch of items, as the gRPC RateLimiter/Check method does
+// (the gRPC server calls it): an embedding program may call it directly.
+// Each invalid item is answered with STATUS_ERROR and a message naming the
+// field; the others are decided. The error, a gRPC status error, is for the
+// call as a whole: InvalidArgument for no items or too many, Unavailable
+// while shutting down, DeadlineExceeded or Canceled when ctx ends first.
+// Check is safe for concurrent use.
+func (n *Node) Check(ctx context.Context, req *ringlimitv1.CheckRequest) (*ringlimitv1.CheckResponse, error) {
+	start := time.Now()
+	if err := n.checkBatch(len(req.GetItems())); err != nil {
+		return nil, err
+	}
+	items := make([]item, len(req.Items))
+	for i, pi := range req.Items {
+		items[i] = fromProto(pi)
+	}
+	out := make([]rlsync.Response, len(items))
+	if err := n.check(ctx, items, out); err != nil {
+		return nil, err
+	}
+	resp := &ringlimitv1.CheckResponse{Items: make([]*ringlimitv1.CheckResult, len(out)), Node: n.cfg.Name}
+	for i := range out {
+		resp.Items[i] = toProto(&out[i])
+		n.metrics.decision(&items[i], &out[i])
+	}
+	n.metrics.call(apiGRPC, len(items), time.Since(start))
+	return resp, nil
+}
+
+// fromProto decodes one item. Invalid durations are recorded in item.err;
+// enum values are checked by item.request.
+func fromProto(pi *ringlimitv1.CheckItem) item {
+	it := item{
+		name:          pi.GetName(),
+		uniqueKey:     pi.GetUniqueKey(),
+		hits:          pi.GetHits(),
+		limit:         pi.GetLimit(),
+		burst:         pi.GetBurst(),
+		algorithm:     int64(pi.GetAlgorithm()),
+		mode:          int64(pi.GetMode()),
+		policy:        int64(pi.GetPolicy()),
+		countRejected: pi.GetCountRejected(),
+		lease:         pi.GetLease(),
+		release:       pi.GetRelease(),
+	}
+	it.period, it.err = protoDuration("period", pi.GetPeriod(), it.err)
+	it.maxWait, it.err = protoDuration("max_wait", pi.GetMaxWait(), it.err)
+	it.minGap, it.err = protoDuration("min_gap", pi.GetMinGap(), it.err)
+	it.warmUp, it.err = protoDuration("warm_up", pi.GetWarmUp(), it.err)
+	return it
+}
+
+// protoDuration converts d (nil is zero), keeping the first error.
+// Durations beyond time.Duration's range (about 292 years) saturate, and the
+// limit's validation then judges them.
+func protoDuration(field string, d *durationpb.Duration, prev error) (time.Duration, error) {
+	if d == nil {
+		return 0, prev
+	}
+	if err := d.CheckValid(); err != nil {
+		if prev == nil {
+			prev = fieldErr(field, "invalid duration (seconds %d, nanos %d)", d.GetSeconds(), d.GetNanos())
+		}
+		return 0, prev
+	}
+	return d.AsDuration(), prev
+}
+
+// toProto encodes one answer. An error is never reported as under limit.
+func toProto(r *rlsync.Response) *ringlimitv1.CheckResult {
+	if r.Err != nil {
+		return &ringlimitv1.CheckResult{
+			Status: ringlimitv1.Status_STATUS_ERROR,
+			Error:  errorMessage(r.Err),
+			Owner:  r.Owner,
+			Mode:   ringlimitv1.Mode(r.Mode),
+		}
+	}
+	res := &ringlimitv1.CheckResult{
+		Status:    ringlimitv1.Status_STATUS_OVER_LIMIT,
+		Limit:     r.Limit,
+		Remaining: r.Remaining,
+		Owner:     r.Owner,
+		Mode:      ringlimitv1.Mode(r.Mode),
+		Degraded:  r.Degraded,
+	}
+	if r.Allowed {
+		res.Status = ringlimitv1.Status_STATUS_UNDER_LIMIT
+	}
+	if !r.ResetAt.IsZero() {
+		res.ResetTime = timestamppb.New(r.ResetAt)
+	}
+	if r.RetryAfter > 0 {
+		res.RetryAfter = durationpb.New(r.RetryAfter)
+	}
+	if r.Wait > 0 {
+		res.Wait = durationpb.New(r.Wait)
+	}
+	return res
+}
+
+// grpcAPI serves ringlimit.v1.RateLimiter.
+type grpcAPI struct {
+	ringlimitv1.UnimplementedRateLimiterServer
+	n *Node
+}
+
+// Check implements ringlimitv1.RateLimiterServer.
+func (a grpcAPI) Check(ctx context.Context, req *ringlimitv1.CheckRequest) (*ringlimitv1.CheckResponse, error) {
+	return a.n.Check(ctx, req)
+}

@@ -1,0 +1,167 @@
+package ringlimit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// handler returns the node's HTTP API:
+//
+//	POST /v1/check   the JSON form of RateLimiter/Check
+//	GET  /v1/cluster self, members and ring
+//	GET  /healthz    200 while the process serves
+//	GET  /readyz     200 once joined, 503 before and while shutting down
+//	GET  /metrics    Prometheus metrics of this node
+//	GET  /debug/pprof/ Go's profiler, when Config.Pprof is set
+func (n *Node) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", n.httpCheck)
+	mux.HandleFunc("GET /v1/cluster", n.httpCluster)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", n.httpReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.cfg.Registry, promhttp.HandlerOpts{
+		ErrorLog: slogPrinter{n.log}, Registry: n.cfg.Registry,
+	}))
+	if n.cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+func (n *Node) httpCheck(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			httpError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: want application/json", ct))
+			return
+		}
+	} else {
+		httpError(w, http.StatusUnsupportedMediaType, "Content-Type missing: want application/json")
+		return
+	}
+	var req jsonCheckRequest
+	if status, msg := decodeJSON(http.MaxBytesReader(w, r.Body, n.cfg.MaxBodyBytes), &req); status != 0 {
+		httpError(w, status, msg)
+		return
+	}
+	if err := n.checkBatch(len(req.Items)); err != nil {
+		httpError(w, http.StatusBadRequest, status.Convert(err).Message())
+		return
+	}
+	items := make([]item, len(req.Items))
+	for i := range req.Items {
+		items[i] = fromJSON(&req.Items[i])
+	}
+	out := make([]rlsync.Response, len(items))
+	if err := n.check(r.Context(), items, out); err != nil {
+		s := status.Convert(err)
+		httpError(w, httpStatus(s.Code()), s.Message())
+		return
+	}
+	resp := jsonCheckResponse{Items: make([]jsonResult, len(out)), Node: n.cfg.Name}
+	for i := range out {
+		resp.Items[i] = toJSON(&out[i])
+		n.metrics.decision(&items[i], &out[i])
+	}
+	n.metrics.call(apiHTTP, len(items), time.Since(start))
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// decodeJSON reads exactly one JSON value into v, rejecting unknown fields
+// and trailing data. It returns 0 or the HTTP status and message of the
+// failure.
+func decodeJSON(body io.Reader, v any) (int, string) {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, err2 := dec.Token(); err2 != io.EOF {
+			if tooLarge(err2) {
+				return http.StatusRequestEntityTooLarge, err2.Error()
+			}
+			return http.StatusBadRequest, "malformed JSON: unexpected data after the request object"
+		}
+		return 0, ""
+	}
+	var (
+		syntaxErr *json.SyntaxError
+		typeErr   *json.UnmarshalTypeError
+	)
+	switch {
+	case tooLarge(err):
+		return http.StatusRequestEntityTooLarge, err.Error()
+	case errors.As(err, &typeErr) && typeErr.Field == "":
+		return http.StatusBadRequest, fmt.Sprintf(`malformed JSON: the body must be an object {"items": [...]}, got a JSON %s`, typeErr.Value)
+	case errors.As(err, &typeErr):
+		return http.StatusBadRequest, fmt.Sprintf("malformed JSON: field %q: got a JSON %s, want %s", typeErr.Field, typeErr.Value, typeErr.Type)
+	case errors.As(err, &syntaxErr):
+		return http.StatusBadRequest, fmt.Sprintf("malformed JSON at byte %d: %v", syntaxErr.Offset, err)
+	case errors.Is(err, io.EOF):
+		return http.StatusBadRequest, "malformed JSON: empty body"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return http.StatusBadRequest, "malformed JSON: truncated body"
+	default:
+		// Unknown fields: `json: unknown field "x"`.
+		return http.StatusBadRequest, "malformed JSON: " + err.Error()
+	}
+}
+
+func tooLarge(err error) bool {
+	var mbe *http.MaxBytesError
+	return errors.As(err, &mbe)
+}
+
+func (n *Node) httpReady(w http.ResponseWriter, _ *http.Request) {
+	if reason := n.notReady(); reason != "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": reason})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (n *Node) httpCluster(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, n.ClusterStatus())
+}
+
+// httpStatus maps the gRPC code of a failed call to an HTTP status.
+func httpStatus(c codes.Code) int {
+	switch c {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Unavailable, codes.Canceled:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func httpError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, jsonError{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v) // the client went away; nothing to do
+}

@@ -1,0 +1,147 @@
+package ringlimit
+
+import (
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// The JSON shape of POST /v1/check: the gRPC messages' fields, snake_case,
+// with durations as Go duration strings ("500ms", "1m30s") and enumerations
+// as names ("token_bucket", "owner", "fail-open"). See docs/api.md.
+
+// jsonCheckRequest is the body of POST /v1/check.
+type jsonCheckRequest struct {
+	Items []jsonItem `json:"items"`
+}
+
+// jsonItem is one item; see CheckItem in ringlimit.proto.
+type jsonItem struct {
+	Name          string `json:"name"`
+	UniqueKey     string `json:"unique_key"`
+	Hits          int64  `json:"hits"`
+	Limit         int64  `json:"limit"`
+	Period        string `json:"period"`
+	Burst         int64  `json:"burst"`
+	Algorithm     string `json:"algorithm"`
+	Mode          string `json:"mode"`
+	Policy        string `json:"policy"`
+	MaxWait       string `json:"max_wait"`
+	MinGap        string `json:"min_gap"`
+	CountRejected bool   `json:"count_rejected"`
+	WarmUp        string `json:"warm_up"`
+	Lease         string `json:"lease"`
+	Release       bool   `json:"release"`
+}
+
+// jsonCheckResponse is the answer of POST /v1/check.
+type jsonCheckResponse struct {
+	Items []jsonResult `json:"items"`
+	Node  string       `json:"node"`
+}
+
+// jsonResult answers one item; see CheckResult in ringlimit.proto.
+type jsonResult struct {
+	Status     string     `json:"status"`
+	Error      string     `json:"error,omitempty"`
+	Limit      int64      `json:"limit"`
+	Remaining  int64      `json:"remaining"`
+	ResetTime  *time.Time `json:"reset_time,omitempty"`
+	RetryAfter string     `json:"retry_after"`
+	Wait       string     `json:"wait"`
+	Owner      string     `json:"owner,omitempty"`
+	Mode       string     `json:"mode,omitempty"`
+	Degraded   bool       `json:"degraded,omitempty"`
+}
+
+// jsonError is the body of every HTTP error answer.
+type jsonError struct {
+	Error string `json:"error"`
+}
+
+// The statuses as spelt in JSON.
+const (
+	statusUnderLimit = "under_limit"
+	statusOverLimit  = "over_limit"
+	statusError      = "error"
+)
+
+// fromJSON decodes one item; the first malformed duration or unknown name
+// is recorded in item.err.
+func fromJSON(j *jsonItem) item {
+	it := item{
+		name:          j.Name,
+		uniqueKey:     j.UniqueKey,
+		hits:          j.Hits,
+		limit:         j.Limit,
+		burst:         j.Burst,
+		countRejected: j.CountRejected,
+		lease:         j.Lease,
+		release:       j.Release,
+	}
+	it.period, it.err = jsonDuration("period", j.Period, it.err)
+	it.maxWait, it.err = jsonDuration("max_wait", j.MaxWait, it.err)
+	it.minGap, it.err = jsonDuration("min_gap", j.MinGap, it.err)
+	it.warmUp, it.err = jsonDuration("warm_up", j.WarmUp, it.err)
+	if j.Algorithm != "" && it.err == nil {
+		a, err := bucket.ParseAlgorithm(j.Algorithm)
+		if err != nil {
+			it.err = fieldErr("algorithm", "unknown algorithm %q", j.Algorithm)
+		}
+		it.algorithm = int64(a)
+	}
+	if it.err == nil {
+		m, err := rlsync.ParseMode(j.Mode)
+		if err != nil {
+			it.err = fieldErr("mode", "unknown mode %q (want local, owner, cached or leased)", j.Mode)
+		}
+		it.mode = int64(m)
+	}
+	if it.err == nil {
+		p, err := rlsync.ParsePolicy(j.Policy)
+		if err != nil {
+			it.err = fieldErr("policy", "unknown policy %q (want fail-open, fail-closed or local-share)", j.Policy)
+		}
+		it.policy = int64(p)
+	}
+	return it
+}
+
+// jsonDuration parses a Go duration string ("" is zero), keeping the first
+// error.
+func jsonDuration(field, s string, prev error) (time.Duration, error) {
+	if s == "" || prev != nil {
+		return 0, prev
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fieldErr(field, "invalid duration %q (want a Go duration such as \"500ms\" or \"1m\")", s)
+	}
+	return d, nil
+}
+
+// toJSON encodes one answer. An error is never reported as under limit.
+func toJSON(r *rlsync.Response) jsonResult {
+	res := jsonResult{Owner: r.Owner, RetryAfter: "0s", Wait: "0s"}
+	if r.Mode != rlsync.ModeDefault {
+		res.Mode = r.Mode.String()
+	}
+	if r.Err != nil {
+		res.Status = statusError
+		res.Error = errorMessage(r.Err)
+		return res
+	}
+	res.Status = statusOverLimit
+	if r.Allowed {
+		res.Status = statusUnderLimit
+	}
+	res.Limit, res.Remaining, res.Degraded = r.Limit, r.Remaining, r.Degraded
+	if !r.ResetAt.IsZero() {
+		t := r.ResetAt.UTC()
+		res.ResetTime = &t
+	}
+	res.RetryAfter = r.RetryAfter.String()
+	res.Wait = r.Wait.String()
+	return res
+}

@@ -1,0 +1,165 @@
+package ringlimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// pending is the core's view of one public call: the valid items as core
+// requests, the slots for their answers and the channel done signals. It is
+// pooled; a call abandoned on timeout is not returned to the pool, since the
+// core may still write into it.
+type pending struct {
+	idx   []int // idx[j] is the item index of reqs[j]
+	reqs  []rlsync.Request
+	resps []rlsync.Response
+	done  chan struct{} // buffered 1: signal never blocks
+	fn    func()        // p.signal, bound once
+}
+
+func (p *pending) signal() { p.done <- struct{}{} }
+
+var pendingPool = sync.Pool{New: func() any {
+	p := &pending{done: make(chan struct{}, 1)}
+	p.fn = p.signal
+	return p
+}}
+
+func (p *pending) release() {
+	clear(p.reqs) // drop the keys
+	clear(p.resps)
+	p.idx, p.reqs, p.resps = p.idx[:0], p.reqs[:0], p.resps[:0]
+	pendingPool.Put(p)
+}
+
+// errShuttingDown is returned to calls that arrive after Shutdown began.
+var errShuttingDown = status.Error(codes.Unavailable, "ringlimit: node is shutting down")
+
+// check decides items, writing the answer to items[i] into out[i]. Invalid
+// items are answered with their FieldError and do not reach the core. The
+// error is a gRPC status error for the call as a whole: Unavailable while
+// shutting down, DeadlineExceeded or Canceled when ctx ends (or CheckTimeout
+// passes) before the core answered.
+func (n *Node) check(ctx context.Context, items []item, out []rlsync.Response) error {
+	if !n.gate.enter() {
+		return errShuttingDown
+	}
+	defer n.gate.leave()
+
+	p := pendingPool.Get().(*pending)
+	for i := range items {
+		r, err := items[i].request(n.cfg.MaxKeyLen)
+		if err != nil {
+			out[i] = rlsync.Response{Err: err}
+			continue
+		}
+		p.idx = append(p.idx, i)
+		p.reqs = append(p.reqs, r)
+	}
+	if len(p.reqs) == 0 {
+		p.release()
+		return nil
+	}
+	p.resps = append(p.resps[:0], make([]rlsync.Response, len(p.reqs))...)
+	n.core.Check(n.clock.Now(), p.reqs, p.resps, p.fn)
+	if err := p.wait(ctx, n.cfg.CheckTimeout); err != nil {
+		return err // p is abandoned to the core
+	}
+	for j, i := range p.idx {
+		out[i] = p.resps[j]
+	}
+	p.release()
+	return nil
+}
+
+// wait waits for the core's done, for at most timeout and while ctx lasts.
+func (p *pending) wait(ctx context.Context, timeout time.Duration) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-t.C:
+		return status.Error(codes.DeadlineExceeded, fmt.Sprintf("ringlimit: no answer within %v", timeout))
+	}
+}
+
+// checkBatch validates the size of a call: the only whole-call input error.
+func (n *Node) checkBatch(items int) error {
+	switch {
+	case items == 0:
+		return status.Error(codes.InvalidArgument, "items: must not be empty")
+	case items > n.cfg.MaxBatchItems:
+		return status.Error(codes.InvalidArgument,
+			fmt.Sprintf("items: %d items, more than the maximum %d", items, n.cfg.MaxBatchItems))
+	}
+	return nil
+}
+
+// gate counts calls in flight and, once closed, admits no more, so that
+// Shutdown can wait for the calls already admitted. It is safe for
+// concurrent use.
+type gate struct {
+	mu       sync.Mutex
+	closed   bool          // guarded by mu
+	inflight int           // guarded by mu
+	drained  chan struct{} // closed when closed && inflight == 0
+}
+
+func newGate() *gate { return &gate{drained: make(chan struct{})} }
+
+// enter admits a call unless the gate is closed.
+func (g *gate) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.inflight++
+	return true
+}
+
+// leave ends a call admitted by enter.
+func (g *gate) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.inflight--
+	if g.closed && g.inflight == 0 {
+		close(g.drained)
+	}
+}
+
+// close admits no more calls and returns a channel closed once the calls in
+// flight have left. It may be called more than once.
+func (g *gate) close() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.closed = true
+		if g.inflight == 0 {
+			close(g.drained)
+		}
+	}
+	return g.drained
+}
+
+// isClosed reports whether close was called.
+func (g *gate) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}

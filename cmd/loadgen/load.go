@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
+)
+
+// config is one load run.
+type config struct {
+	targets     []string      // gRPC addresses, called round-robin
+	concurrency int           // calls in flight
+	keys        int           // distinct unique keys
+	dist        string        // "uniform" or "zipf"
+	zipfS       float64       // zipf exponent, > 1
+	seed        int64         // seeds the key choice of every worker
+	items       int           // items per call
+	duration    time.Duration // the run stops after this long ...
+	maxCalls    int64         // ... or after this many calls
+	mode        ringlimitv1.Mode
+	algorithm   ringlimitv1.Algorithm
+	limit       int64
+	period      time.Duration
+	hits        int64
+	name        string
+	callTimeout time.Duration
+	json        bool
+	cpuProfile  string
+}
+
+// class is how an item was answered, as the load generator sees it.
+const (
+	classOwner     = 0 // the node called owns the key
+	classForwarded = 1 // another node owns it: forwarded (owner mode) or from its cache
+	classes        = 2
+)
+
+// stats are one worker's counts, merged at the end.
+type stats struct {
+	calls, rpcErrors int64
+	items            [classes]int64
+	status           [4]int64 // by ringlimitv1.Status
+	callLat          hist     // every successful call
+	classLat         [classes]hist
+	errCodes         map[string]int64
+}
+
+func (s *stats) merge(o *stats) {
+	s.calls += o.calls
+	s.rpcErrors += o.rpcErrors
+	for c := range classes {
+		s.items[c] += o.items[c]
+		s.classLat[c].merge(&o.classLat[c])
+	}
+	for i := range s.status {
+		s.status[i] += o.status[i]
+	}
+	s.callLat.merge(&o.callLat)
+	for k, v := range o.errCodes {
+		s.errCodes[k] += v
+	}
+}
+
+// keyChooser returns the index of the next key.
+type keyChooser func() int
+
+// newChooser returns the key distribution of cfg, driven by rng.
+func newChooser(cfg *config, rng *rand.Rand) (keyChooser, error) {
+	switch cfg.dist {
+	case "uniform":
+		return func() int { return rng.Intn(cfg.keys) }, nil
+	case "zipf":
+		z := rand.NewZipf(rng, cfg.zipfS, 1, uint64(cfg.keys-1))
+		if z == nil {
+			return nil, fmt.Errorf("--zipf-s %v: must be greater than 1", cfg.zipfS)
+		}
+		return func() int { return int(z.Uint64()) }, nil
+	}
+	return nil, fmt.Errorf("--dist %q: want uniform or zipf", cfg.dist)
+}
+
+// run drives the targets as cfg says and returns the merged stats and the
+// elapsed time.
+func run(ctx context.Context, cfg *config) (*stats, time.Duration, error) {
+	clients := make([]ringlimitv1.RateLimiterClient, len(cfg.targets))
+	for i, t := range cfg.targets {
+		cc, err := grpc.NewClient(t, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, 0, fmt.Errorf("target %s: %w", t, err)
+		}
+		defer cc.Close()
+		clients[i] = ringlimitv1.NewRateLimiterClient(cc)
+	}
+	keys := make([]string, cfg.keys)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	defer cancel()
+	var (
+		budget = cfg.maxCalls // calls left, shared
+		next   atomic.Uint64  // round-robin over targets
+		wg     sync.WaitGroup
+		all    = make([]*stats, cfg.concurrency)
+	)
+	start := time.Now()
+	for w := range cfg.concurrency {
+		rng := rand.New(rand.NewSource(cfg.seed + int64(w)))
+		choose, err := newChooser(cfg, rng)
+		if err != nil {
+			return nil, 0, err
+		}
+		st := &stats{errCodes: map[string]int64{}}
+		all[w] = st
+		wg.Go(func() { worker(ctx, cfg, clients, &next, &budget, keys, choose, st) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	total := &stats{errCodes: map[string]int64{}}
+	for _, s := range all {
+		total.merge(s)
+	}
+	return total, elapsed, nil
+}
+
+// worker makes calls until ctx ends or the budget is spent.
+func worker(ctx context.Context, cfg *config, clients []ringlimitv1.RateLimiterClient, next *atomic.Uint64,
+	budget *int64, keys []string, choose keyChooser, st *stats) {
+	period := durationpb.New(cfg.period)
+	req := &ringlimitv1.CheckRequest{Items: make([]*ringlimitv1.CheckItem, cfg.items)}
+	for i := range req.Items {
+		req.Items[i] = &ringlimitv1.CheckItem{Name: cfg.name, Hits: cfg.hits, Limit: cfg.limit, Period: period,
+			Algorithm: cfg.algorithm, Mode: cfg.mode}
+	}
+	var seen [classes]bool
+	for ctx.Err() == nil && atomic.AddInt64(budget, -1) >= 0 {
+		for _, it := range req.Items {
+			it.UniqueKey = keys[choose()]
+		}
+		client := clients[next.Add(1)%uint64(len(clients))]
+		cctx, cancel := context.WithTimeout(ctx, cfg.callTimeout)
+		t0 := time.Now()
+		resp, err := client.Check(cctx, req)
+		lat := time.Since(t0)
+		cancel()
+		if ctx.Err() != nil {
+			return // the run ended during the call: do not count it
+		}
+		st.calls++
+		if err != nil {
+			st.rpcErrors++
+			st.errCodes[status.Code(err).String()]++
+			continue
+		}
+		st.callLat.record(lat)
+		seen = [classes]bool{}
+		for _, r := range resp.Items {
+			c := classOwner
+			if r.Owner != resp.Node {
+				c = classForwarded
+			}
+			seen[c] = true
+			st.items[c]++
+			if s := int(r.Status); s >= 0 && s < len(st.status) {
+				st.status[s]++
+			}
+		}
+		for c := range classes {
+			if seen[c] {
+				st.classLat[c].record(lat)
+			}
+		}
+	}
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ringlimit/ringlimit"
+	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestHistBucketsBoundTheRelativeError(t *testing.T) {
+	for _, v := range []uint64{0, 1, 127, 128, 129, 255, 256, 1000, 12345, 1e6, 987654321, 1 << 40, 1<<63 - 1} {
+		b := bucketOf(v)
+		lo := lowerBound(b)
+		if lo > v {
+			t.Errorf("v %d: bucket %d starts at %d, above v", v, b, lo)
+		}
+		if v >= histExact && float64(v-lo)/float64(v) > 1.0/histSub {
+			t.Errorf("v %d: bucket %d starts at %d, relative error %.4f", v, b, lo, float64(v-lo)/float64(v))
+		}
+		if b < 0 || b >= histBuckets {
+			t.Errorf("v %d: bucket %d out of range", v, b)
+		}
+	}
+}
+
+func TestHistQuantiles(t *testing.T) {
+	var h, a, b hist
+	for i := 1; i <= 1000; i++ {
+		d := time.Duration(i) * time.Microsecond
+		h.record(d)
+		if i%2 == 0 {
+			a.record(d)
+		} else {
+			b.record(d)
+		}
+	}
+	a.merge(&b)
+	for _, tt := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 500 * time.Microsecond}, {0.99, 990 * time.Microsecond}, {1, 1000 * time.Microsecond}} {
+		for name, hh := range map[string]*hist{"direct": &h, "merged": &a} {
+			got := hh.quantile(tt.q)
+			if got > tt.want || float64(tt.want-got)/float64(tt.want) > 1.0/histSub {
+				t.Errorf("%s q%.2f = %v, want %v within 1/%d below", name, tt.q, got, tt.want, histSub)
+			}
+		}
+	}
+	var empty hist
+	if got := empty.quantile(0.5); got != 0 {
+		t.Errorf("empty quantile = %v, want 0", got)
+	}
+}
+
+func TestChooserIsSeededAndZipfIsSkewed(t *testing.T) {
+	cfg := &config{keys: 100, dist: "zipf", zipfS: 1.2}
+	draw := func(seed int64) []int {
+		c, err := newChooser(cfg, rand.New(rand.NewSource(seed)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]int, 2000)
+		for i := range out {
+			out[i] = c()
+		}
+		return out
+	}
+	x, y := draw(7), draw(7)
+	counts := make([]int, cfg.keys)
+	for i := range x {
+		if x[i] != y[i] {
+			t.Fatalf("draw %d differs for one seed: %d vs %d", i, x[i], y[i])
+		}
+		counts[x[i]]++
+	}
+	if counts[0] < 5*counts[50] || counts[0] < 200 {
+		t.Errorf("zipf counts: key 0 drawn %d times, key 50 %d times; want key 0 far more frequent", counts[0], counts[50])
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{nil, ""},
+		{[]string{"--targets", "a:1, b:2", "--dist", "zipf", "--mode", "", "--algorithm", "gcra"}, ""},
+		{[]string{"--dist", "normal"}, `--dist "normal"`},
+		{[]string{"--dist", "zipf", "--zipf-s", "1"}, "--zipf-s"},
+		{[]string{"--mode", "eventual"}, "--mode"},
+		{[]string{"--algorithm", "unspecified"}, "--algorithm"},
+		{[]string{"--targets", ""}, "--targets"},
+		{[]string{"--max-calls", "0"}, "bounded"},
+		{[]string{"--duration", "0s"}, "bounded"},
+		{[]string{"--concurrency", "0"}, "at least 1"},
+	}
+	for _, tt := range tests {
+		var out bytes.Buffer
+		cfg, err := parseFlags(tt.args, &out)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tt.args, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%q: err %v, want one containing %q", tt.args, err, tt.wantErr)
+		case tt.wantErr == "" && len(cfg.targets) == 0:
+			t.Errorf("%q: no targets", tt.args)
+		}
+	}
+}
+
+func TestRunAgainstOneNode(t *testing.T) {
+	nc := ringlimit.DefaultConfig()
+	nc.Name, nc.GRPCAddr, nc.HTTPAddr, nc.GossipAddr, nc.GossipProfile = "solo", "127.0.0.1:0", "", "127.0.0.1:0", ringlimit.GossipLocal
+	n, err := ringlimit.Start(t.Context(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := n.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !n.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("node not ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cfg, err := parseFlags([]string{"--targets", n.GRPCAddr(), "--concurrency", "4", "--items", "5",
+		"--max-calls", "200", "--duration", "30s", "--keys", "10", "--limit", "50", "--period", "1h", "--mode", "local"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, elapsed, err := run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.calls != 200 || st.rpcErrors != 0 {
+		t.Errorf("calls %d, failed %d; want 200 calls, none failed", st.calls, st.rpcErrors)
+	}
+	if got := st.items[classOwner]; got != 1000 || st.items[classForwarded] != 0 {
+		t.Errorf("owner-answered %d, forwarded %d; want 1000 and 0 on a single node", got, st.items[classForwarded])
+	}
+	// 10 keys of 50 permits: exactly 500 of the 1000 hits fit.
+	if st.status[ringlimitv1.Status_STATUS_UNDER_LIMIT] != 500 || st.status[ringlimitv1.Status_STATUS_OVER_LIMIT] != 500 {
+		t.Errorf("statuses %v; want 500 under and 500 over the limit", st.status)
+	}
+	var out bytes.Buffer
+	newReport(cfg, st, elapsed).print(&out)
+	for _, want := range []string{"calls 200", "decisions 1000", "owner-answered", "forwarded"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}

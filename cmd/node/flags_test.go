@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit"
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+func TestParseFlags(t *testing.T) {
+	def := ringlimit.DefaultConfig()
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, o options)
+		wantErr string // substring of the error; "" for success
+	}{
+		{
+			name: "defaults",
+			check: func(t *testing.T, o options) {
+				c := o.cfg
+				if c.GRPCAddr != def.GRPCAddr || c.HTTPAddr != def.HTTPAddr || c.GossipAddr != def.GossipAddr {
+					t.Errorf("addresses = %s %s %s, want the defaults", c.GRPCAddr, c.HTTPAddr, c.GossipAddr)
+				}
+				if c.Sync.Mode != rlsync.ModeCached || c.Sync.Policy != rlsync.PolicyLocalShare {
+					t.Errorf("mode, policy = %v, %v; want cached, local-share", c.Sync.Mode, c.Sync.Policy)
+				}
+				if c.Seeds != nil || o.logLevel != slog.LevelInfo || o.logJSON || o.shutdownTimeout != 15*time.Second {
+					t.Errorf("got seeds %q, level %v, json %v, shutdown %v", c.Seeds, o.logLevel, o.logJSON, o.shutdownTimeout)
+				}
+			},
+		},
+		{
+			name: "every flag",
+			args: []string{"--name", "n1", "--grpc-addr", "127.0.0.1:0", "--http-addr", "", "--gossip-addr", "127.0.0.1:0",
+				"--gossip-advertise-addr", "10.0.0.1:7946", "--seeds", "a:1, b:2,,", "--gossip-profile", "local",
+				"--mode", "owner", "--policy", "fail-closed", "--flush-interval", "50ms", "--forward-window", "2ms",
+				"--max-batch", "64", "--tick-interval", "1ms", "--request-timeout", "1s", "--max-check-items", "10",
+				"--max-key-len", "100", "--max-body-bytes", "4096", "--shutdown-timeout", "3s",
+				"--log-level", "debug", "--log-format", "json"},
+			check: func(t *testing.T, o options) {
+				c := o.cfg
+				got := []any{c.Name, c.GRPCAddr, c.HTTPAddr, c.GossipAddr, c.GossipAdvertiseAddr, c.GossipProfile,
+					c.Sync.Mode, c.Sync.Policy, c.Sync.FlushInterval, c.Sync.ForwardWindow, c.Sync.MaxBatch,
+					c.Sync.TickInterval, c.Sync.RequestTimeout, c.MaxBatchItems, c.MaxKeyLen, c.MaxBodyBytes,
+					o.shutdownTimeout, o.logLevel, o.logJSON}
+				want := []any{"n1", "127.0.0.1:0", "", "127.0.0.1:0", "10.0.0.1:7946", "local",
+					rlsync.ModeOwner, rlsync.PolicyFailClosed, 50 * time.Millisecond, 2 * time.Millisecond, 64,
+					time.Millisecond, time.Second, 10, 100, int64(4096),
+					3 * time.Second, slog.LevelDebug, true}
+				for i := range want {
+					if got[i] != want[i] {
+						t.Errorf("field %d = %v, want %v", i, got[i], want[i])
+					}
+				}
+				if !slices.Equal(c.Seeds, []string{"a:1", "b:2"}) {
+					t.Errorf("seeds = %q, want [a:1 b:2]", c.Seeds)
+				}
+			},
+		},
+		{
+			name: "environment as default",
+			env:  map[string]string{"RINGLIMIT_NAME": "env-node", "RINGLIMIT_MODE": "leased", "RINGLIMIT_SEEDS": "s:1", "RINGLIMIT_FLUSH_INTERVAL": "1s"},
+			check: func(t *testing.T, o options) {
+				c := o.cfg
+				if c.Name != "env-node" || c.Sync.Mode != rlsync.ModeLeased || !slices.Equal(c.Seeds, []string{"s:1"}) || c.Sync.FlushInterval != time.Second {
+					t.Errorf("got name %q mode %v seeds %q flush %v", c.Name, c.Sync.Mode, c.Seeds, c.Sync.FlushInterval)
+				}
+			},
+		},
+		{
+			name: "flag wins over environment",
+			args: []string{"--name", "flag-node", "--mode", "local"},
+			env:  map[string]string{"RINGLIMIT_NAME": "env-node", "RINGLIMIT_MODE": "leased"},
+			check: func(t *testing.T, o options) {
+				if o.cfg.Name != "flag-node" || o.cfg.Sync.Mode != rlsync.ModeLocal {
+					t.Errorf("got name %q mode %v, want flag-node local", o.cfg.Name, o.cfg.Sync.Mode)
+				}
+			},
+		},
+		{name: "unknown mode", args: []string{"--mode", "eventual"}, wantErr: `--mode "eventual"`},
+		{name: "default is not a mode", args: []string{"--mode", "default"}, wantErr: "--mode"},
+		{name: "unknown policy", args: []string{"--policy", "open"}, wantErr: `--policy "open"`},
+		{name: "bad duration", args: []string{"--flush-interval", "soon"}, wantErr: "flush-interval"},
+		{name: "zero flush interval", args: []string{"--flush-interval", "0s"}, wantErr: "FlushInterval"},
+		{name: "bad address", args: []string{"--grpc-addr", "nope"}, wantErr: "GRPCAddr"},
+		{name: "bad seed", args: []string{"--seeds", "a:1,b"}, wantErr: "Seeds"},
+		{name: "bad profile", args: []string{"--gossip-profile", "wan"}, wantErr: "GossipProfile"},
+		{name: "bad log level", args: []string{"--log-level", "loud"}, wantErr: "--log-level"},
+		{name: "bad log format", args: []string{"--log-format", "xml"}, wantErr: "--log-format"},
+		{name: "check timeout below request timeout", args: []string{"--request-timeout", "3s"}, wantErr: "CheckTimeout"},
+		{name: "zero max batch", args: []string{"--max-check-items", "0"}, wantErr: "MaxBatchItems"},
+		{name: "unknown flag", args: []string{"--colour"}, wantErr: "colour"},
+		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
+		{name: "bad environment", env: map[string]string{"RINGLIMIT_MAX_BATCH": "many"}, wantErr: "RINGLIMIT_MAX_BATCH"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &out)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("err = %v (output %s)", err, out.String())
+			}
+			tt.check(t, o)
+		})
+	}
+}
+
+func TestHelpNamesEveryFlagAndVariable(t *testing.T) {
+	var out bytes.Buffer
+	_, err := parseFlags([]string{"--help"}, func(string) string { return "" }, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err = %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"--name", "RINGLIMIT_NAME", "--seeds", "RINGLIMIT_SEEDS", "--mode", "--policy",
+		"--flush-interval", "--forward-window", "--max-batch", "--gossip-profile", "RINGLIMIT_LOG_FORMAT"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,232 @@
+package ringlimit
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// Gossip profiles accepted by Config.GossipProfile.
+const (
+	// GossipLAN is memberlist's LAN configuration: nodes on one network.
+	GossipLAN = "lan"
+	// GossipLocal is tuned for nodes on one host (loopback): short probe
+	// intervals and timeouts, so failures are detected in about a second.
+	GossipLocal = "local"
+)
+
+// Config configures a Node. Start from DefaultConfig, which documents every
+// default; the zero Config is not valid.
+type Config struct {
+	// Name is the node's name in the cluster: its memberlist name and its
+	// name on the ring. It must be unique in the cluster and should be stable
+	// across restarts (keys are placed by name, not by address). Default: the
+	// host name.
+	Name string
+
+	// GRPCAddr is the host:port the gRPC server listens on: the public
+	// RateLimiter service and the peer service between nodes. Port 0 picks a
+	// free port; Node.GRPCAddr reports the bound address, which is also what
+	// the node advertises to its peers (an unspecified host, 0.0.0.0 or "",
+	// is advertised as the node's gossip IP). Default 127.0.0.1:7101.
+	GRPCAddr string
+	// HTTPAddr is the host:port of the HTTP/JSON API, health and metrics.
+	// Empty disables HTTP. Default 127.0.0.1:8101.
+	HTTPAddr string
+	// GossipAddr is the host:port memberlist binds (TCP and UDP). Port 0
+	// picks a free port. Default 127.0.0.1:7946 (memberlist's port).
+	GossipAddr string
+	// GossipAdvertiseAddr, when set, is the host:port other nodes use to
+	// reach this node's gossip (behind NAT, in containers). Default: derived
+	// from GossipAddr.
+	GossipAdvertiseAddr string
+	// Seeds are gossip addresses (host:port) of nodes to join through. Empty
+	// starts a new cluster. Unreachable seeds are retried in the background.
+	Seeds []string
+	// GossipProfile is GossipLAN or GossipLocal. Default GossipLAN.
+	GossipProfile string
+	// GossipKey, when set, encrypts gossip with this AES key (16, 24 or 32
+	// bytes); every member must have it. Default none.
+	GossipKey []byte
+
+	// Sync configures the coordination core: default consistency mode and
+	// partition policy, tick, flush interval, forward window, batch sizes,
+	// timeouts. Self and MaxKeyLen are set by Start from Name and MaxKeyLen.
+	// Sync.Incarnation, when zero, is set by Start from the clock (the start
+	// time in nanoseconds), so a restarted node is told from its old self.
+	// Default rlsync.DefaultConfig().
+	Sync rlsync.Config
+
+	// MaxKeyLen bounds len(name) + len(unique_key) of an item, in bytes.
+	// Default 1024.
+	MaxKeyLen int
+	// MaxBatchItems bounds the items of one public Check call; a larger call
+	// is rejected as a whole. Default 1000.
+	MaxBatchItems int
+	// MaxBodyBytes bounds an HTTP request body; a larger one gets 413.
+	// Default 1 MiB (1000 items of ordinary size fit easily).
+	MaxBodyBytes int64
+	// MaxRecvMsgBytes bounds one gRPC message received, public or peer.
+	// Default 4 MiB (gRPC's own default).
+	MaxRecvMsgBytes int
+	// MaxConcurrentStreams bounds concurrent gRPC calls per connection.
+	// Default 1024.
+	MaxConcurrentStreams uint32
+	// CheckTimeout bounds how long one Check waits for its answers when the
+	// caller's deadline is later or absent. The core answers by the partition
+	// policy after Sync.RequestTimeout, so this is a backstop. Default 2s.
+	CheckTimeout time.Duration
+
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
+	// HTTP server's timeouts. Defaults 5s, 10s, 10s and 2m. ReadHeaderTimeout
+	// also bounds the gRPC connection handshake.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+
+	// HandoffTimeout bounds how long Shutdown waits for owned keys to be
+	// handed to their next owners. Default 5s.
+	HandoffTimeout time.Duration
+	// LeaveTimeout bounds how long Shutdown waits for the gossip leave
+	// message to spread. Default 2s.
+	LeaveTimeout time.Duration
+
+	// Pprof serves Go's profiler at /debug/pprof/ on the HTTP port. Expose
+	// it only where the HTTP port is private. Default false.
+	Pprof bool
+
+	// Logger receives structured logs. Default: discard.
+	Logger *slog.Logger
+	// Registry receives the node's Prometheus metrics and is served at
+	// GET /metrics. Default: a new registry of the node's own (never the
+	// global one, so several nodes can run in one process).
+	Registry *prometheus.Registry
+	// Clock is the time source. Default: the system clock.
+	Clock Clock
+}
+
+// Clock tells the time. Tests replace it; the node reads it once per
+// request and once per tick.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// DefaultConfig returns the defaults documented on each field of Config.
+func DefaultConfig() Config {
+	return Config{
+		GRPCAddr:             "127.0.0.1:7101",
+		HTTPAddr:             "127.0.0.1:8101",
+		GossipAddr:           "127.0.0.1:7946",
+		GossipProfile:        GossipLAN,
+		Sync:                 rlsync.DefaultConfig(),
+		MaxKeyLen:            1024,
+		MaxBatchItems:        1000,
+		MaxBodyBytes:         1 << 20,
+		MaxRecvMsgBytes:      4 << 20,
+		MaxConcurrentStreams: 1024,
+		CheckTimeout:         2 * time.Second,
+		ReadHeaderTimeout:    5 * time.Second,
+		ReadTimeout:          10 * time.Second,
+		WriteTimeout:         10 * time.Second,
+		IdleTimeout:          2 * time.Minute,
+		HandoffTimeout:       5 * time.Second,
+		LeaveTimeout:         2 * time.Second,
+	}
+}
+
+// ErrConfig is wrapped by every error of Config.Validate.
+var ErrConfig = errors.New("ringlimit: invalid config")
+
+func configErr(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
+}
+
+// Validate reports the first invalid field. A missing Name is not an error:
+// Start fills in the host name.
+func (c Config) Validate() error {
+	if err := checkAddr("GRPCAddr", c.GRPCAddr, false); err != nil {
+		return err
+	}
+	if err := checkAddr("HTTPAddr", c.HTTPAddr, true); err != nil {
+		return err
+	}
+	if err := checkAddr("GossipAddr", c.GossipAddr, false); err != nil {
+		return err
+	}
+	if err := checkAddr("GossipAdvertiseAddr", c.GossipAdvertiseAddr, true); err != nil {
+		return err
+	}
+	for _, s := range c.Seeds {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return configErr("Seeds", "%q is not host:port", s)
+		}
+	}
+	switch c.GossipProfile {
+	case GossipLAN, GossipLocal:
+	default:
+		return configErr("GossipProfile", "%q (want %q or %q)", c.GossipProfile, GossipLAN, GossipLocal)
+	}
+	switch len(c.GossipKey) {
+	case 0, 16, 24, 32:
+	default:
+		return configErr("GossipKey", "%d bytes (want 16, 24 or 32)", len(c.GossipKey))
+	}
+	switch {
+	case c.MaxKeyLen <= 0:
+		return configErr("MaxKeyLen", "must be positive")
+	case c.MaxBatchItems <= 0:
+		return configErr("MaxBatchItems", "must be positive")
+	case c.MaxBodyBytes <= 0:
+		return configErr("MaxBodyBytes", "must be positive")
+	case c.MaxRecvMsgBytes <= 0:
+		return configErr("MaxRecvMsgBytes", "must be positive")
+	case c.MaxConcurrentStreams == 0:
+		return configErr("MaxConcurrentStreams", "must be positive")
+	case c.CheckTimeout <= 0:
+		return configErr("CheckTimeout", "must be positive")
+	case c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0:
+		return configErr("ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout", "must be positive")
+	case c.CheckTimeout <= c.Sync.RequestTimeout:
+		return configErr("CheckTimeout", "%v must be longer than Sync.RequestTimeout (%v), after which the core answers by the partition policy",
+			c.CheckTimeout, c.Sync.RequestTimeout)
+	case c.HandoffTimeout <= 0:
+		return configErr("HandoffTimeout", "must be positive")
+	case c.LeaveTimeout <= 0:
+		return configErr("LeaveTimeout", "must be positive")
+	}
+	s := c.syncConfig()
+	if s.Self == "" {
+		s.Self = "placeholder" // Start fills in the host name
+	}
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("%w: Sync: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// syncConfig returns c.Sync with the fields the node owns filled in.
+func (c Config) syncConfig() rlsync.Config {
+	s := c.Sync
+	s.Self = c.Name
+	s.MaxKeyLen = c.MaxKeyLen + len(keySep)
+	return s
+}
+
+func checkAddr(field, addr string, optional bool) error {
+	if addr == "" && optional {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return configErr(field, "%q is not host:port", addr)
+	}
+	return nil
+}

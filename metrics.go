@@ -1,0 +1,201 @@
+package ringlimit
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// The APIs a call arrives by, as metric labels.
+const (
+	apiGRPC = 0
+	apiHTTP = 1
+)
+
+// metrics are a node's Prometheus metrics, registered on Config.Registry.
+// All methods are safe for concurrent use.
+type metrics struct {
+	decisions *prometheus.CounterVec
+	// cells caches decisions' children by [algorithm][mode][status], so the
+	// request path does no label lookup. Algorithm 0 is "invalid"; mode 0 is
+	// "default" (not decided).
+	cells        [int(bucket.SmoothWarmingUp) + 1][maxMode + 1][3]lazyCounter
+	batchItems   [2]prometheus.Observer
+	callDuration [2]prometheus.Observer
+}
+
+type lazyCounter struct {
+	once sync.Once
+	c    prometheus.Counter
+}
+
+var apiNames = [2]string{apiGRPC: "grpc", apiHTTP: "http"}
+
+var statusLabels = [3]string{statusUnderLimit, statusOverLimit, statusError}
+
+// newMetrics registers the node's metrics on reg. core's counters and the
+// cluster's member count are read at scrape time.
+func newMetrics(reg prometheus.Registerer, core *rlsync.Metrics, members func() float64, ringVersion func() float64) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_decisions_total",
+			Help: "Items of public Check calls answered by this node, by algorithm, mode decided in and status.",
+		}, []string{"algorithm", "mode", "status"}),
+	}
+	batch := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ringlimit_check_batch_items",
+		Help:    "Items per public Check call, by API.",
+		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+	}, []string{"api"})
+	dur := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ringlimit_check_duration_seconds",
+		Help:    "Time to answer a public Check call, from decoding to the last answer, by API.",
+		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50us .. 1.6s
+	}, []string{"api"})
+	for api, name := range apiNames {
+		m.batchItems[api] = batch.WithLabelValues(name)
+		m.callDuration[api] = dur.WithLabelValues(name)
+	}
+	cs := []prometheus.Collector{m.decisions, batch, dur,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ringlimit_members",
+			Help: "Live cluster members this node sees, itself included.",
+		}, members),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ringlimit_ring_version",
+			Help: "Version of this node's ring; it changes on every membership change.",
+		}, ringVersion),
+	}
+	cs = append(cs, coreCollectors(core)...)
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// coreCollectors exports the coordination core's counters.
+func coreCollectors(c *rlsync.Metrics) []prometheus.Collector {
+	counters := []struct {
+		name, help string
+		v          *atomic.Int64
+	}{
+		{"ringlimit_degraded_total", "Requests decided by the partition policy because the owner was unreachable.", &c.Degraded},
+		{"ringlimit_forwarded_checks_total", "Owner-mode checks forwarded to another node.", &c.Forwarded},
+		{"ringlimit_forward_batches_total", "Messages that carried forwarded checks.", &c.ForwardBatches},
+		{"ringlimit_flushes_sent_total", "Flushes of pending hits sent to owners.", &c.FlushesSent},
+		{"ringlimit_flushes_retried_total", "Flushes sent again after a timeout.", &c.FlushesRetried},
+		{"ringlimit_flush_items_dropped_total", "Pending hits dropped from a full retry buffer.", &c.FlushItemsDropped},
+		{"ringlimit_flush_duplicates_total", "Flush batches received twice and ignored.", &c.FlushDuplicates},
+		{"ringlimit_pushes_sent_total", "State pushes sent by this node as owner.", &c.PushesSent},
+		{"ringlimit_leases_granted_total", "Leases granted by this node as owner.", &c.LeasesGranted},
+		{"ringlimit_leases_renewed_total", "Leases renewed.", &c.LeasesRenewed},
+		{"ringlimit_leases_returned_total", "Leases returned.", &c.LeasesReturned},
+		{"ringlimit_lease_tokens_granted_total", "Tokens granted in leases.", &c.LeaseTokensGranted},
+		{"ringlimit_lease_tokens_returned_total", "Tokens returned from leases.", &c.LeaseTokensReturned},
+		{"ringlimit_handoffs_sent_total", "Hand-off messages sent.", &c.HandoffsSent},
+		{"ringlimit_handoff_keys_total", "Keys handed off to new owners.", &c.HandoffKeys},
+		{"ringlimit_handoffs_received_total", "Hand-off messages merged by this node as new owner.", &c.HandoffsReceived},
+		{"ringlimit_handoffs_dropped_total", "Hand-off messages given up after the retries (their keys are rebuilt from the non-owners' reports).", &c.HandoffsDropped},
+		{"ringlimit_evicted_total", "Keys evicted (idle or least recently used).", &c.Evicted},
+		{"ringlimit_flushes_acked_total", "Flush acknowledgements received from owners.", &c.FlushesAcked},
+		{"ringlimit_pushes_received_total", "State pushes received from owners.", &c.PushesReceived},
+		{"ringlimit_forward_timeouts_total", "Owner-mode checks decided by the partition policy after a timeout or an unreachable owner.", &c.ForwardTimeouts},
+		{"ringlimit_not_owner_total", "Items other nodes sent here for keys this node does not own (they route them again).", &c.NotOwner},
+		{"ringlimit_core_envelopes_dropped_total", "Envelopes the core dropped: sender not a member, or addressed to another node.", &c.EnvelopesDropped},
+		{"ringlimit_malformed_total", "Message items dropped because a state, limit or count in them was invalid.", &c.Malformed},
+	}
+	out := make([]prometheus.Collector, 0, len(counters)+2)
+	for _, k := range counters {
+		v := k.v
+		out = append(out, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: k.name, Help: k.help},
+			func() float64 { return float64(v.Load()) }))
+	}
+	out = append(out, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ringlimit_keys", Help: "Keys stored by this node, owned and cached.",
+	}, func() float64 { return float64(c.Keys.Load()) }))
+	out = append(out, coreDecisions{c})
+	return out
+}
+
+// coreDecisions exports rlsync.Metrics.Decisions: every request the core
+// decided, those forwarded to this node by others included.
+type coreDecisions struct{ m *rlsync.Metrics }
+
+var coreDecisionsDesc = prometheus.NewDesc("ringlimit_core_decisions_total",
+	"Requests decided by this node's coordination core (forwarded ones included), by mode and outcome.",
+	[]string{"mode", "outcome"}, nil)
+
+var outcomeLabels = [3]string{"allowed", "rejected", "error"}
+
+// Describe implements prometheus.Collector.
+func (c coreDecisions) Describe(ch chan<- *prometheus.Desc) { ch <- coreDecisionsDesc }
+
+// Collect implements prometheus.Collector.
+func (c coreDecisions) Collect(ch chan<- prometheus.Metric) {
+	for mode := range c.m.Decisions {
+		for outcome := range c.m.Decisions[mode] {
+			v := c.m.Decisions[mode][outcome].Load()
+			if v == 0 {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(coreDecisionsDesc, prometheus.CounterValue, float64(v),
+				rlsync.Mode(mode).String(), outcomeLabels[outcome])
+		}
+	}
+}
+
+// decision counts one answered item.
+func (m *metrics) decision(it *item, r *rlsync.Response) {
+	alg := it.algorithm
+	switch {
+	case alg == 0:
+		alg = int64(bucket.TokenBucket)
+	case alg < 0 || alg > int64(bucket.SmoothWarmingUp):
+		alg = 0
+	}
+	mode := int64(r.Mode)
+	if mode == 0 && it.mode >= 0 && it.mode <= maxMode {
+		mode = it.mode
+	}
+	if mode < 0 || mode > maxMode {
+		mode = 0
+	}
+	st := 2
+	if r.Err == nil {
+		st = 1
+		if r.Allowed {
+			st = 0
+		}
+	}
+	cell := &m.cells[alg][mode][st]
+	cell.once.Do(func() {
+		algName := "invalid"
+		if alg != 0 {
+			algName = bucket.Algorithm(alg).String()
+		}
+		cell.c = m.decisions.WithLabelValues(algName, rlsync.Mode(mode).String(), statusLabels[st])
+	})
+	cell.c.Inc()
+}
+
+// call records one public call.
+func (m *metrics) call(api, items int, d time.Duration) {
+	m.batchItems[api].Observe(float64(items))
+	m.callDuration[api].Observe(d.Seconds())
+}
+
+// slogPrinter adapts a *slog.Logger to promhttp's error logger.
+type slogPrinter struct{ l *slog.Logger }
+
+// Println implements promhttp.Logger.
+func (p slogPrinter) Println(v ...any) {
+	p.l.Error("metrics", "error", v)
+}

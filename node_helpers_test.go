@@ -1,0 +1,144 @@
+package ringlimit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testConfig is a node on loopback with OS-chosen ports and fast gossip.
+func testConfig(name string, seeds ...string) Config {
+	c := DefaultConfig()
+	c.Name = name
+	c.GRPCAddr = "127.0.0.1:0"
+	c.HTTPAddr = "127.0.0.1:0"
+	c.GossipAddr = "127.0.0.1:0"
+	c.GossipProfile = GossipLocal
+	c.Seeds = seeds
+	c.HandoffTimeout = 2 * time.Second
+	c.LeaveTimeout = time.Second
+	if testing.Verbose() {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return c
+}
+
+// startNode starts a node and stops it (gracefully) when the test ends,
+// unless the test stopped it already.
+func startNode(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	n, err := Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("Start(%s): %v", cfg.Name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = n.Shutdown(ctx)
+	})
+	return n
+}
+
+// startCluster starts size nodes named n1.., the first one the seed, and
+// waits until every node sees all of them.
+func startCluster(t *testing.T, size int, edit func(*Config)) []*Node {
+	t.Helper()
+	var nodes []*Node
+	for i := range size {
+		var seeds []string
+		if i > 0 {
+			seeds = []string{nodes[0].GossipAddr()}
+		}
+		cfg := testConfig(fmt.Sprintf("n%d", i+1), seeds...)
+		if edit != nil {
+			edit(&cfg)
+		}
+		nodes = append(nodes, startNode(t, cfg))
+	}
+	waitMembers(t, nodes, names(nodes))
+	return nodes
+}
+
+func names(nodes []*Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	waitForf(t, within, func() string { return what }, cond)
+}
+
+// waitForf is waitFor with a description computed on failure.
+func waitForf(t *testing.T, within time.Duration, what func() string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitMembers waits until every node's ring holds exactly want and it is
+// ready.
+func waitMembers(t *testing.T, nodes []*Node, want []string) {
+	t.Helper()
+	var views []string
+	what := func() string { return fmt.Sprintf("every node's ring is %q; the rings: %q", want, views) }
+	waitForf(t, 10*time.Second, what, func() bool {
+		views = views[:0]
+		ok := true
+		for _, n := range nodes {
+			views = append(views, fmt.Sprintf("%s ready=%v %v", n.Name(), n.Ready(), n.Members()))
+			if !n.Ready() || !slices.Equal(n.Members(), want) {
+				ok = false
+			}
+		}
+		return ok
+	})
+}
+
+// dial returns a RateLimiter client for n, closed when the test ends.
+func dial(t *testing.T, n *Node) ringlimitv1.RateLimiterClient {
+	t.Helper()
+	cc, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return ringlimitv1.NewRateLimiterClient(cc)
+}
+
+// coreIsTemporary reports whether package sync still has its temporary,
+// local-only body: it then answers owner-mode checks in local mode.
+func coreIsTemporary(t *testing.T, n *Node) bool {
+	t.Helper()
+	resp, err := n.Check(t.Context(), &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{
+		item1("probe", "probe", 0, ringlimitv1.Mode_MODE_OWNER)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Items[0].Mode == ringlimitv1.Mode(rlsync.ModeLocal)
+}

@@ -1,0 +1,126 @@
+package ringlimit
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*Config)
+		wantErr string // "" for valid
+	}{
+		{"default", func(*Config) {}, ""},
+		{"HTTP disabled", func(c *Config) { c.HTTPAddr = "" }, ""},
+		{"no name is filled in by Start", func(c *Config) { c.Name = "" }, ""},
+		{"bad gRPC address", func(c *Config) { c.GRPCAddr = "7101" }, "GRPCAddr"},
+		{"no gossip address", func(c *Config) { c.GossipAddr = "" }, "GossipAddr"},
+		{"bad advertise address", func(c *Config) { c.GossipAdvertiseAddr = "host" }, "GossipAdvertiseAddr"},
+		{"bad seed", func(c *Config) { c.Seeds = []string{"10.0.0.1"} }, "Seeds"},
+		{"bad profile", func(c *Config) { c.GossipProfile = "wan" }, "GossipProfile"},
+		{"bad gossip key", func(c *Config) { c.GossipKey = []byte("short") }, "GossipKey"},
+		{"zero key length", func(c *Config) { c.MaxKeyLen = 0 }, "MaxKeyLen"},
+		{"zero batch", func(c *Config) { c.MaxBatchItems = 0 }, "MaxBatchItems"},
+		{"zero body", func(c *Config) { c.MaxBodyBytes = 0 }, "MaxBodyBytes"},
+		{"zero timeout", func(c *Config) { c.WriteTimeout = 0 }, "WriteTimeout"},
+		{"zero check timeout", func(c *Config) { c.CheckTimeout = 0 }, "CheckTimeout"},
+		{"check timeout within request timeout", func(c *Config) { c.CheckTimeout = c.Sync.RequestTimeout }, "CheckTimeout"},
+		{"bad core config", func(c *Config) { c.Sync.FlushInterval = 0 }, "Sync"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Name = "n"
+			tt.edit(&c)
+			err := c.Validate()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("Validate() = %v, want nil", err)
+			case tt.wantErr != "" && (err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("Validate() = %v, want an ErrConfig naming %s", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestKeyIsInjective(t *testing.T) {
+	// Pairs with a NUL-free name; ("a\x00b", "c") would collide with the
+	// first, which is why validation rejects names with a NUL byte.
+	pairs := [][2]string{{"a", "b\x00c"}, {"ab", "c"}, {"a", "bc"}, {"", "abc"}}
+	seen := map[string][2]string{}
+	for _, p := range pairs {
+		k := Key(p[0], p[1])
+		if q, dup := seen[k]; dup {
+			t.Errorf("Key(%q) == Key(%q)", p, q)
+		}
+		seen[k] = p
+	}
+	it := item{name: "a\x00b", uniqueKey: "c", limit: 1, period: time.Second}
+	if _, err := it.request(1024); err == nil {
+		t.Error("a name with a NUL byte was accepted")
+	}
+}
+
+func TestStartRejectsBadConfig(t *testing.T) {
+	cfg := testConfig("bad")
+	cfg.MaxBatchItems = -1
+	if n, err := Start(t.Context(), cfg); err == nil || !errors.Is(err, ErrConfig) {
+		t.Errorf("Start = %v, %v; want an ErrConfig", n, err)
+	}
+}
+
+func TestStartFailsCleanlyWhenAPortIsTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := testConfig("clash")
+	cfg.HTTPAddr = ln.Addr().String()
+	n, err := Start(t.Context(), cfg)
+	if err == nil || n != nil {
+		t.Fatalf("Start = %v, %v; want an error and no node", n, err)
+	}
+	// goleak (TestMain) checks that nothing was left running.
+}
+
+func TestShutdownRefusesNewCallsAndIsIdempotent(t *testing.T) {
+	n, err := Start(t.Context(), testConfig("short-lived"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitMembers(t, []*Node{n}, []string{"short-lived"})
+	httpAddr := n.HTTPAddr()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if n.Ready() {
+		t.Error("Ready after Shutdown")
+	}
+	_, err = n.Check(t.Context(), &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{item1("a", "b", 0, 0)}})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("Check after Shutdown: %v, want Unavailable", err)
+	}
+	if _, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
+		t.Error("HTTP still served after Shutdown")
+	}
+	if err := n.Shutdown(ctx); err != nil {
+		t.Errorf("second Shutdown: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Errorf("Close after Shutdown: %v", err)
+	}
+}

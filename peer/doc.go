@@ -1,0 +1,35 @@
+// Package peer is ringlimit's real network: discovery and failure detection
+// over hashicorp/memberlist (Cluster), and the gRPC link between nodes that
+// carries the coordination core's envelopes (Transport, which implements
+// rlsync.Transport and serves the peerv1.Peer service). It holds no limiter
+// logic: it never looks inside an envelope's body.
+//
+// Members are identified by their node name, never by an address: several
+// nodes may share a host, and a node recognises itself by name. Each node
+// advertises its gRPC address (and the peer protocol version) in its
+// memberlist metadata.
+//
+// The driver (the module root's node facade) wires the pieces like this:
+//
+//	tr, err := peer.NewTransport(peer.TransportConfig{Self: name, ...})
+//	node, err := rlsync.NewNode(syncCfg, tr)     // tr.Send never blocks
+//	tr.RegisterServer(grpcServer)                // same port as the public API
+//	cl, err := peer.NewCluster(clusterCfg, func(ms []peer.Member) {
+//		tr.SetPeers(ms)                          // addresses first, ...
+//		node.SetMembers(clock.Now(), peer.Names(ms)) // ... then the ring
+//	})
+//	err = tr.Start(ctx, node)                    // node is the Handler
+//	err = cl.Start(ctx)                          // create memberlist, join seeds
+//	...
+//	node.Leave(now); /* tick until node.HandedOff() */
+//	cl.Leave(time.Second); cl.Close(); tr.Close()
+//
+// Every goroutine has an owner: NewCluster and NewTransport start none;
+// Start starts them and Close stops them and waits for them to exit.
+//
+// Delivery is one-way and at most once: a batch whose Deliver RPC fails is
+// dropped and the sender's Handler is told the peer is Unreachable; package
+// sync retries whatever must be retried. The transport never retries a
+// Deliver itself, because a retry after a timeout could deliver a
+// non-idempotent message (a flush of hits) twice.
+package peer

@@ -1,0 +1,84 @@
+package peer
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// RegisterServer registers the transport's receiving side, the peerv1.Peer
+// service, on s. The node facade registers it on the grpc.Server of its
+// public API, so one port serves clients and peers; with mTLS (issue 6) that
+// server's credentials authenticate peers and TransportConfig.Authorize ties
+// a certificate to a node name.
+func (t *Transport) RegisterServer(s grpc.ServiceRegistrar) {
+	peerv1.RegisterPeerServer(s, &server{t: t})
+}
+
+// server implements peerv1.PeerServer for a Transport.
+type server struct {
+	peerv1.UnimplementedPeerServer
+	t *Transport
+}
+
+// Deliver hands each acceptable envelope of req to the Handler, in order. It
+// rejects, one by one and counted, envelopes that are nil, not addressed to
+// this node, not from a current member, larger than MaxEnvelopeBytes, or
+// refused by Authorize; the call still succeeds, since the sender's peer is
+// reachable (a member that just joined may not be known here yet; package
+// sync retries). A request of more than MaxRecvEnvelopes envelopes fails with
+// InvalidArgument; before Start or after Close, calls fail with Unavailable.
+func (s *server) Deliver(ctx context.Context, req *peerv1.DeliverRequest) (*peerv1.DeliverResponse, error) {
+	t := s.t
+	envs := req.GetEnvelopes()
+	if len(envs) > t.cfg.MaxRecvEnvelopes {
+		return nil, status.Errorf(codes.InvalidArgument, "peer: %d envelopes in one Deliver, at most %d", len(envs), t.cfg.MaxRecvEnvelopes)
+	}
+	t.mu.RLock()
+	h, members, closed := t.handler, t.members, t.closed
+	t.mu.RUnlock()
+	if h == nil || closed {
+		return nil, status.Error(codes.Unavailable, "peer: transport not running")
+	}
+	now := t.clock.Now()
+	accepted := 0
+	for _, env := range envs {
+		if reason := t.reject(ctx, members, env); reason != "" {
+			t.metrics.rejected.WithLabelValues(reason).Inc()
+			t.log.Debug("rejected an envelope", "reason", reason, "from", env.GetFrom(), "to", env.GetTo())
+			continue
+		}
+		h.Step(now, env)
+		accepted++
+	}
+	t.metrics.received.Add(float64(accepted))
+	return &peerv1.DeliverResponse{}, nil
+}
+
+// reject returns why env must be rejected, or "" to accept it. members is
+// the current member set.
+func (t *Transport) reject(ctx context.Context, members map[string]struct{}, env *peerv1.Envelope) string {
+	if env == nil {
+		return rejectNil
+	}
+	if env.GetTo() != t.cfg.Self {
+		return rejectWrongRecipient
+	}
+	if _, ok := members[env.GetFrom()]; !ok || env.GetFrom() == t.cfg.Self {
+		return rejectUnknownSender
+	}
+	if proto.Size(env) > t.cfg.MaxEnvelopeBytes {
+		return rejectTooLarge
+	}
+	if t.cfg.Authorize != nil {
+		if err := t.cfg.Authorize(ctx, env.GetFrom()); err != nil {
+			return rejectUnauthorized
+		}
+	}
+	return ""
+}

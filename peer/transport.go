@@ -1,0 +1,400 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// Handler receives what the transport learns: envelopes from peers, and
+// peers that could not be reached. *rlsync.Node satisfies it. Its methods are
+// called from several goroutines at once (the gRPC handlers and one sender
+// per peer) and must not block.
+type Handler interface {
+	// Step handles one envelope received from a peer at now. It takes
+	// ownership of env.
+	Step(now time.Time, env *peerv1.Envelope)
+	// Unreachable reports that a Deliver RPC to peer failed at now; the
+	// envelopes it carried were dropped.
+	Unreachable(now time.Time, peer string)
+}
+
+var (
+	_ rlsync.Transport = (*Transport)(nil)
+	_ Handler          = (*rlsync.Node)(nil)
+)
+
+// Transport carries envelopes between nodes over gRPC: it implements
+// rlsync.Transport for sending and serves the peerv1.Peer service for
+// receiving (RegisterServer).
+//
+// It keeps one gRPC connection per peer, dialled at the address the peer
+// advertises in its gossip metadata (SetPeers), and one bounded send queue
+// drained by one sender goroutine per peer, so a slow or dead peer delays no
+// other. Each sender coalesces what is queued into one Deliver RPC of up to
+// MaxBatch envelopes, under a deadline of RPCTimeout. Envelopes to one peer
+// are delivered in the order they were sent, or dropped.
+//
+// A failed Deliver is not retried: its batch is dropped and the Handler is
+// told the peer is Unreachable. Retrying here would be unsafe, because a call
+// that timed out may have been delivered, and a second delivery of a
+// non-idempotent message (a flush of hits) would count them twice; package
+// sync retries, on Tick, what must be retried, with its own sequence numbers.
+//
+// A Transport is safe for concurrent use.
+type Transport struct {
+	cfg      TransportConfig
+	clock    Clock
+	log      *slog.Logger
+	metrics  *transportMetrics
+	dialOpts []grpc.DialOption
+	wg       sync.WaitGroup // the senders
+
+	mu sync.RWMutex // guards the fields below
+	// handler receives envelopes and failures; set by Start.
+	handler Handler
+	// ctx is the parent of the senders' contexts; cancel ends it. Set by
+	// Start.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// closed is set by Close.
+	closed bool
+	// members holds the names of the current members, this node included.
+	// It is replaced, never modified, so a reader may keep it after unlocking.
+	members map[string]struct{}
+	// peers holds the link to every other member with a gRPC address.
+	peers map[string]*link
+}
+
+// link is the connection to one peer and its send queue.
+type link struct {
+	name, addr string
+	queue      chan *peerv1.Envelope
+	conn       *grpc.ClientConn
+	client     peerv1.PeerClient
+	duration   prometheus.Observer
+	errors     prometheus.Counter
+	// stop ends the link's sender; nil until it is started (under
+	// Transport.mu).
+	stop context.CancelFunc
+}
+
+// NewTransport returns a Transport for cfg. It starts nothing and dials
+// nothing: SetPeers records the peers, Start starts their senders.
+func NewTransport(cfg TransportConfig) (*Transport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := newTransportMetrics()
+	if err := m.register(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	creds := cfg.Credentials
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: cfg.RPCTimeout,
+		}),
+	}, cfg.DialOptions...)
+	clock := cfg.Clock
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	return &Transport{
+		cfg:      cfg,
+		clock:    clock,
+		log:      discardLogger(cfg.Logger).With(slog.String("node", cfg.Self)),
+		metrics:  m,
+		dialOpts: opts,
+		members:  map[string]struct{}{},
+		peers:    map[string]*link{},
+	}, nil
+}
+
+// Send queues env for the peer named to and returns at once, as
+// rlsync.Transport requires; it takes ownership of env. It drops env (and
+// counts it) when to is not a known peer, is this node, or its queue is full,
+// or after Close. Envelopes sent before Start wait in the queue.
+func (t *Transport) Send(to string, env *peerv1.Envelope) {
+	if env == nil {
+		return
+	}
+	t.mu.RLock()
+	reason := ""
+	switch l, ok := t.peers[to]; {
+	case t.closed:
+		reason = dropClosed
+	case to == t.cfg.Self:
+		reason = dropSelf
+	case !ok:
+		reason = dropUnknownPeer
+	default:
+		select {
+		case l.queue <- env:
+		default:
+			reason = dropQueueFull
+		}
+	}
+	t.mu.RUnlock()
+	if reason != "" {
+		t.metrics.dropped.WithLabelValues(reason).Inc()
+	}
+}
+
+// SetPeers replaces the membership: members is the full list of live members
+// (this node included), as Cluster's onChange reports it. A new peer gets a
+// connection and a sender; a departed one's sender stops, its queued
+// envelopes are dropped and its connection closed; a peer whose gRPC address
+// changed is reconnected. Envelopes are accepted only from members.
+func (t *Transport) SetPeers(members []Member) {
+	names := make(map[string]struct{}, len(members))
+	want := make(map[string]string, len(members))
+	for _, m := range members {
+		names[m.Name] = struct{}{}
+		if m.Name != t.cfg.Self && m.GRPCAddr != "" {
+			want[m.Name] = m.GRPCAddr
+		}
+	}
+	var stale []*link
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.members = names
+	for name, l := range t.peers {
+		if addr, ok := want[name]; !ok || addr != l.addr {
+			stale = append(stale, l)
+			delete(t.peers, name)
+		}
+	}
+	for name, addr := range want {
+		if _, ok := t.peers[name]; ok {
+			continue
+		}
+		l, err := t.newLink(name, addr)
+		if err != nil {
+			t.log.Error("cannot connect to peer", "peer", name, "addr", addr, "err", err)
+			continue
+		}
+		t.peers[name] = l
+		if t.handler != nil {
+			t.startLocked(l)
+		}
+	}
+	t.mu.Unlock()
+	for _, l := range stale {
+		if l.stop != nil {
+			l.stop() // its sender closes it on its way out
+		} else {
+			t.closeLink(l)
+		}
+	}
+}
+
+func (t *Transport) newLink(name, addr string) (*link, error) {
+	conn, err := grpc.NewClient(addr, t.dialOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return &link{
+		name:     name,
+		addr:     addr,
+		queue:    make(chan *peerv1.Envelope, t.cfg.QueueLen),
+		conn:     conn,
+		client:   peerv1.NewPeerClient(conn),
+		duration: t.metrics.rpcDuration.WithLabelValues(name),
+		errors:   t.metrics.rpcErrors.WithLabelValues(name),
+	}, nil
+}
+
+// Start starts delivering: to h the envelopes received and the failures to
+// reach peers, and to the peers what Send queued. ctx bounds the life of the
+// senders; Close stops them earlier. It may be called once.
+func (t *Transport) Start(ctx context.Context, h Handler) error {
+	if h == nil {
+		return fmt.Errorf("%w: nil Handler", ErrInvalidConfig)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.closed:
+		return ErrClosed
+	case t.handler != nil:
+		return ErrAlreadyStarted
+	}
+	t.handler = h
+	t.ctx, t.cancel = context.WithCancel(ctx)
+	for _, l := range t.peers {
+		t.startLocked(l)
+	}
+	return nil
+}
+
+// startLocked starts l's sender. t.mu must be held, and t started.
+func (t *Transport) startLocked(l *link) {
+	ctx, stop := context.WithCancel(t.ctx)
+	l.stop = stop
+	h := t.handler
+	t.wg.Go(func() { t.sender(ctx, l, h) })
+}
+
+// sender delivers l's queue in batches until ctx ends, then closes l.
+func (t *Transport) sender(ctx context.Context, l *link, h Handler) {
+	defer t.closeLink(l)
+	batch := make([]*peerv1.Envelope, 0, t.cfg.MaxBatch)
+	var next *peerv1.Envelope // taken from the queue but over the last batch's bytes
+	failing := false
+	for {
+		if next == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case next = <-l.queue:
+			}
+		}
+		batch, next = t.fill(l.queue, append(batch, next))
+		ok := t.deliver(ctx, l, h, batch)
+		switch {
+		case !ok && !failing:
+			t.log.Warn("peer unreachable", "peer", l.name, "addr", l.addr)
+		case ok && failing:
+			t.log.Info("peer reachable again", "peer", l.name, "addr", l.addr)
+		}
+		failing = !ok
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+// fill adds to batch (which holds one envelope) what is queued, without
+// waiting, up to MaxBatch envelopes and MaxBatchBytes bytes. It returns the
+// batch and the envelope taken that did not fit, if any.
+func (t *Transport) fill(queue <-chan *peerv1.Envelope, batch []*peerv1.Envelope) ([]*peerv1.Envelope, *peerv1.Envelope) {
+	size := proto.Size(batch[0])
+	for len(batch) < t.cfg.MaxBatch {
+		select {
+		case env := <-queue:
+			n := proto.Size(env)
+			if size+n > t.cfg.MaxBatchBytes {
+				return batch, env
+			}
+			size += n
+			batch = append(batch, env)
+		default:
+			return batch, nil
+		}
+	}
+	return batch, nil
+}
+
+// deliver sends batch to l in one Deliver RPC and reports whether it
+// succeeded. On failure the batch is dropped, not retried (see Transport),
+// and h learns that the peer is unreachable, unless ctx ended: then the peer
+// left or the transport closed.
+func (t *Transport) deliver(ctx context.Context, l *link, h Handler, batch []*peerv1.Envelope) bool {
+	start := t.clock.Now()
+	callCtx, cancel := context.WithTimeout(ctx, t.cfg.RPCTimeout)
+	_, err := l.client.Deliver(callCtx, &peerv1.DeliverRequest{Envelopes: batch})
+	cancel()
+	now := t.clock.Now()
+	l.duration.Observe(now.Sub(start).Seconds())
+	t.metrics.batchSize.Observe(float64(len(batch)))
+	if err == nil {
+		t.metrics.sent.Add(float64(len(batch)))
+		return true
+	}
+	l.errors.Inc()
+	t.metrics.dropped.WithLabelValues(dropRPCError).Add(float64(len(batch)))
+	if ctx.Err() != nil {
+		return true // not the peer's fault
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		t.log.Debug("deliver failed", "peer", l.name, "envelopes", len(batch), "err", err)
+	default: // the peer answered, but refused the call: a bug or a misconfiguration
+		t.log.Error("deliver refused", "peer", l.name, "envelopes", len(batch), "err", err)
+	}
+	h.Unreachable(now, l.name)
+	return false
+}
+
+// closeLink closes l's connection and drops (and counts) what is left in its
+// queue. It forgets the peer's metric series unless a link to a peer of that
+// name remains (its address changed).
+func (t *Transport) closeLink(l *link) {
+	if err := l.conn.Close(); err != nil {
+		t.log.Debug("closing peer connection", "peer", l.name, "err", err)
+	}
+	n := 0
+	for {
+		select {
+		case <-l.queue:
+			n++
+			continue
+		default:
+		}
+		break
+	}
+	t.mu.RLock()
+	_, still := t.peers[l.name]
+	reason := dropPeerGone
+	if t.closed {
+		reason = dropClosed
+	}
+	t.mu.RUnlock()
+	if n > 0 {
+		t.metrics.dropped.WithLabelValues(reason).Add(float64(n))
+	}
+	if !still {
+		t.metrics.forgetPeer(l.name)
+	}
+}
+
+// Close stops the senders, waits for them to exit, drops what is still
+// queued and closes every connection. Send drops whatever comes later, and
+// the server rejects further calls with Unavailable. It does not stop the
+// grpc.Server the service is registered on. It is safe to call more than
+// once.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	cancel := t.cancel
+	var idle []*link // links whose sender never started
+	for _, l := range t.peers {
+		if l.stop == nil {
+			idle = append(idle, l)
+		}
+	}
+	t.peers = map[string]*link{}
+	t.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	t.wg.Wait()
+	for _, l := range idle {
+		t.closeLink(l)
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+package rules
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// Unit is the time unit of a rule's rate, as in Lyft's configuration and in
+// Envoy's RateLimitResponse.RateLimit.Unit.
+type Unit uint8
+
+// The units. Week, month and year are accepted as Lyft's service accepts
+// every unit of Envoy's enumeration; a month is 30 days and a year 365 days,
+// as Lyft counts them.
+const (
+	UnitSecond Unit = 1
+	UnitMinute Unit = 2
+	UnitHour   Unit = 3
+	UnitDay    Unit = 4
+	UnitWeek   Unit = 5
+	UnitMonth  Unit = 6
+	UnitYear   Unit = 7
+)
+
+var unitNames = [...]string{UnitSecond: "second", UnitMinute: "minute", UnitHour: "hour",
+	UnitDay: "day", UnitWeek: "week", UnitMonth: "month", UnitYear: "year"}
+
+const day = 24 * time.Hour
+
+var unitDurations = [...]time.Duration{UnitSecond: time.Second, UnitMinute: time.Minute,
+	UnitHour: time.Hour, UnitDay: day, UnitWeek: 7 * day, UnitMonth: 30 * day, UnitYear: 365 * day}
+
+// String returns the unit's name in lower case, as written in a rules file.
+func (u Unit) String() string {
+	if u.Valid() {
+		return unitNames[u]
+	}
+	return fmt.Sprintf("unit(%d)", uint8(u))
+}
+
+// Valid reports whether u is one of the units.
+func (u Unit) Valid() bool { return u >= UnitSecond && u <= UnitYear }
+
+// Duration returns the length of one unit (zero for an invalid unit).
+func (u Unit) Duration() time.Duration {
+	if u.Valid() {
+		return unitDurations[u]
+	}
+	return 0
+}
+
+// ParseUnit returns the unit named s, in any case ("second", "MINUTE").
+func ParseUnit(s string) (Unit, bool) {
+	for u, name := range unitNames {
+		if name != "" && strings.EqualFold(name, s) {
+			return Unit(u), true
+		}
+	}
+	return 0, false
+}
+
+// Entry is one key/value pair of a descriptor, as Envoy sends it: ("remote_address",
+// "10.0.0.1"), ("path", "/login").
+type Entry struct {
+	// Key is the descriptor key.
+	Key string
+	// Value is the descriptor value.
+	Value string
+}
+
+// Step is one level of a rule's descriptor path, as written in the rules file.
+type Step struct {
+	// Key is the descriptor key; it must match the request entry's key exactly.
+	Key string
+	// Value is the value written in the rule: empty matches any value (a
+	// per-value limit: each distinct value gets its own bucket); a value
+	// ending in '*' matches every value with that prefix; any other value
+	// matches exactly.
+	Value string
+}
+
+// Rule is one rate_limit block of a rules file: the limit that applies to
+// descriptors matching its path. A Rule is immutable once its Set is built
+// and safe for concurrent use.
+type Rule struct {
+	// Name is the rule's stable name, built from its domain and descriptor
+	// path (see [RuleName]), such as "edge/remote_address" or
+	// "messaging/message_type=marketing/to_number". A rule keeps its name as
+	// long as its path is unchanged, whatever its limit.
+	Name string
+	// Domain is the rule's domain.
+	Domain string
+	// Path is the rule's descriptor path, outermost first.
+	Path []Step
+	// Label is the optional rate_limit.name of Lyft's format, used by
+	// replaces and reported to Envoy as the limit's name.
+	Label string
+	// Replaces lists the labels of the rules this rule replaces when both
+	// match descriptors of one request (Lyft's replaces).
+	Replaces []string
+	// RequestsPerUnit is the number of requests allowed per Unit*Multiplier.
+	// Zero denies every request (Lyft's way to block a value).
+	RequestsPerUnit int64
+	// Unit is the time unit of the rate (zero when Unlimited).
+	Unit Unit
+	// Multiplier is the number of units in one period (at least 1).
+	Multiplier uint32
+	// Unlimited rules admit every request without consulting any bucket.
+	Unlimited bool
+	// Shadow rules are decided as usual but always reported as allowed, to
+	// observe a limit before enforcing it (Lyft's shadow_mode).
+	Shadow bool
+	// Limit configures the rule's buckets. It is the zero Limit when the rule
+	// is Unlimited or denies all (RequestsPerUnit == 0).
+	Limit bucket.Limit
+	// Mode is the consistency mode of the rule's checks (ModeDefault: the
+	// node's default).
+	Mode rlsync.Mode
+	// Policy is the partition policy of the rule's checks (PolicyDefault:
+	// the node's default).
+	Policy rlsync.Policy
+	// File and Line locate the rule's rate_limit block, for messages.
+	File string
+	Line int
+}
+
+// DeniesAll reports whether the rule rejects every request
+// (requests_per_unit: 0), without consulting any bucket.
+func (r *Rule) DeniesAll() bool { return !r.Unlimited && r.RequestsPerUnit == 0 }
+
+// Period returns the length of the rule's period: Unit times Multiplier.
+func (r *Rule) Period() time.Duration {
+	return r.Unit.Duration() * time.Duration(max(r.Multiplier, 1))
+}
+
+// Request returns the check request for hits against the bucket named key
+// under r. It is meaningful only for rules that are neither Unlimited nor
+// DeniesAll.
+func (r *Rule) Request(key string, hits int64) rlsync.Request {
+	return rlsync.Request{Key: key, Hits: hits, Limit: r.Limit, Mode: r.Mode, Policy: r.Policy}
+}
+
+// equal reports whether a and b configure the same limit the same way (File
+// and Line aside).
+func (r *Rule) equal(o *Rule) bool {
+	if r.Name != o.Name || r.Label != o.Label || r.RequestsPerUnit != o.RequestsPerUnit ||
+		r.Unit != o.Unit || r.Multiplier != o.Multiplier || r.Unlimited != o.Unlimited ||
+		r.Shadow != o.Shadow || r.Limit != o.Limit || r.Mode != o.Mode || r.Policy != o.Policy ||
+		len(r.Replaces) != len(o.Replaces) {
+		return false
+	}
+	for i := range r.Replaces {
+		if r.Replaces[i] != o.Replaces[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// RuleName returns the stable name of the rule of domain at path: the domain
+// and each step joined by '/', a step being its key, or key=value when the
+// rule names a value. '%', '/', '=' and control bytes are escaped as %XX, so
+// the name is unambiguous and never contains a NUL byte.
+func RuleName(domain string, path []Step) string {
+	var b strings.Builder
+	escapeTo(&b, domain)
+	for _, s := range path {
+		b.WriteByte('/')
+		escapeTo(&b, s.Key)
+		if s.Value != "" {
+			b.WriteByte('=')
+			escapeTo(&b, s.Value)
+		}
+	}
+	return b.String()
+}
+
+// DescriptorKey returns the cluster-wide bucket key of the descriptor entries
+// of domain: each distinct (domain, entries) gets its own bucket, whichever
+// rule matched it, so a bucket keeps its state across reloads that keep or
+// change its rule's limit. The key starts with a NUL byte, so it never
+// collides with a key of the public API (whose names are non-empty and
+// NUL-free), and escapes its parts like [RuleName].
+func DescriptorKey(domain string, entries []Entry) string {
+	var b strings.Builder
+	b.WriteString("\x00rls/")
+	escapeTo(&b, domain)
+	for _, e := range entries {
+		b.WriteByte('/')
+		escapeTo(&b, e.Key)
+		b.WriteByte('=')
+		escapeTo(&b, e.Value)
+	}
+	return b.String()
+}
+
+// escapeTo writes s to b with '%', '/', '=' and bytes below 0x20 or equal
+// to 0x7f as %XX.
+func escapeTo(b *strings.Builder, s string) {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '%' || c == '/' || c == '=' || c < 0x20 || c == 0x7f {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
+}

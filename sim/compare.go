@@ -1,0 +1,91 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// Modes lists the consistency modes a comparison runs by default, in the
+// order of the table.
+func Modes() []rlsync.Mode {
+	return []rlsync.Mode{rlsync.ModeLocal, rlsync.ModeOwner, rlsync.ModeCached, rlsync.ModeLeased}
+}
+
+// ParseVariants builds the variants of a comparison from a comma-separated
+// list of modes ("local,owner,cached,leased"; empty means all four) and one
+// of flush intervals ("50ms,100ms"; empty keeps the default). Flush
+// intervals multiply the modes that flush (cached and leased); local and
+// owner run once.
+func ParseVariants(modes, flushes string) ([]Variant, error) {
+	var ms []rlsync.Mode
+	if strings.TrimSpace(modes) == "" {
+		ms = Modes()
+	}
+	for _, s := range splitList(modes) {
+		m, err := rlsync.ParseMode(s)
+		if err != nil || m == rlsync.ModeDefault {
+			return nil, fmt.Errorf("sim: mode %q: want local, owner, cached or leased", s)
+		}
+		ms = append(ms, m)
+	}
+	fs := []time.Duration{0}
+	if strings.TrimSpace(flushes) != "" {
+		fs = fs[:0]
+		for _, s := range splitList(flushes) {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				return nil, fmt.Errorf("sim: flush interval %q: want a positive duration such as 100ms", s)
+			}
+			fs = append(fs, d)
+		}
+	}
+	var vs []Variant
+	for _, m := range ms {
+		if m == rlsync.ModeLocal || m == rlsync.ModeOwner {
+			vs = append(vs, Variant{Mode: m})
+			continue
+		}
+		for _, f := range fs {
+			vs = append(vs, Variant{Mode: m, Flush: f})
+		}
+	}
+	return vs, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Run simulates sc under v and returns its measurements.
+func Run(sc Scenario, v Variant, opt Options) (*Result, error) {
+	c, err := NewCluster(sc, v, opt.Seed)
+	if err != nil {
+		return nil, err
+	}
+	return c.Run(opt.Progress)
+}
+
+// Compare runs every scenario under every variant, one after the other,
+// all from opt.Seed, so each row of the comparison sees the same arrivals.
+func Compare(scenarios []Scenario, variants []Variant, opt Options) ([]*Result, error) {
+	var out []*Result
+	for _, sc := range scenarios {
+		for _, v := range variants {
+			r, err := Run(sc, v, opt)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}

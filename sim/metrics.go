@@ -1,0 +1,149 @@
+package sim
+
+import (
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// winStat are the counters of one measurement window. Requests are counted
+// in the window of their arrival, wherever and whenever they are decided;
+// messages in the window they are sent.
+type winStat struct {
+	requests, hits, decisions int64
+	admitted, ideal           int64
+	over, under               int64
+	errors, lost, unserved    int64
+	degraded, late            int64
+	messages, bytes           int64
+	hotHits, hotAdm, hotIdeal int64
+}
+
+// keyStat nets one key's admissions against the ideal's in the last two
+// windows that saw the key; slot w&1 holds window w.
+type keyStat struct {
+	win        [2]int32
+	adm, ideal [2]int64
+}
+
+// metrics accumulates a run's measurements.
+type metrics struct {
+	window int64 // nanoseconds
+	w      []winStat
+	keys   []keyStat
+	// nodeAdm and nodeHot are the hits admitted by each node per window, for
+	// every key and for key 0.
+	nodeAdm, nodeHot [][]int64
+	names            []string
+	viewChanges      int64
+	refErrors        int64
+}
+
+func newMetrics(windows int, window int64, keys int) *metrics {
+	m := &metrics{window: window, w: make([]winStat, windows), keys: make([]keyStat, keys)}
+	for i := range m.keys {
+		m.keys[i].win = [2]int32{-1, -1}
+	}
+	return m
+}
+
+// grow adds the per-node series of a new node.
+func (m *metrics) grow(n int, name string) {
+	for len(m.nodeAdm) < n {
+		m.nodeAdm = append(m.nodeAdm, make([]int64, len(m.w)))
+		m.nodeHot = append(m.nodeHot, make([]int64, len(m.w)))
+		m.names = append(m.names, name)
+	}
+}
+
+// win returns the window of instant at, clamped to the run.
+func (m *metrics) win(at int64) int {
+	return min(int(at/m.window), len(m.w)-1)
+}
+
+// arrival counts a request and the ideal limiter's answer to it.
+func (m *metrics) arrival(w, key int, hits int64, idealAllowed bool) {
+	ws := &m.w[w]
+	ws.requests++
+	ws.hits += hits
+	if key == 0 {
+		ws.hotHits += hits
+	}
+	if idealAllowed {
+		ws.ideal += hits
+		if key == 0 {
+			ws.hotIdeal += hits
+		}
+		m.net(key, w, 0, hits)
+	}
+}
+
+// decided counts the cluster's answer to a request that arrived in window w
+// at node node.
+func (m *metrics) decided(w, key, node int, hits int64, r *rlsync.Response) {
+	ws := &m.w[w]
+	if r.Err != nil {
+		ws.errors++
+		return
+	}
+	ws.decisions++
+	if r.Degraded {
+		ws.degraded++
+	}
+	if !r.Allowed {
+		return
+	}
+	ws.admitted += hits
+	m.nodeAdm[node][w] += hits
+	if key == 0 {
+		ws.hotAdm += hits
+		m.nodeHot[node][w] += hits
+	}
+	m.net(key, w, hits, 0)
+}
+
+// net adds adm and ideal hits of key to window w's netting slot, folding the
+// slot's previous window first. A decision so late that its slot already
+// moved on cannot be netted: it counts as over-admission (and as late).
+func (m *metrics) net(key, w int, adm, ideal int64) {
+	st := &m.keys[key]
+	s := w & 1
+	if st.win[s] != int32(w) {
+		if st.win[s] > int32(w) {
+			m.w[w].late++
+			m.w[w].over += adm
+			return
+		}
+		m.fold(st, s)
+		st.win[s], st.adm[s], st.ideal[s] = int32(w), 0, 0
+	}
+	st.adm[s] += adm
+	st.ideal[s] += ideal
+}
+
+// fold moves a netting slot's difference into its window's totals.
+func (m *metrics) fold(st *keyStat, s int) {
+	if st.win[s] < 0 {
+		return
+	}
+	ws := &m.w[st.win[s]]
+	if d := st.adm[s] - st.ideal[s]; d > 0 {
+		ws.over += d
+	} else {
+		ws.under -= d
+	}
+	st.win[s] = -1
+}
+
+// message counts one message of size bytes sent at at.
+func (m *metrics) message(at int64, size int) {
+	ws := &m.w[m.win(at)]
+	ws.messages++
+	ws.bytes += int64(size)
+}
+
+// finish folds every open netting slot; call it once, after the run.
+func (m *metrics) finish() {
+	for i := range m.keys {
+		m.fold(&m.keys[i], 0)
+		m.fold(&m.keys[i], 1)
+	}
+}

@@ -1,0 +1,196 @@
+package sim
+
+import (
+	"math/rand/v2"
+
+	"google.golang.org/protobuf/proto"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// linkParams are the properties of one directed link.
+type linkParams struct {
+	latency, jitter int64 // nanoseconds
+	loss            float64
+}
+
+// network is the simulated network: directed links with latency, jitter and
+// loss, and a matrix of cuts. Indices are node indices. It grows when nodes
+// join.
+type network struct {
+	spec Network
+	rng  *rand.Rand
+	exp  bool // exponential jitter
+	// cut[from][to] counts the faults that cut the link; zero is connected.
+	cut [][]int32
+	// link[from][to] holds the link's properties.
+	link [][]linkParams
+	// last[from][to] is the latest delivery time scheduled on the link,
+	// which keeps a FIFO link in order.
+	last [][]int64
+	// reported[from][to] is set while an unreachability report is scheduled.
+	reported [][]bool
+}
+
+func newNetwork(spec Network, rng *rand.Rand) *network {
+	return &network{spec: spec, rng: rng, exp: spec.JitterDist == "exp"}
+}
+
+// grow makes room for n nodes.
+func (nw *network) grow(n int) {
+	for len(nw.cut) < n {
+		nw.cut = append(nw.cut, nil)
+		nw.link = append(nw.link, nil)
+		nw.last = append(nw.last, nil)
+		nw.reported = append(nw.reported, nil)
+	}
+	for i := range n {
+		for len(nw.cut[i]) < n {
+			j := len(nw.cut[i])
+			nw.cut[i] = append(nw.cut[i], 0)
+			nw.link[i] = append(nw.link[i], nw.params(i, j))
+			nw.last[i] = append(nw.last[i], 0)
+			nw.reported[i] = append(nw.reported[i], false)
+		}
+	}
+}
+
+// params resolves the properties of the link i -> j: the defaults, then
+// every matching override in order.
+func (nw *network) params(i, j int) linkParams {
+	p := linkParams{latency: int64(nw.spec.Latency), jitter: int64(nw.spec.Jitter), loss: nw.spec.Loss}
+	match := func(sel string, k int) bool { return sel == "" || sel == "*" || sel == nodeName(k) }
+	for _, l := range nw.spec.Links {
+		if !match(l.From, i) || !match(l.To, j) {
+			continue
+		}
+		if l.Latency != 0 {
+			p.latency = int64(l.Latency)
+		}
+		if l.Jitter != 0 {
+			p.jitter = int64(l.Jitter)
+		}
+		if l.Loss != 0 {
+			p.loss = l.Loss
+		}
+	}
+	return p
+}
+
+// connected reports whether the link i -> j carries messages now.
+func (nw *network) connected(i, j int) bool { return i == j || nw.cut[i][j] == 0 }
+
+// delay draws the transit time of one message on i -> j, or -1 when the
+// message is lost.
+func (nw *network) delay(i, j int) int64 {
+	p := &nw.link[i][j]
+	if p.loss > 0 && nw.rng.Float64() < p.loss {
+		return -1
+	}
+	d := p.latency
+	if p.jitter > 0 {
+		if nw.exp {
+			d += int64(nw.rng.ExpFloat64() * float64(p.jitter))
+		} else {
+			d += nw.rng.Int64N(p.jitter)
+		}
+	}
+	return d
+}
+
+// setCut adds delta to the cut count of i -> j, never below zero.
+func (nw *network) setCut(i, j int, delta int32) {
+	if i == j {
+		return
+	}
+	nw.cut[i][j] = max(0, nw.cut[i][j]+delta)
+}
+
+// heal restores every link.
+func (nw *network) heal() {
+	for i := range nw.cut {
+		clear(nw.cut[i])
+	}
+}
+
+// endpoint is one node's rlsync.Transport: it stamps the sender and hands the
+// message to the cluster's network. It belongs to one incarnation of the
+// node; sends from an older one are dropped.
+type endpoint struct {
+	c   *Cluster
+	idx int32
+	gen uint32
+}
+
+var _ rlsync.Transport = (*endpoint)(nil)
+
+// Send implements rlsync.Transport: it counts the message and schedules its
+// delivery, or drops it and, unless the network is Silent, schedules an
+// Unreachable report to the sender.
+func (e *endpoint) Send(to string, env *peerv1.Envelope) {
+	c := e.c
+	from := c.nodes[e.idx]
+	if from.gen != e.gen || !from.running() {
+		return
+	}
+	c.met.message(c.now, proto.Size(env))
+	j, ok := c.byName[to]
+	if !ok {
+		return // a name the cluster never had: nothing to report it to
+	}
+	i, nw := int(e.idx), c.net
+	switch dst := c.nodes[j]; {
+	case !dst.running():
+		c.reportUnreachable(i, int(j), int64(nw.spec.Refused))
+		return
+	case !nw.connected(i, int(j)):
+		c.reportUnreachable(i, int(j), int64(nw.spec.Timeout))
+		return
+	}
+	d := nw.delay(i, int(j))
+	if d < 0 {
+		return
+	}
+	at := c.now + d
+	if !nw.spec.Reorder {
+		at = max(at, nw.last[i][j])
+		nw.last[i][j] = at
+	}
+	ev := c.q.newEvent()
+	ev.at, ev.kind, ev.a, ev.b, ev.gen, ev.env = at, evDeliver, e.idx, j, c.nodes[j].gen, env
+	c.q.push(ev)
+}
+
+// reportUnreachable schedules one Unreachable report to i about j, after
+// delay, unless one is pending already or the network is Silent.
+func (c *Cluster) reportUnreachable(i, j int, delay int64) {
+	if c.net.spec.Silent || c.net.reported[i][j] {
+		return
+	}
+	c.net.reported[i][j] = true
+	ev := c.q.newEvent()
+	ev.at, ev.kind, ev.a, ev.b, ev.gen = c.now+delay, evUnreachable, int32(i), int32(j), c.nodes[i].gen
+	c.q.push(ev)
+}
+
+// deliver hands a message that has crossed the network to its receiver,
+// unless the receiver restarted or went down meanwhile or the link was cut
+// while the message was in flight.
+func (c *Cluster) deliver(ev *event) {
+	dst := c.nodes[ev.b]
+	if dst.gen != ev.gen || !dst.running() || !c.net.connected(int(ev.a), int(ev.b)) {
+		return
+	}
+	dst.n.Step(c.time(), ev.env)
+}
+
+// unreachable tells a sender that a send failed.
+func (c *Cluster) unreachable(ev *event) {
+	c.net.reported[ev.a][ev.b] = false
+	src := c.nodes[ev.a]
+	if src.gen != ev.gen || !src.running() {
+		return
+	}
+	src.n.Unreachable(c.time(), c.nodes[ev.b].name)
+}

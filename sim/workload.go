@@ -1,0 +1,126 @@
+package sim
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+)
+
+// workload generates the client traffic from its own seeded generator, so
+// every mode of one comparison sees the very same arrivals.
+type workload struct {
+	spec Workload
+	rng  *rand.Rand
+	zipf *rand.Zipf
+	keys []string
+	// meanGap is the mean time between arrivals while on, in nanoseconds.
+	meanGap float64
+	// on and cycle describe bursty traffic (cycle zero: steady).
+	on, cycle int64
+	// onTime is the "on" time elapsed at the last arrival, in nanoseconds.
+	onTime float64
+	// cum holds the load balancer's cumulative weights, by node index.
+	cum []float64
+}
+
+func newWorkload(spec Workload, rng *rand.Rand) *workload {
+	w := &workload{spec: spec, rng: rng, meanGap: 1e9 / spec.Rate, keys: make([]string, spec.Keys)}
+	for i := range w.keys {
+		w.keys[i] = "k" + strconv.Itoa(i)
+	}
+	if spec.Dist == "zipf" && spec.Keys > 1 {
+		w.zipf = rand.NewZipf(rng, spec.ZipfS, 1, uint64(spec.Keys-1))
+	}
+	if spec.On > 0 {
+		w.on, w.cycle = int64(spec.On), int64(spec.On+spec.Off)
+	}
+	return w
+}
+
+// weight returns the load balancer's weight of the initial node i.
+func (w *workload) weight(i int) float64 {
+	switch {
+	case len(w.spec.Weights) > i:
+		return w.spec.Weights[i]
+	case w.spec.Skew > 0:
+		return 1 / math.Pow(float64(i+1), w.spec.Skew)
+	}
+	return 1
+}
+
+// reweigh rebuilds the cumulative weights after a node was added.
+func (w *workload) reweigh(nodes []*simNode) {
+	w.cum = w.cum[:0]
+	sum := 0.0
+	for _, s := range nodes {
+		sum += s.weight
+		w.cum = append(w.cum, sum)
+	}
+}
+
+// next returns the time of the next arrival, in nanoseconds since the start.
+func (w *workload) next() int64 {
+	if w.spec.Arrivals == "fixed" {
+		w.onTime += w.meanGap
+	} else {
+		w.onTime += w.rng.ExpFloat64() * w.meanGap
+	}
+	t := int64(w.onTime)
+	if w.cycle > 0 {
+		k := t / w.on
+		t = k*w.cycle + t%w.on
+	}
+	return t
+}
+
+// key draws the key index of a request.
+func (w *workload) key() int {
+	switch {
+	case w.spec.Keys == 1:
+		return 0
+	case w.zipf != nil:
+		return int(w.zipf.Uint64())
+	case w.spec.Dist == "hot":
+		if w.rng.Float64() < w.spec.HotShare {
+			return 0
+		}
+		return 1 + w.rng.IntN(w.spec.Keys-1)
+	}
+	return w.rng.IntN(w.spec.Keys)
+}
+
+// hits draws the hits of a request.
+func (w *workload) hits() int64 {
+	if w.spec.MaxHits > 1 && w.spec.MultiHit > 0 && w.rng.Float64() < w.spec.MultiHit {
+		return 2 + w.rng.Int64N(w.spec.MaxHits-1)
+	}
+	return 1
+}
+
+// node draws the node the load balancer sends a request to: by weight, and
+// when that node is not serving, the next one that is (a load balancer
+// routes around a node whose health check fails). It returns -1 when no
+// node serves.
+func (w *workload) node(nodes []*simNode) int {
+	n := len(w.cum)
+	if n == 0 {
+		return -1
+	}
+	u := w.rng.Float64() * w.cum[n-1]
+	lo, hi := 0, n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if w.cum[mid] <= u {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	i := min(lo, n-1)
+	for k := range n {
+		if j := (i + k) % n; nodes[j].serving() {
+			return j
+		}
+	}
+	return -1
+}

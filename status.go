@@ -1,0 +1,74 @@
+package ringlimit
+
+import "github.com/ringlimit/ringlimit/ring"
+
+// ClusterStatus is a node's view of the cluster, as served at
+// GET /v1/cluster.
+type ClusterStatus struct {
+	// Self is this node's name.
+	Self string `json:"self"`
+	// GRPCAddr, HTTPAddr and GossipAddr are this node's bound addresses.
+	GRPCAddr   string `json:"grpc_addr"`
+	HTTPAddr   string `json:"http_addr,omitempty"`
+	GossipAddr string `json:"gossip_addr"`
+	// Ready is what GET /readyz reports.
+	Ready bool `json:"ready"`
+	// Mode and Policy are the node's defaults.
+	Mode   string `json:"mode"`
+	Policy string `json:"policy"`
+	// Members lists the live members the gossip layer reports, sorted by
+	// name, this node included.
+	Members []MemberStatus `json:"members"`
+	// Ring describes this node's ring: its members and their partitions.
+	// Every node should show the same members and partitions; Version is
+	// local to each node.
+	Ring ring.Summary `json:"ring"`
+}
+
+// MemberStatus is one member as this node sees it.
+type MemberStatus struct {
+	// Name is the member's node name.
+	Name string `json:"name"`
+	// State is "alive": the gossip layer reports live members only (a
+	// suspect member is still alive; a failed or departed one is gone).
+	State string `json:"state"`
+	// Self marks this node.
+	Self bool `json:"self,omitempty"`
+	// GRPCAddr and GossipAddr are where the member serves gRPC and gossip.
+	GRPCAddr   string `json:"grpc_addr"`
+	GossipAddr string `json:"gossip_addr,omitempty"`
+	// Protocol is the peer protocol version the member speaks.
+	Protocol int `json:"protocol"`
+	// InRing reports whether this node's ring holds the member yet.
+	InRing bool `json:"in_ring"`
+}
+
+// ClusterStatus returns this node's view of the cluster.
+func (n *Node) ClusterStatus() ClusterStatus {
+	r := n.ring.Load()
+	s := ClusterStatus{
+		Self:       n.cfg.Name,
+		GRPCAddr:   n.grpcAddr,
+		HTTPAddr:   n.httpAd,
+		GossipAddr: n.cl.GossipAddr(),
+		Ready:      n.Ready(),
+		Mode:       n.cfg.Sync.Mode.String(),
+		Policy:     n.cfg.Sync.Policy.String(),
+		Ring:       r.Summary(),
+	}
+	for _, m := range n.cl.Members() {
+		s.Members = append(s.Members, MemberStatus{
+			Name:       m.Name,
+			State:      "alive",
+			Self:       m.Name == n.cfg.Name,
+			GRPCAddr:   m.GRPCAddr,
+			GossipAddr: m.GossipAddr,
+			Protocol:   m.Protocol,
+			InRing:     r.Has(m.Name),
+		})
+	}
+	if s.Members == nil {
+		s.Members = []MemberStatus{}
+	}
+	return s
+}

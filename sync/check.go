@@ -1,0 +1,349 @@
+package sync
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// call tracks one Check whose answers are not all written yet: done runs
+// when the count, one per outstanding answer plus one for Check itself,
+// reaches zero.
+type call struct {
+	n    atomic.Int32
+	done func()
+}
+
+// finish records one answer written, and runs done after the last.
+func (c *call) finish() {
+	if c.n.Add(-1) == 0 {
+		c.done()
+	}
+}
+
+// asyncs collects, during one Check, the calls and forwards that wait on
+// the network.
+type asyncs struct {
+	c    *call
+	done func()
+	fwd  []*fwdItem
+}
+
+// wait registers one more answer that will be written later.
+func (a *asyncs) wait() *call {
+	if a.c == nil {
+		a.c = &call{done: a.done}
+		a.c.n.Store(1)
+	}
+	a.c.n.Add(1)
+	return a.c
+}
+
+// Check decides reqs at now, writing the answer to reqs[i] into resps[i],
+// and calls done exactly once when every answer is written: before Check
+// returns when no answer needs the network, otherwise later, from within
+// Step, Unreachable or Tick. Only min(len(reqs), len(resps)) items are
+// answered. resps must stay untouched by the caller until done. done must
+// not block nor call back into the Node.
+//
+// Each item is decided in its own mode (Request.Mode, or Config.Mode):
+// local on this node alone; owner by the owner (forwarded and batched when
+// it is another node); cached from the cached owner state and this node's
+// budget, never waiting; leased from this node's lease. An invalid item gets
+// Response.Err and the others are still answered.
+func (n *Node) Check(now time.Time, reqs []Request, resps []Response, done func()) {
+	v := n.view.Load()
+	a := asyncs{done: done}
+	c := coarse(now)
+	for i := range min(len(reqs), len(resps)) {
+		n.checkOne(now, c, v, &reqs[i], &resps[i], &a)
+	}
+	if len(a.fwd) > 0 {
+		n.enqueueForwards(now, v, a.fwd)
+	}
+	if a.c == nil {
+		done()
+		return
+	}
+	a.c.finish()
+}
+
+// resolve returns the mode and policy of r, or an error.
+func (n *Node) resolve(r *Request) (Mode, Policy, error) {
+	mode, pol := r.Mode, r.Policy
+	if mode == ModeDefault {
+		mode = n.cfg.Mode
+	}
+	if pol == PolicyDefault {
+		pol = n.cfg.Policy
+	}
+	switch {
+	case int(mode) >= len(modeNames):
+		return 0, 0, ErrUnknownMode
+	case int(pol) >= len(policyNames):
+		return 0, 0, ErrUnknownPolicy
+	case r.Key == "":
+		return 0, 0, ErrEmptyKey
+	case len(r.Key) > n.cfg.MaxKeyLen:
+		return 0, 0, ErrKeyTooLong
+	case r.Hits < 0:
+		return 0, 0, bucket.ErrNegativeHits
+	}
+	if err := r.Limit.Validate(); err != nil {
+		return 0, 0, err
+	}
+	return mode, pol, nil
+}
+
+// semaphoreOp reports whether r acquires or releases named Concurrency
+// permits, which only the owner can do: such requests run in owner mode.
+func semaphoreOp(r *Request) bool {
+	return r.Limit.Algorithm == bucket.Concurrency && (r.Lease != "" || r.Release)
+}
+
+func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Response, a *asyncs) {
+	mode, pol, err := n.resolve(r)
+	if err != nil {
+		*resp = Response{Mode: r.Mode, Err: err}
+		n.record(resp)
+		return
+	}
+	*resp = Response{Mode: mode}
+	if mode == ModeLocal {
+		n.decideLocal(now, c, r, resp)
+		n.record(resp)
+		return
+	}
+	owner := v.owner(r.Key)
+	if owner == "" {
+		resp.Err = ErrNoMembers
+		if n.isLeaving() {
+			resp.Err = ErrLeaving
+		}
+		n.record(resp)
+		return
+	}
+	resp.Owner = owner
+	if semaphoreOp(r) {
+		mode = ModeOwner
+		resp.Mode = mode
+	}
+	if owner == n.cfg.Self {
+		n.decideOwned(now, c, v, r, resp, mode == ModeCached)
+		n.record(resp)
+		return
+	}
+	p := v.peers[owner]
+	switch mode {
+	case ModeOwner:
+		if p.down(now) {
+			n.degrade(now, c, v, r, resp, pol)
+			break
+		}
+		a.fwd = append(a.fwd, &fwdItem{c: a.wait(), resp: resp, req: *r, pol: pol})
+		return
+	case ModeCached:
+		if p.down(now) {
+			n.degrade(now, c, v, r, resp, pol)
+			break
+		}
+		n.decideCached(now, c, v, p, r, resp)
+	case ModeLeased:
+		if n.decideLeased(now, c, v, p, r, resp, pol) {
+			a.fwd = append(a.fwd, &fwdItem{c: a.wait(), resp: resp, req: *r, pol: pol})
+			return
+		}
+	}
+	n.record(resp)
+}
+
+func (n *Node) isLeaving() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leaving
+}
+
+// record counts a written answer in the metrics.
+func (n *Node) record(resp *Response) {
+	m := int(resp.Mode)
+	if m >= len(n.metrics.Decisions) {
+		m = 0
+	}
+	switch {
+	case resp.Err != nil:
+		n.metrics.Decisions[m][2].Add(1)
+	case resp.Allowed:
+		n.metrics.Decisions[m][0].Add(1)
+	default:
+		n.metrics.Decisions[m][1].Add(1)
+	}
+	if resp.Degraded {
+		n.metrics.Degraded.Add(1)
+	}
+}
+
+// take applies r to b: Take, or for a Concurrency lease Acquire / Release.
+func take(b bucket.Bucket, now time.Time, r *Request) (bucket.Decision, error) {
+	if r.Limit.Algorithm == bucket.Concurrency && (r.Lease != "" || r.Release) {
+		if sem, ok := b.(bucket.Semaphore); ok {
+			if r.Release {
+				sem.Release(now, r.Lease)
+				return b.Take(now, 0)
+			}
+			return sem.Acquire(now, r.Lease, r.Hits)
+		}
+	}
+	return b.Take(now, r.Hits)
+}
+
+// decideLocal decides r on this node's local bucket of the key (ModeLocal).
+func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) {
+	resp.Owner = n.cfg.Self
+	s := n.st.shardOf(r.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.local[r.Key]
+	if e == nil {
+		var err error
+		if e, err = newEntry(r.Limit, now, c); err != nil {
+			resp.Err = err
+			return
+		}
+		n.st.insertLocked(s, s.local, r.Key, e, c)
+	} else if err := configure(e, r.Limit, now); err != nil {
+		resp.Err = err
+		return
+	}
+	e.meta = e.meta&flagMask | c<<flagBits
+	resp.Decision, resp.Err = take(e.b, now, r)
+}
+
+// ownedLocked returns the owned entry of key, creating a fresh one or
+// turning a cached view into the authoritative state (this node became the
+// owner and no hand-off has arrived: the view is the best state it has).
+func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (*entry, error) {
+	e := s.m[key]
+	if e == nil {
+		var err error
+		if e, err = newEntry(l, now, c); err != nil {
+			return nil, err
+		}
+		e.makeOwned()
+		n.st.insertLocked(s, s.m, key, e, c)
+		return e, nil
+	}
+	if !e.has(flagOwned) {
+		n.dropLeaseLocked(s, key)
+		e.makeOwned()
+	}
+	return e, configure(e, l, now)
+}
+
+// decideOwned decides r on this node's authoritative state. In cached mode,
+// while other nodes also check the key, the owner holds itself to its own
+// share of the tokens (see budgetOK), so that the non-owners' budgets are
+// not taken twice; in owner and leased modes it decides exactly.
+func (n *Node) decideOwned(now time.Time, c uint32, v *view, r *Request, resp *Response, cached bool) {
+	var push bool
+	n.decideOwnedLocked(now, c, v, r, resp, cached, &push)
+	if push {
+		n.pushSoon(now)
+	}
+}
+
+func (n *Node) decideOwnedLocked(now time.Time, c uint32, v *view, r *Request, resp *Response, cached bool, push *bool) {
+	s := n.st.shardOf(r.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := n.ownedLocked(s, r.Key, r.Limit, now, c)
+	if err != nil {
+		resp.Err = err
+		return
+	}
+	e.touch(c, r.Hits, true)
+	if cached && e.interest() != 0 {
+		share := float64(activeShare(e))
+		if !n.budgetOK(e, now, r.Hits, share, e.n2, v.size(), resp) {
+			return
+		}
+	}
+	resp.Decision, resp.Err = take(e.b, now, r)
+	if resp.Err != nil || !resp.Allowed || r.Hits == 0 {
+		return
+	}
+	n.markChangedLocked(s, r.Key, e, 0)
+	if cached && e.interest() != 0 {
+		// n2 counts the owner's own admissions since the key's last push:
+		// once they reach the sync threshold, push early.
+		e.n2 += r.Hits
+		if e.n2 >= n.syncThreshold(e, v.size()) {
+			*push = true
+		}
+	}
+}
+
+// shareExact is the share above which a node decides as if it were alone.
+const shareExact = 0.999
+
+// markChangedLocked notes that an owned entry changed: every interested
+// node but except (a member bit, or 0) now holds a stale copy, to be pushed.
+func (n *Node) markChangedLocked(s *shard, key string, e *entry, except uint32) {
+	in := e.interest()
+	st := e.stale() | in&^except
+	if st == e.stale() {
+		return
+	}
+	e.setSets(in, st)
+	if !e.has(flagChanged) {
+		e.set(flagChanged)
+		s.changed = append(s.changed, key)
+	}
+}
+
+// syncThreshold returns T, the admitted hits of a key that a node lets go
+// unseen by the others before it syncs early: SyncFraction x capacity /
+// members, at least 1.
+func (n *Node) syncThreshold(e *entry, members int) int64 {
+	c := e.b.Config().Capacity()
+	return max(1, int64(n.cfg.SyncFraction*float64(c)/float64(max(members, 1))))
+}
+
+// budgetOK applies the share rule to a node's decision of hits at now: since
+// its last sync (for the owner: since the key's last push) the node has
+// admitted since hits; it may admit more while
+//
+//	since + hits <= share * (available + since)
+//
+// where available is what its view of the bucket has left now (so
+// available + since is what the view had without this node's own admissions,
+// refill included). Summed over the nodes, whose shares add up to about one,
+// the cluster admits between syncs about what the owner had. A view that is
+// not the node's first sight of the key also admits while it shows more than
+// the others can have taken unseen ((members-1) x T, see syncThreshold), so a
+// node with a small share is not starved while the bucket is far from empty.
+// When the rule rejects, resp holds the rejection and budgetOK returns
+// false.
+func (n *Node) budgetOK(e *entry, now time.Time, hits int64, share float64, since int64, members int, resp *Response) bool {
+	peek, err := e.b.Take(now, 0)
+	if err != nil {
+		resp.Err = err
+		return false
+	}
+	budget := share * float64(peek.Remaining+since)
+	if float64(since+hits) <= budget {
+		return true
+	}
+	margin := int64(members-1) * n.syncThreshold(e, members)
+	if (e.has(flagOwned) || e.has(flagSynced)) && since+hits <= n.syncThreshold(e, members) && peek.Remaining >= hits+margin {
+		return true
+	}
+	peek.Allowed = false
+	peek.Remaining = max(0, min(peek.Remaining, int64(budget)-since))
+	peek.RetryAfter = max(peek.RetryAfter, n.cfg.FlushInterval)
+	if hits > peek.Limit {
+		peek.RetryAfter = bucket.MaxRetry
+	}
+	resp.Decision = peek
+	return false
+}

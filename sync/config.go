@@ -1,0 +1,149 @@
+package sync
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// Config configures a Node. Start from DefaultConfig and set Self.
+type Config struct {
+	// Self is this node's name: its memberlist name and its name on the ring.
+	Self string
+	// Incarnation identifies this process lifetime (the driver passes, say,
+	// the start time in nanoseconds, or a random number). Peers use it to tell
+	// a restarted node's sequence numbers from the old ones.
+	Incarnation uint64
+	// Mode is the consistency mode of requests that ask for ModeDefault.
+	Mode Mode
+	// Policy is the partition policy of requests that ask for PolicyDefault.
+	Policy Policy
+	// Ring configures the consistent-hash ring.
+	Ring ring.Config
+
+	// TickInterval is how often the driver calls Tick. Deadlines below are
+	// honoured to within one tick. Default 5ms: fine enough for the forward
+	// window and the flush interval, cheap (200 calls a second).
+	TickInterval time.Duration
+	// FlushInterval is how often a non-owner flushes its pending hits to each
+	// owner (cached mode), and the least time between two pushes of one key by
+	// its owner. Default 100ms: the drift bound grows with it; see
+	// docs/consistency.md.
+	FlushInterval time.Duration
+	// SyncFraction sets the drift bound of cached mode: a non-owner flushes
+	// a key early, without waiting for FlushInterval, once the hits it
+	// admitted and the owner has not yet applied reach SyncFraction x the
+	// key's capacity / the number of members; the owner pushes early the same
+	// way. Hits that some node cannot see are then at most about SyncFraction
+	// x capacity, which bounds over-admission (docs/consistency.md). Default
+	// 0.02: 2% of a burst, at most 50 x members early syncs to spend a full
+	// bucket, and none in steady state where refill limits admissions.
+	SyncFraction float64
+	// MaxBatch is the most items in one flush, forward, push, lease or
+	// hand-off message; a batch that fills is sent at once. Default 1000.
+	MaxBatch int
+	// ForwardWindow is how long owner-mode checks wait to be batched with
+	// others bound for the same owner while a batch to it is in flight.
+	// Default 1ms. Zero sends every check as soon as possible.
+	ForwardWindow time.Duration
+	// RequestTimeout is how long a forwarded check, flush, lease or hand-off
+	// waits for its answer before it is retried or, for a check, decided by
+	// the partition policy. Default 500ms.
+	RequestTimeout time.Duration
+	// UnreachableAfter is how long an owner stays marked unreachable after a
+	// failed send or a timeout, during which its keys are decided by the
+	// partition policy without waiting. Default 1s.
+	UnreachableAfter time.Duration
+	// MaxRetryItems bounds the flush items buffered per owner while it is
+	// unreachable. Beyond it the oldest are dropped and counted in
+	// Metrics.FlushItemsDropped. Default 100000.
+	MaxRetryItems int
+	// InterestTTL is how long an owner keeps pushing a key's state to a node
+	// that flushed or asked for it. Default 10s.
+	InterestTTL time.Duration
+	// LeaseTTL is how long a lease may be spent after it was granted.
+	// Default 1s.
+	LeaseTTL time.Duration
+	// MaxKeys bounds the keys a node stores (owned and cached); beyond it the
+	// least recently used are evicted. Default 1,000,000.
+	MaxKeys int
+	// MaxKeyLen bounds the length of a key in bytes. Default 1024.
+	MaxKeyLen int
+	// SweepInterval is how long the store takes to visit each of its 64
+	// shards once on Tick (one shard every SweepInterval/64), evicting idle
+	// keys, expiring interest and leases, and sampling the hot keys. Default
+	// 5s: at 1M keys about 200k entry visits a second, well under 1% of a core.
+	SweepInterval time.Duration
+	// MaxRetries is how many times a hand-off (and, once leaving, a flush) is
+	// sent again, each after RequestTimeout, before it is given up and counted
+	// in Metrics.HandoffsDropped (or FlushItemsDropped). Default 4: a leave
+	// finishes within 5 x RequestTimeout even when a peer is gone.
+	MaxRetries int
+}
+
+// DefaultConfig returns the defaults documented on each field. Self is empty
+// and must be set.
+func DefaultConfig() Config {
+	return Config{
+		Mode:             ModeCached,
+		Policy:           PolicyLocalShare,
+		Ring:             ring.DefaultConfig(),
+		TickInterval:     5 * time.Millisecond,
+		FlushInterval:    100 * time.Millisecond,
+		SyncFraction:     0.02,
+		MaxBatch:         1000,
+		ForwardWindow:    time.Millisecond,
+		RequestTimeout:   500 * time.Millisecond,
+		UnreachableAfter: time.Second,
+		MaxRetryItems:    100_000,
+		InterestTTL:      10 * time.Second,
+		LeaseTTL:         time.Second,
+		MaxKeys:          1_000_000,
+		MaxKeyLen:        1024,
+		SweepInterval:    5 * time.Second,
+		MaxRetries:       4,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Self == "":
+		return errors.New("sync: config: Self must be set")
+	case c.Mode == ModeDefault || int(c.Mode) >= len(modeNames):
+		return fmt.Errorf("sync: config: Mode: %w %d", ErrUnknownMode, c.Mode)
+	case c.Policy == PolicyDefault || int(c.Policy) >= len(policyNames):
+		return fmt.Errorf("sync: config: Policy: %w %d", ErrUnknownPolicy, c.Policy)
+	case c.TickInterval <= 0:
+		return errors.New("sync: config: TickInterval must be positive")
+	case c.FlushInterval <= 0:
+		return errors.New("sync: config: FlushInterval must be positive")
+	case !(c.SyncFraction > 0 && c.SyncFraction <= 1):
+		return errors.New("sync: config: SyncFraction must be in (0, 1]")
+	case c.MaxBatch <= 0:
+		return errors.New("sync: config: MaxBatch must be positive")
+	case c.ForwardWindow < 0:
+		return errors.New("sync: config: ForwardWindow must not be negative")
+	case c.RequestTimeout <= 0:
+		return errors.New("sync: config: RequestTimeout must be positive")
+	case c.UnreachableAfter <= 0:
+		return errors.New("sync: config: UnreachableAfter must be positive")
+	case c.MaxRetryItems <= 0:
+		return errors.New("sync: config: MaxRetryItems must be positive")
+	case c.InterestTTL <= 0:
+		return errors.New("sync: config: InterestTTL must be positive")
+	case c.LeaseTTL <= 0:
+		return errors.New("sync: config: LeaseTTL must be positive")
+	case c.MaxKeys <= 0:
+		return errors.New("sync: config: MaxKeys must be positive")
+	case c.MaxKeyLen <= 0:
+		return errors.New("sync: config: MaxKeyLen must be positive")
+	case c.SweepInterval <= 0:
+		return errors.New("sync: config: SweepInterval must be positive")
+	case c.MaxRetries < 0:
+		return errors.New("sync: config: MaxRetries must not be negative")
+	}
+	return c.Ring.Validate()
+}

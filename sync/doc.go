@@ -1,0 +1,29 @@
+// Package sync is ringlimit's coordination core: the owner's authoritative
+// store, the non-owners' cached view and pending hits, flush batches, pushes,
+// leases, hand-off on membership change and the partition policy.
+//
+// It shares its name with the standard library's package; callers import it
+// as rlsync.
+//
+// A Node is a state machine, like etcd's raft: it never reads the clock, never
+// sleeps, starts no goroutine and opens no socket. Time comes in as an
+// argument; messages to other nodes go out through the Transport it is given;
+// messages from them come in through Step. The real node (package peer and the
+// module root) drives it from a ticker and gRPC handlers; the simulator (package
+// sim) drives the very same code from a virtual clock and a simulated network.
+//
+// The driver's loop:
+//
+//	n, err := rlsync.NewNode(cfg, transport)        // transport.Send must not block
+//	n.SetMembers(now, []string{"a", "b", "c"})      // on every membership change
+//	n.Check(now, reqs, resps, func() { ... })       // per client call; done once resps are filled
+//	n.Step(now, from, msg)                          // per message received from a peer
+//	n.Unreachable(now, peer)                        // when a send to peer failed
+//	n.Tick(now)                                     // every Config.TickInterval
+//	n.Leave(now); for !n.HandedOff() { Tick; Step } // graceful stop: hand off, then go
+//
+// A Node is safe for concurrent use: a real node calls Check from many
+// goroutines at once. Check, Step, Tick and the others never block; they call
+// Transport.Send and the done callbacks synchronously, possibly while holding
+// internal locks, so neither may block nor call back into the Node.
+package sync

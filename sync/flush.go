@@ -1,0 +1,112 @@
+package sync
+
+import (
+	"time"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// tickFlushesLocked runs the flush schedule: a flush in flight unanswered
+// after RequestTimeout is sent again, the same message with the same seq
+// (its owner marked unreachable); once leaving, one sent MaxRetries times
+// is given up. The items retained for an owner that does not answer are
+// bounded by MaxRetryItems. Every FlushInterval, and at once for an owner
+// marked urgent or whose batch filled, a flush goes to each reachable owner
+// with none in flight.
+func (n *Node) tickFlushesLocked(now time.Time, v *view) {
+	for _, name := range v.names {
+		p := v.peers[name]
+		if p == nil {
+			continue
+		}
+		if f := p.flight; f != nil && now.Sub(f.sentAt) >= n.cfg.RequestTimeout {
+			p.markDown(now, n.cfg.UnreachableAfter)
+			if n.leaving && f.retries >= n.cfg.MaxRetries {
+				p.flight = nil
+				n.dropFlightLocked(f)
+			} else {
+				f.retries++
+				f.sentAt = now
+				n.send(p.name, flushBody{clone(f.msg)})
+				n.metrics.FlushesRetried.Add(1)
+			}
+		}
+		if p.flight != nil || p.down(now) {
+			held := int64(0)
+			if p.flight != nil {
+				held = int64(len(p.flight.msg.Items))
+			}
+			if excess := held + p.dirty.Load() - int64(n.cfg.MaxRetryItems); excess > 0 {
+				n.dropDirtyLocked(v, p, excess)
+			}
+		}
+	}
+	due := !now.Before(n.nextFlush)
+	if due {
+		n.nextFlush = nextDue(n.nextFlush, now, n.cfg.FlushInterval)
+	}
+	n.flushAllLocked(now, v, due)
+}
+
+// flushAllLocked sends a flush to every reachable peer with none in flight
+// (all of them when due, else those urgent or with a full batch).
+func (n *Node) flushAllLocked(now time.Time, v *view, due bool) {
+	batches := map[*peer]*peerv1.Flush{}
+	for _, p := range v.peers {
+		if p.flight != nil || p.down(now) {
+			continue
+		}
+		if due || p.urgent.Load() || p.dirty.Load() >= int64(n.cfg.MaxBatch) {
+			batches[p] = &peerv1.Flush{}
+		}
+	}
+	if len(batches) > 0 {
+		n.flushLocked(now, v, batches)
+	}
+}
+
+// dropFlightLocked gives up a flush in flight: its items are counted as
+// dropped and no longer counted as in flight.
+func (n *Node) dropFlightLocked(f *flight) {
+	n.metrics.FlushItemsDropped.Add(int64(len(f.msg.Items)))
+	for _, it := range f.msg.Items {
+		s := n.st.shardOf(it.Key)
+		s.mu.Lock()
+		if e := s.m[it.Key]; e != nil && !e.has(flagOwned) {
+			e.n2 = max(0, e.n2-it.Hits)
+		}
+		if l := s.leases[it.Key]; l != nil && it.LeaseWant > 0 {
+			l.asking = false
+		}
+		s.mu.Unlock()
+	}
+}
+
+// dropDirtyLocked drops the pending hits of up to excess keys bound for p,
+// the earliest listed first, counting each in FlushItemsDropped: the retry
+// buffer of an owner that does not answer is bounded.
+func (n *Node) dropDirtyLocked(v *view, p *peer, excess int64) {
+	for i := range n.st.shards {
+		if excess <= 0 {
+			return
+		}
+		s := &n.st.shards[i]
+		s.mu.Lock()
+		keep := s.dirty[:0]
+		for _, key := range s.dirty {
+			e := s.m[key]
+			if excess <= 0 || e == nil || e.has(flagOwned) || !e.has(flagDirty) || v.peers[v.owner(key)] != p {
+				keep = append(keep, key)
+				continue
+			}
+			e.n1, e.u = 0, 0
+			e.clear(flagDirty)
+			p.dirty.Add(-1)
+			excess--
+			n.metrics.FlushItemsDropped.Add(1)
+		}
+		clear(s.dirty[len(keep):])
+		s.dirty = keep
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,231 @@
+package sync
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// lease is a non-owner's lease on one key (leased mode): tokens the owner
+// drained from its bucket and granted to this node, spendable here until
+// they expire. Two grants can be live at once (the current one and a
+// renewal); the older is spent first. Guarded by the shard's lock.
+type lease struct {
+	cur, next       int64 // tokens left
+	curExp, nextExp int64 // expiry, Unix ns: LeaseTTL after the asking flush was first sent
+	// ret is unspent tokens of expired grants, to give back.
+	ret int64
+	// last is the size of the last grant.
+	last int64
+	// want: a request is to go with the next flush; asking: one is in
+	// flight; zero: the last grant was empty, so asks wait for the scheduled
+	// flush instead of going at once.
+	want, asking, zero bool
+}
+
+// expire moves expired tokens to ret.
+func (l *lease) expire(now int64) {
+	if l.next > 0 && l.nextExp <= now {
+		l.ret += l.next
+		l.next = 0
+	}
+	if l.cur > 0 && l.curExp <= now {
+		l.ret += l.cur
+		l.cur = 0
+	}
+	if l.cur == 0 {
+		l.cur, l.curExp, l.next, l.nextExp = l.next, l.nextExp, 0, 0
+	}
+}
+
+// avail returns the tokens spendable now (after expire).
+func (l *lease) avail() int64 { return l.cur + l.next }
+
+// spend takes hits from the lease, the older grant first, and reports
+// whether it held enough.
+func (l *lease) spend(now, hits int64) bool {
+	l.expire(now)
+	if hits > l.avail() {
+		return false
+	}
+	from := min(hits, l.cur)
+	l.cur -= from
+	l.next -= hits - from
+	l.expire(now)
+	return true
+}
+
+// needsRenewal reports whether a renewal is due: half the last grant spent,
+// or the current grant in the second half of its life.
+func (l *lease) needsRenewal(now int64, ttl time.Duration) bool {
+	if l.want || l.asking {
+		return false
+	}
+	return l.avail()*2 <= l.last || l.cur > 0 && l.curExp-now < int64(ttl/2)
+}
+
+// grant adds g tokens granted in answer to a flush first sent at first.
+func (l *lease) grant(now time.Time, g int64, first time.Time, ttl time.Duration, m *Metrics) {
+	l.asking = false
+	l.last = g
+	l.zero = g == 0
+	if g <= 0 {
+		return
+	}
+	if l.avail() > 0 {
+		m.LeasesRenewed.Add(1)
+	}
+	exp := first.Add(ttl).UnixNano()
+	t := now.UnixNano()
+	l.expire(t)
+	switch {
+	case exp <= t:
+		l.ret += g // answered after its expiry: give it back
+	case l.cur == 0:
+		l.cur, l.curExp = g, exp
+	case l.next == 0:
+		l.next, l.nextExp = g, exp
+	default: // a third grant: merged into the newer, with the earlier expiry
+		l.next += g
+		l.nextExp = min(l.nextExp, exp)
+	}
+}
+
+// fill puts the lease's request and returns into a flush item.
+func (l *lease) fill(it *peerv1.FlushItem, now time.Time, ttl time.Duration) {
+	l.expire(now.UnixNano())
+	it.LeaseReturn, l.ret = l.ret, 0
+	if l.want {
+		// Ask for what this node's demand spends in a lease's life.
+		perSec := float64(it.Rate) / demandTau.Seconds()
+		it.LeaseWant = max(1, int64(math.Ceil(math.Min(perSec*ttl.Seconds(), bucket.MaxLimit))))
+		l.want, l.asking = false, true
+	}
+}
+
+// unfill undoes fill for a flush the receiver did not apply.
+func (l *lease) unfill(it *peerv1.FlushItem) {
+	l.ret += it.LeaseReturn
+	if it.LeaseWant > 0 {
+		l.want, l.asking = true, false
+	}
+}
+
+// decideLeased decides r on a non-owner from its lease. It returns true when
+// the check must be forwarded to the owner instead: the first check of a key
+// this node holds no lease for (a lease is asked for at once). When the
+// lease is spent, the check is rejected if the owner is reachable (a
+// renewal is asked for) and decided by the partition policy if not.
+func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response, pol Policy) (forward bool) {
+	s := n.st.shardOf(r.Key)
+	s.mu.Lock()
+	e, _, err := n.cachedLocked(s, r.Key, r.Limit, now, c)
+	if err != nil {
+		s.mu.Unlock()
+		resp.Err = err
+		return false
+	}
+	if e.has(flagOwned) {
+		e.touch(c, r.Hits, true)
+		resp.Decision, resp.Err = take(e.b, now, r)
+		s.mu.Unlock()
+		return false
+	}
+	e.touch(c, r.Hits, false)
+	e.u = satAdd32(e.u, r.Hits)
+	down := p.down(now)
+	t := now.UnixNano()
+	l := s.leases[r.Key]
+	capacity := r.Limit.Capacity()
+	switch {
+	case l == nil:
+		l = &lease{want: true}
+		s.leases[r.Key] = l
+		forward = !down
+	case l.spend(t, r.Hits):
+		resp.Decision = bucket.Decision{Allowed: true, Limit: capacity, Remaining: l.avail()}
+		if l.needsRenewal(t, n.cfg.LeaseTTL) {
+			l.want = true
+		}
+	default:
+		resp.Decision = bucket.Decision{Limit: capacity, Remaining: l.avail(), RetryAfter: n.cfg.FlushInterval}
+		if r.Hits > capacity {
+			resp.RetryAfter = bucket.MaxRetry
+		}
+		if !l.asking && !l.zero {
+			l.want = true
+		}
+	}
+	urgent := l.want && !l.zero
+	full := n.markDirtyLocked(s, r.Key, e, p)
+	spent := !forward && !resp.Allowed && resp.RetryAfter != bucket.MaxRetry
+	s.mu.Unlock()
+	if (urgent || full) && !down {
+		n.flushSoon(now, p)
+	}
+	if down && spent {
+		n.degrade(now, c, v, r, resp, pol)
+	}
+	return forward
+}
+
+// dropLeaseLocked forgets this node's lease on key (the key became this
+// node's own: its tokens were drained from the bucket it now holds, so they
+// are simply not spent: under-admission, never over).
+func (n *Node) dropLeaseLocked(s *shard, key string) {
+	delete(s.leases, key)
+}
+
+// sweepLeasesLocked expires leases, lists unspent tokens to be given back,
+// and forgets leases with nothing left whose key is idle.
+func (n *Node) sweepLeasesLocked(s *shard, now time.Time) {
+	v := n.view.Load()
+	t := now.UnixNano()
+	c := coarse(now)
+	var back []string
+	for key, l := range s.leases {
+		l.expire(t)
+		e := s.m[key]
+		switch {
+		case e == nil || e.has(flagOwned):
+			delete(s.leases, key)
+		case l.ret > 0:
+			back = append(back, key)
+		case l.avail() == 0 && !l.asking && !l.want && ageOf(c, e.used()) > toCoarse(n.cfg.LeaseTTL):
+			delete(s.leases, key)
+		}
+	}
+	n.markReturnsLocked(s, v, back)
+}
+
+// markReturnsLocked lists the keys (sorted, so flushes are reproducible)
+// for the next flush to their owners.
+func (n *Node) markReturnsLocked(s *shard, v *view, keys []string) {
+	slices.Sort(keys)
+	for _, key := range keys {
+		if p, e := v.peers[v.owner(key)], s.m[key]; p != nil && e != nil {
+			n.markDirtyLocked(s, key, e, p)
+		}
+	}
+}
+
+// returnLeasesLocked gives back every unspent lease token (graceful leave).
+func (n *Node) returnLeasesLocked(v *view) {
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		s.mu.Lock()
+		var back []string
+		for key, l := range s.leases {
+			l.ret += l.avail()
+			l.cur, l.next, l.want = 0, 0, false
+			if l.ret > 0 {
+				back = append(back, key)
+			}
+		}
+		n.markReturnsLocked(s, v, back)
+		s.mu.Unlock()
+	}
+}

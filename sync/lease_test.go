@@ -1,0 +1,105 @@
+package sync
+
+import (
+	"testing"
+	"time"
+)
+
+// TestLeaseLifecycle walks a lease through grant, spending, renewal, expiry
+// and return, checking the owner's accounting at each step.
+func TestLeaseLifecycle(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a, b := nw.nodes["a"], nw.nodes["b"]
+	key := keyOwnedBy(t, "b", "a", "b")
+	l := perMinute(600) // 10 a second
+	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeLeased}
+
+	// t0: no lease: the check is forwarded and a lease asked for.
+	p := checkAsync(a, t0, req)
+	if p.done {
+		t.Fatal("t0: first leased check did not wait for the owner")
+	}
+	nw.settle()
+	if !p.done || !p.resps[0].Allowed {
+		t.Fatalf("t0: first check %+v, want admitted by the owner", p.resps[0])
+	}
+	granted := b.Metrics().LeaseTokensGranted.Load()
+	if granted < 1 || b.Metrics().LeasesGranted.Load() != 1 {
+		t.Fatalf("t0: granted %d tokens in %d leases, want one lease", granted, b.Metrics().LeasesGranted.Load())
+	}
+	// The owner consumed the grant at once: 600 - 1 (forwarded) - granted.
+	if got := remainingOn(b, nw.now, key); got != 599-granted {
+		t.Errorf("t0: owner remaining %d, want %d", got, 599-granted)
+	}
+
+	// Spend the lease locally: no message per check.
+	sent := nw.sent["forward"]
+	spent := int64(0)
+	for range granted {
+		if r := check(t, a, nw.now, req); r.Allowed {
+			spent++
+		}
+	}
+	if spent != granted || nw.sent["forward"] != sent {
+		t.Errorf("spent %d of %d locally with %d forwards, want all, none", spent, granted, nw.sent["forward"]-sent)
+	}
+	// Half spent: a renewal was asked for; let it arrive.
+	nw.run(10 * time.Millisecond)
+	if got := a.Metrics().LeasesRenewed.Load() + b.Metrics().LeasesGranted.Load(); got < 2 {
+		t.Errorf("no renewal after the lease was spent (renewed+granted %d)", got)
+	}
+
+	// Heavier traffic: the lease grows with the demand.
+	for i := range 200 {
+		check(t, a, nw.now.Add(time.Duration(i)*time.Millisecond), req)
+		if i%5 == 0 {
+			nw.run(5 * time.Millisecond)
+		}
+	}
+	// Stop: the unspent tokens expire after LeaseTTL and go back (found by
+	// the store's sweep, which visits every shard within SweepInterval).
+	nw.run(6 * time.Second)
+	if got := b.Metrics().LeaseTokensReturned.Load(); got == 0 {
+		t.Errorf("no lease tokens returned after expiry")
+	}
+	if !(b.Metrics().LeaseTokensGranted.Load() >= b.Metrics().LeaseTokensReturned.Load()) {
+		t.Errorf("returned %d > granted %d", b.Metrics().LeaseTokensReturned.Load(), b.Metrics().LeaseTokensGranted.Load())
+	}
+}
+
+// TestLeasedNeverOverInPartition: a node cut off from the owner spends only
+// the lease it holds, then obeys the partition policy (fail-closed here);
+// the cluster never admits more than one bucket.
+func TestLeasedNeverOverInPartition(t *testing.T) {
+	nw := newTestNet(t, func(c *Config) { c.Policy = PolicyFailClosed }, "a", "b", "c")
+	key := keyOwnedBy(t, "c", "a", "b", "c")
+	l := perMinute(300)
+	admitted := 0
+	step := func(names ...string) {
+		for _, name := range names {
+			p := checkAsync(nw.nodes[name], nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeLeased})
+			nw.run(time.Millisecond)
+			if p.done && p.resps[0].Allowed {
+				admitted++
+			}
+		}
+	}
+	for range 300 {
+		step("a", "b", "c")
+	}
+	nw.isolate("a")
+	for range 300 {
+		step("a", "b", "c")
+	}
+	nw.heal()
+	for range 300 {
+		step("a", "b", "c")
+	}
+	// 2700 checks over 2.7s: one bucket admits 300 + 2.7s * 5/s = 313.
+	if admitted > 313 {
+		t.Errorf("admitted %d, want at most 313", admitted)
+	}
+	if admitted < 250 {
+		t.Errorf("admitted %d: far below the limit", admitted)
+	}
+}

@@ -1,0 +1,342 @@
+package sync
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/ring"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// handoffBatch is a Handoff message not yet acknowledged.
+type handoffBatch struct {
+	msg     *peerv1.Handoff
+	sentAt  time.Time
+	retries int
+}
+
+// SetMembers replaces the membership (node names, this node included) and
+// starts the hand-off of the keys whose owner changed:
+//
+//   - an owned key that moves is sent to its new owner (batched Handoff
+//     messages, acknowledged, retried up to MaxRetries times) and stays here
+//     as a cached view;
+//   - a cached key this node now owns becomes its authoritative state (the
+//     hand-off from the old owner is merged into it when it comes, keeping
+//     the most consumed view);
+//   - a cached key whose owner changed remembers that its view came from
+//     another owner: its flushes carry the view, so that a new owner with no
+//     state (the old one crashed) rebuilds from the most consumed report;
+//   - pending hits and lease requests go to the new owner with the next
+//     flush; checks and flushes in flight to a member that left are routed
+//     again (checks by the partition policy).
+//
+// An invalid membership (an empty name, more members than partitions) is
+// ignored and the previous one kept.
+func (n *Node) SetMembers(now time.Time, members []string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.members = slices.Clone(members)
+	n.applyMembersLocked(now)
+}
+
+// Leave starts a graceful leave: this node takes itself off its ring, so
+// every owned key is handed to its next owner; its unspent lease tokens are
+// given back and its pending hits flushed. Poll HandedOff (while calling
+// Tick and Step) to know when it may go.
+func (n *Node) Leave(now time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.leaving {
+		return
+	}
+	n.leaving = true
+	n.applyMembersLocked(now)
+	v := n.view.Load()
+	n.returnLeasesLocked(v)
+	n.flushAllLocked(now, v, true)
+}
+
+// HandedOff reports whether a Leave has finished: every hand-off and flush
+// acknowledged or given up (after MaxRetries sends, each RequestTimeout
+// apart), nothing left to flush. It is false before Leave.
+func (n *Node) HandedOff() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.leaving {
+		return false
+	}
+	v := n.view.Load()
+	for _, p := range v.peers {
+		if p.flight != nil || len(p.hoOut) > 0 {
+			return false
+		}
+	}
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		s.mu.Lock()
+		busy := false
+		for _, key := range s.dirty {
+			if e := s.m[key]; e != nil && e.has(flagDirty) && v.peers[v.owner(key)] != nil {
+				busy = true
+				break
+			}
+		}
+		s.mu.Unlock()
+		if busy {
+			return false
+		}
+	}
+	return true
+}
+
+// applyMembersLocked builds the view of n.members (without this node once
+// leaving), publishes it and moves the keys.
+func (n *Node) applyMembersLocked(now time.Time) {
+	names := slices.Clone(n.members)
+	if n.leaving {
+		names = slices.DeleteFunc(names, func(s string) bool { return s == n.cfg.Self })
+	}
+	old := n.view.Load()
+	var (
+		r   *ring.Ring
+		err error
+	)
+	if old.ring == nil {
+		r, err = ring.New(n.cfg.Ring, names...)
+	} else {
+		r, err = old.ring.WithMembers(names)
+	}
+	if err != nil || r == old.ring {
+		return
+	}
+	nv := &view{ring: r, names: r.Members(), index: map[string]int{}, peers: map[string]*peer{}}
+	for i, name := range nv.names {
+		nv.index[name] = i
+		if name == n.cfg.Self {
+			continue
+		}
+		p := old.peers[name]
+		if p == nil {
+			p = &peer{name: name}
+		}
+		nv.peers[name] = p
+	}
+	n.view.Store(nv)
+	n.moveKeysLocked(now, old, nv)
+	for _, name := range old.names {
+		if p := old.peers[name]; p != nil && nv.peers[name] == nil {
+			n.abandonLocked(now, nv, p)
+		}
+	}
+}
+
+// moveKeysLocked hands off the owned keys that moved and converts the
+// entries whose role changed (see SetMembers). Keys are visited shard by
+// shard in sorted order, so the hand-off batches are reproducible.
+func (n *Node) moveKeysLocked(now time.Time, old, nv *view) {
+	var remap [32]uint32 // an old member bit -> the new bits of its names
+	for name, i := range old.index {
+		remap[i%32] |= nv.bit(name)
+	}
+	remapSet := func(set uint32) (out uint32) {
+		for b := range 32 {
+			if set&(1<<b) != 0 {
+				out |= remap[b]
+			}
+		}
+		return out
+	}
+	for _, p := range nv.peers {
+		p.dirty.Store(0)
+	}
+	out := map[*peer][]*peerv1.KeyState{}
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		s.mu.Lock()
+		for _, key := range slices.Sorted(maps.Keys(s.m)) {
+			e := s.m[key]
+			owner := nv.owner(key)
+			if e.has(flagOwned) {
+				if owner == n.cfg.Self {
+					e.setSets(remapSet(e.interest()), remapSet(e.stale()))
+					continue
+				}
+				if p := nv.peers[owner]; p != nil {
+					state, _ := e.b.AppendBinary(nil)
+					out[p] = append(out[p], &peerv1.KeyState{Key: key, State: state, Demand: e.dem})
+				}
+				e.makeCached(true)
+				continue
+			}
+			if owner == n.cfg.Self {
+				n.dropLeaseLocked(s, key)
+				e.makeOwned()
+				continue
+			}
+			if old.owner(key) != owner && e.has(flagSynced) {
+				e.set(flagMoved)
+			}
+			if p := nv.peers[owner]; p != nil && e.has(flagDirty) {
+				p.dirty.Add(1)
+			}
+		}
+		s.mu.Unlock()
+	}
+	n.sendHandoffsLocked(now, nv, out)
+}
+
+// abandonLocked routes again what was in flight to p, which left: a flush's
+// hits go back to pending (to the keys' new owners with the next flush),
+// checks are decided by the partition policy, hand-offs go to the keys' new
+// owners.
+func (n *Node) abandonLocked(now time.Time, nv *view, p *peer) {
+	p.gone = true
+	n.failForwardsLocked(now, p)
+	if f := p.flight; f != nil {
+		p.flight = nil
+		for _, it := range f.msg.Items {
+			n.requeueLocked(nv, it)
+		}
+	}
+	out := map[*peer][]*peerv1.KeyState{}
+	for _, b := range p.hoOut {
+		for _, ks := range b.msg.Items {
+			if q := nv.peers[nv.owner(ks.Key)]; q != nil {
+				out[q] = append(out[q], ks)
+			} else if bk, ok := n.decodeState(ks); ok {
+				n.mergeState(now, nv, ks.Key, bk, ks.Demand)
+			}
+		}
+	}
+	p.hoOut = nil
+	n.sendHandoffsLocked(now, nv, out)
+}
+
+// requeueLocked puts an unapplied flush item's hits and demand back as
+// pending.
+func (n *Node) requeueLocked(v *view, it *peerv1.FlushItem) {
+	s := n.st.shardOf(it.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[it.Key]
+	if e == nil || e.has(flagOwned) {
+		return
+	}
+	e.n1 += it.Hits
+	e.n2 = max(0, e.n2-it.Hits)
+	e.u = satAdd32(e.u, it.Demand)
+	if l := s.leases[it.Key]; l != nil {
+		l.unfill(it)
+	}
+	if p := v.peers[v.owner(it.Key)]; p != nil {
+		n.markDirtyLocked(s, it.Key, e, p)
+	}
+}
+
+// sendHandoffsLocked sends the states in out to their new owners, in
+// batches of MaxBatch, in member order.
+func (n *Node) sendHandoffsLocked(now time.Time, v *view, out map[*peer][]*peerv1.KeyState) {
+	for _, name := range v.names {
+		p := v.peers[name]
+		items := out[p]
+		for len(items) > 0 {
+			k := min(len(items), n.cfg.MaxBatch)
+			p.hoSeq++
+			msg := &peerv1.Handoff{Seq: p.hoSeq, Items: items[:k:k]}
+			items = items[k:]
+			p.hoOut = append(p.hoOut, &handoffBatch{msg: msg, sentAt: now})
+			n.send(p.name, handoffBody{clone(msg)})
+			n.metrics.HandoffsSent.Add(1)
+			n.metrics.HandoffKeys.Add(int64(k))
+		}
+	}
+}
+
+// onHandoff merges states handed to this node and acknowledges them.
+func (n *Node) onHandoff(now time.Time, v *view, p *peer, inc uint64, h *peerv1.Handoff) {
+	for _, ks := range h.Items {
+		if ks == nil || ks.Key == "" || len(ks.Key) > n.cfg.MaxKeyLen {
+			n.metrics.Malformed.Add(1)
+			continue
+		}
+		if b, ok := n.decodeState(ks); ok {
+			n.mergeState(now, v, ks.Key, b, ks.Demand)
+		}
+	}
+	n.metrics.HandoffsReceived.Add(1)
+	n.send(p.name, handoffAckBody{&peerv1.HandoffAck{Seq: h.Seq, HandoffIncarnation: inc}})
+}
+
+// mergeState folds a handed-off state b of key into the store, keeping the
+// most consumed view: as the authoritative state if the ring gives the key
+// to this node, else as a cached view that came from another owner (its
+// flushes then carry it to the owner). Only shard locks are taken.
+func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, demand float32) {
+	c := coarse(now)
+	mine := v.owner(key) == n.cfg.Self
+	s := n.st.shardOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[key]
+	if e == nil {
+		e = &entry{b: b, meta: c << flagBits}
+		if mine {
+			e.makeOwned()
+			e.dem = demand
+		} else {
+			e.makeCached(true)
+		}
+		n.st.insertLocked(s, s.m, key, e, c)
+		return
+	}
+	if mine && !e.has(flagOwned) {
+		n.dropLeaseLocked(s, key)
+		e.makeOwned()
+	}
+	if e.b.Merge(now, b) != nil && e.has(flagOwned) {
+		return // another algorithm: the live state wins
+	}
+	if e.has(flagOwned) {
+		e.dem = max(e.dem, demand)
+		n.markChangedLocked(s, key, e, 0)
+	}
+}
+
+// onHandoffAck retires an acknowledged hand-off.
+func (n *Node) onHandoffAck(p *peer, ack *peerv1.HandoffAck) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ack.HandoffIncarnation != n.cfg.Incarnation {
+		return
+	}
+	p.hoOut = slices.DeleteFunc(p.hoOut, func(b *handoffBatch) bool { return b.msg.Seq == ack.Seq })
+}
+
+// tickHandoffsLocked sends unacknowledged hand-offs again after
+// RequestTimeout, and gives up on one after MaxRetries (the new owner then
+// rebuilds those keys from the non-owners' reports).
+func (n *Node) tickHandoffsLocked(now time.Time, v *view) {
+	for _, name := range v.names {
+		p := v.peers[name]
+		if p == nil {
+			continue
+		}
+		p.hoOut = slices.DeleteFunc(p.hoOut, func(b *handoffBatch) bool {
+			if now.Sub(b.sentAt) < n.cfg.RequestTimeout {
+				return false
+			}
+			p.markDown(now, n.cfg.UnreachableAfter)
+			if b.retries >= n.cfg.MaxRetries {
+				n.metrics.HandoffsDropped.Add(1)
+				return true
+			}
+			b.retries++
+			b.sentAt = now
+			n.send(p.name, handoffBody{clone(b.msg)})
+			return false
+		})
+	}
+}

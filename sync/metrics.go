@@ -1,0 +1,49 @@
+package sync
+
+import "sync/atomic"
+
+// Metrics are a Node's counters; Node.HotKeys lists the hottest keys. Every field is updated atomically by the
+// Node and may be read at any time; the driver exports them (package peer's
+// Prometheus collector).
+type Metrics struct {
+	// Decisions counts decided requests by mode (index Mode) and outcome:
+	// [mode][0] allowed, [mode][1] rejected, [mode][2] error.
+	Decisions [5][3]atomic.Int64
+	// Degraded counts requests decided by the partition policy, without the owner.
+	Degraded atomic.Int64
+	// Forwarded counts owner-mode checks sent to another node; ForwardBatches
+	// the messages that carried them.
+	Forwarded, ForwardBatches atomic.Int64
+	// FlushesSent, FlushesRetried, FlushItemsDropped and FlushDuplicates count
+	// flushes sent, sent again after a timeout, items dropped from a full
+	// retry buffer, and batches an owner received twice and ignored.
+	FlushesSent, FlushesRetried, FlushItemsDropped, FlushDuplicates atomic.Int64
+	// PushesSent counts push messages sent by this node as owner.
+	PushesSent atomic.Int64
+	// LeasesGranted, LeasesRenewed and LeasesReturned count lease traffic;
+	// LeaseTokensGranted and LeaseTokensReturned the tokens moved.
+	LeasesGranted, LeasesRenewed, LeasesReturned atomic.Int64
+	LeaseTokensGranted, LeaseTokensReturned      atomic.Int64
+	// HandoffsSent and HandoffKeys count hand-off messages and the keys they
+	// carried; HandoffsReceived those merged by this node as new owner.
+	HandoffsSent, HandoffKeys, HandoffsReceived atomic.Int64
+	// HandoffsDropped counts hand-off messages given up after MaxRetries
+	// (their keys are rebuilt by the new owner from the non-owners' reports).
+	HandoffsDropped atomic.Int64
+	// Keys is the number of keys stored now; Evicted counts idle and LRU
+	// evictions.
+	Keys, Evicted atomic.Int64
+	// FlushesAcked counts flush acknowledgements received; PushesReceived
+	// push messages received; ForwardTimeouts owner-mode checks decided by the
+	// partition policy after RequestTimeout or an unreachable owner.
+	FlushesAcked, PushesReceived, ForwardTimeouts atomic.Int64
+	// NotOwner counts items this node was sent for keys it does not own
+	// (answered not-owner; the sender routes them again).
+	NotOwner atomic.Int64
+	// EnvelopesDropped counts envelopes dropped because the sender is not a
+	// current member or the envelope is addressed to another node.
+	EnvelopesDropped atomic.Int64
+	// Malformed counts message items dropped because a state, limit or count
+	// in them was invalid, and envelopes with no known body.
+	Malformed atomic.Int64
+}

@@ -1,0 +1,289 @@
+package sync
+
+import (
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ringlimit/ringlimit/ring"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// Node is one cluster member's coordination state machine: the owner's
+// authoritative store of the keys the ring gives it, cached views of the
+// others, pending hits and their flushes, pushes, leases, forwarded checks,
+// hand-off and the partition policy. It is safe for concurrent use; see the
+// package documentation for the driver's loop and docs/consistency.md for
+// what each mode guarantees.
+//
+// Locking: the keyed store is striped (64 shards, each a mutex and maps);
+// the per-peer protocol state (flushes, forwards, hand-offs, duplicate
+// detection) is guarded by mu. mu may be held while taking a shard's lock,
+// never the reverse. The membership is an immutable view swapped atomically,
+// so Check reads it without a lock.
+type Node struct {
+	cfg     Config
+	tr      Transport
+	metrics Metrics
+	st      *store
+	view    atomic.Pointer[view]
+	// pushing is set while an early push runs (pushSoon).
+	pushing atomic.Bool
+
+	mu stdsync.Mutex
+	// The fields below are guarded by mu.
+
+	// members is the membership last given to SetMembers.
+	members []string
+	// leaving is set by Leave: this node is no longer on its own ring.
+	leaving bool
+	// nextFlush and nextPush are when the next scheduled flush and push are
+	// due; zero before the first Tick.
+	nextFlush, nextPush time.Time
+	// nextSweep is when the store's sweep visits shard sweepAt next.
+	nextSweep time.Time
+	sweepAt   int
+	// fwdID numbers forward batches.
+	fwdID uint64
+}
+
+// view is one membership: a ring and the peers on it. It is never modified
+// once published.
+type view struct {
+	ring *ring.Ring // nil before the first SetMembers
+	// names is ring.Members(), sorted; index maps a name to its position,
+	// whose value mod 32 is the member's bit in an owned entry's sets.
+	names []string
+	index map[string]int
+	// peers holds every member but this node. A peer keeps its identity
+	// across views while it stays a member.
+	peers map[string]*peer
+}
+
+// owner returns key's owner, or "" on an empty ring.
+func (v *view) owner(key string) string {
+	if v.ring == nil {
+		return ""
+	}
+	o, err := v.ring.Owner(key)
+	if err != nil {
+		return ""
+	}
+	return o
+}
+
+// size returns the number of members, at least 1 (this node).
+func (v *view) size() int {
+	if v.ring == nil {
+		return 1
+	}
+	return max(1, v.ring.Len())
+}
+
+// bit returns name's bit in an owned entry's member sets (0 if unknown).
+func (v *view) bit(name string) uint32 {
+	i, ok := v.index[name]
+	if !ok {
+		return 0
+	}
+	return 1 << (i % 32)
+}
+
+// peer is this node's protocol state with one other member.
+type peer struct {
+	name string
+	// downUntil is when the peer stops counting as unreachable (Unix ns);
+	// zero or past when reachable.
+	downUntil atomic.Int64
+	// dirty approximates the cached keys with something to flush to this
+	// peer; urgent asks for a flush as soon as none is in flight.
+	dirty  atomic.Int64
+	urgent atomic.Bool
+
+	// The fields below are guarded by Node.mu.
+
+	// gone is set when the peer left the membership.
+	gone bool
+	// seq is the last flush sequence number used; flight the flush in flight
+	// (nil if none); lastAcked the seq of the last acknowledged flush.
+	seq       uint64
+	flight    *flight
+	lastAcked uint64
+	// fwdQ holds owner-mode checks waiting to be sent, queued since fwdSince;
+	// fwdOut the batches in flight.
+	fwdQ     []*fwdItem
+	fwdSince time.Time
+	fwdOut   []*fwdBatch
+	// hoSeq numbers hand-offs; hoOut holds those not yet acknowledged.
+	hoSeq uint64
+	hoOut []*handoffBatch
+	// inInc and inSeq are, as owner, the incarnation of the peer and the last
+	// flush seq of it applied; lastAck is the answer to it, sent again to a
+	// duplicate.
+	inInc, inSeq uint64
+	lastAck      *peerv1.FlushAck
+}
+
+// down reports whether p counts as unreachable at now.
+func (p *peer) down(now time.Time) bool { return p.downUntil.Load() > now.UnixNano() }
+
+// markDown makes p unreachable until now + d.
+func (p *peer) markDown(now time.Time, d time.Duration) {
+	p.downUntil.Store(now.Add(d).UnixNano())
+}
+
+// NewNode returns a Node for cfg that sends through tr. It starts nothing;
+// it knows no members until SetMembers.
+func NewNode(cfg Config, tr Transport) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, tr: tr}
+	n.st = newStore(cfg.MaxKeys, &n.metrics)
+	n.view.Store(&view{index: map[string]int{}, peers: map[string]*peer{}})
+	return n, nil
+}
+
+// Metrics returns the node's counters. The pointer stays valid for the
+// Node's life; fields are read atomically.
+func (n *Node) Metrics() *Metrics { return &n.metrics }
+
+// Config returns the node's configuration.
+func (n *Node) Config() Config { return n.cfg }
+
+// send hands body to the transport, addressed to peer to.
+func (n *Node) send(to string, body isBody) {
+	env := &peerv1.Envelope{From: n.cfg.Self, To: to, Incarnation: n.cfg.Incarnation}
+	body.set(env)
+	n.tr.Send(to, env)
+}
+
+// isBody is a message body that can be put in an envelope.
+type isBody interface{ set(env *peerv1.Envelope) }
+
+type flushBody struct{ *peerv1.Flush }
+type flushAckBody struct{ *peerv1.FlushAck }
+type pushBody struct{ *peerv1.Push }
+type forwardBody struct{ *peerv1.Forward }
+type forwardReplyBody struct{ *peerv1.ForwardReply }
+type handoffBody struct{ *peerv1.Handoff }
+type handoffAckBody struct{ *peerv1.HandoffAck }
+
+func (b flushBody) set(e *peerv1.Envelope) {
+	e.Body = &peerv1.Envelope_Flush{Flush: b.Flush}
+}
+func (b flushAckBody) set(e *peerv1.Envelope) {
+	e.Body = &peerv1.Envelope_FlushAck{FlushAck: b.FlushAck}
+}
+func (b pushBody) set(e *peerv1.Envelope) { e.Body = &peerv1.Envelope_Push{Push: b.Push} }
+func (b forwardBody) set(e *peerv1.Envelope) {
+	e.Body = &peerv1.Envelope_Forward{Forward: b.Forward}
+}
+func (b forwardReplyBody) set(e *peerv1.Envelope) {
+	e.Body = &peerv1.Envelope_ForwardReply{ForwardReply: b.ForwardReply}
+}
+func (b handoffBody) set(e *peerv1.Envelope) {
+	e.Body = &peerv1.Envelope_Handoff{Handoff: b.Handoff}
+}
+func (b handoffAckBody) set(e *peerv1.Envelope) {
+	e.Body = &peerv1.Envelope_HandoffAck{HandoffAck: b.HandoffAck}
+}
+
+// clone returns a deep copy of m, for messages kept to be sent again (the
+// transport owns what it is given).
+func clone[M proto.Message](m M) M { return proto.Clone(m).(M) }
+
+// Step handles env, received from the node env.From. Envelopes from nodes
+// that are not current members, or addressed to another node, are dropped
+// and counted; malformed items are dropped and counted, never a panic.
+func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
+	if env == nil {
+		n.metrics.Malformed.Add(1)
+		return
+	}
+	v := n.view.Load()
+	p := v.peers[env.From]
+	if p == nil || env.To != n.cfg.Self {
+		n.metrics.EnvelopesDropped.Add(1)
+		return
+	}
+	p.downUntil.Store(0)
+	switch b := env.Body.(type) {
+	case *peerv1.Envelope_Flush:
+		n.serveFlush(now, v, p, env.Incarnation, b.Flush)
+	case *peerv1.Envelope_FlushAck:
+		n.onFlushAck(now, v, p, b.FlushAck)
+	case *peerv1.Envelope_Push:
+		n.onPush(now, v, p, b.Push)
+	case *peerv1.Envelope_Forward:
+		n.serveForward(now, v, p, env.Incarnation, b.Forward)
+	case *peerv1.Envelope_ForwardReply:
+		n.onForwardReply(now, v, p, b.ForwardReply)
+	case *peerv1.Envelope_Handoff:
+		n.onHandoff(now, v, p, env.Incarnation, b.Handoff)
+	case *peerv1.Envelope_HandoffAck:
+		n.onHandoffAck(p, b.HandoffAck)
+	default:
+		n.metrics.Malformed.Add(1)
+	}
+}
+
+// Unreachable tells the Node that a send to peer failed. The peer counts as
+// unreachable for Config.UnreachableAfter: checks waiting on it and new
+// checks of its keys are decided by the partition policy at once; flushes
+// and hand-offs to it are retried on Tick.
+func (n *Node) Unreachable(now time.Time, peer string) {
+	p := n.view.Load().peers[peer]
+	if p == nil {
+		return
+	}
+	p.markDown(now, n.cfg.UnreachableAfter)
+	n.mu.Lock()
+	n.failForwardsLocked(now, p)
+	n.mu.Unlock()
+}
+
+// Tick advances the Node's timers to now: forward windows and timeouts,
+// scheduled flushes and their retries, pushes, hand-off retries, and one step
+// of the store's sweep (idle eviction, interest and lease expiry, hot keys).
+// The driver calls it every Config.TickInterval.
+func (n *Node) Tick(now time.Time) {
+	v := n.view.Load()
+	n.mu.Lock()
+	n.tickForwardsLocked(now, v)
+	n.tickFlushesLocked(now, v)
+	n.tickPushesLocked(now, v, false)
+	n.tickHandoffsLocked(now, v)
+	i, sweep := n.sweepDueLocked(now)
+	n.mu.Unlock()
+	if sweep {
+		n.sweepShard(now, i)
+	}
+}
+
+// sweepDueLocked reports whether a shard is due for its sweep, and which.
+func (n *Node) sweepDueLocked(now time.Time) (int, bool) {
+	if now.Before(n.nextSweep) {
+		return 0, false
+	}
+	step := n.cfg.SweepInterval / numShards
+	if n.nextSweep.IsZero() || now.Sub(n.nextSweep) > step {
+		n.nextSweep = now
+	}
+	n.nextSweep = n.nextSweep.Add(step)
+	i := n.sweepAt
+	n.sweepAt = (i + 1) % numShards
+	return i, true
+}
+
+// sweepShard sweeps shard i: idle keys, interest, leases and hot keys.
+func (n *Node) sweepShard(now time.Time, i int) {
+	s := &n.st.shards[i]
+	c := coarse(now)
+	s.mu.Lock()
+	n.st.sweepLocked(s, now, c, toCoarse(n.cfg.InterestTTL))
+	n.sweepLeasesLocked(s, now)
+	s.mu.Unlock()
+}

@@ -1,0 +1,228 @@
+package sync
+
+import (
+	"math"
+	"math/bits"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// serveFlush applies a flush from p, once per (incarnation, seq), and
+// answers it with the authoritative state of each key. A duplicate (a retry
+// of a flush already applied) is counted and answered again without being
+// applied; a flush from an older incarnation of p is ignored.
+func (n *Node) serveFlush(now time.Time, v *view, p *peer, inc uint64, f *peerv1.Flush) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case inc < p.inInc:
+		return
+	case inc > p.inInc:
+		p.inInc, p.inSeq, p.lastAck = inc, 0, nil
+	}
+	if f.Seq <= p.inSeq {
+		n.metrics.FlushDuplicates.Add(1)
+		if f.Seq == p.inSeq && p.lastAck != nil {
+			n.send(p.name, flushAckBody{clone(p.lastAck)})
+		}
+		return
+	}
+	p.inSeq = f.Seq
+	ack := &peerv1.FlushAck{Seq: f.Seq, FlushIncarnation: inc, Items: make([]*peerv1.KeyState, len(f.Items))}
+	bit := v.bit(p.name)
+	c := coarse(now)
+	for i, it := range f.Items {
+		ack.Items[i] = n.applyFlushItem(now, c, v, bit, it)
+	}
+	p.lastAck = ack
+	n.send(p.name, flushAckBody{clone(ack)})
+}
+
+// validItem reports whether a flush item can be applied.
+func (n *Node) validItem(it *peerv1.FlushItem) (bucket.Limit, bool) {
+	if it == nil || it.Key == "" || len(it.Key) > n.cfg.MaxKeyLen || it.Hits < 0 || it.Demand < 0 ||
+		!finite(it.Rate) || it.LeaseWant < 0 || it.LeaseReturn < 0 {
+		return bucket.Limit{}, false
+	}
+	l, err := limitFromWire(it.Limit)
+	return l, err == nil
+}
+
+// applyFlushItem applies one flushed key as its owner: merges a view from a
+// previous owner (rebuild), drains the hits, counts the demand, refunds
+// returned lease tokens and grants a lease; it returns the answer.
+func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *peerv1.FlushItem) *peerv1.KeyState {
+	l, ok := n.validItem(it)
+	if !ok {
+		n.metrics.Malformed.Add(1)
+		return &peerv1.KeyState{Key: it.GetKey()}
+	}
+	if v.owner(it.Key) != n.cfg.Self {
+		n.metrics.NotOwner.Add(1)
+		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
+	}
+	s := n.st.shardOf(it.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := n.ownedLocked(s, it.Key, l, now, c)
+	if err != nil {
+		n.metrics.Malformed.Add(1)
+		return &peerv1.KeyState{Key: it.Key}
+	}
+	if len(it.View) > 0 {
+		if vb, err := bucket.Decode(it.View); err != nil {
+			n.metrics.Malformed.Add(1)
+		} else {
+			_ = e.b.Merge(now, vb) // most consumed wins; another algorithm is ignored
+		}
+	}
+	e.touch(c, it.Demand, false)
+	in := e.interest() | bit
+	e.setSets(in, e.stale())
+	if it.Hits > 0 {
+		_ = e.b.Drain(now, it.Hits)
+	}
+	if it.LeaseReturn > 0 {
+		_ = e.b.Refund(now, it.LeaseReturn)
+		n.metrics.LeasesReturned.Add(1)
+		n.metrics.LeaseTokensReturned.Add(it.LeaseReturn)
+	}
+	var granted int64
+	if it.LeaseWant > 0 {
+		granted = n.grantLocked(e, now, it)
+	}
+	if it.Hits > 0 || it.LeaseReturn > 0 || granted > 0 || len(it.View) > 0 {
+		n.markChangedLocked(s, it.Key, e, bit)
+	}
+	state, _ := e.b.AppendBinary(nil)
+	return &peerv1.KeyState{Key: it.Key, State: state, Demand: e.dem, Share: activeShare(e), LeaseGranted: granted}
+}
+
+// ownActiveMin is the owner's decayed demand (hits) above which it counts
+// itself as active on a key: about one check in the last two seconds.
+const ownActiveMin = 0.1
+
+// activeShare returns the share of an owned key's tokens that each active
+// node may spend between syncs in cached mode: an equal split among the
+// nodes that asked about the key within InterestTTL, and the owner if it
+// checked it recently. Equal shares always add up to one, whatever the
+// nodes' traffic and however stale its measure, which is what bounds the
+// over-admission; a node whose traffic exceeds its share is not starved
+// while the bucket is far from empty (budgetOK's margin), and tokens the
+// others leave unspent raise everyone's next budget.
+func activeShare(e *entry) float32 {
+	k := bits.OnesCount32(e.interest())
+	if e.f >= ownActiveMin {
+		k++
+	}
+	return 1 / float32(max(k, 1))
+}
+
+// grantLocked sizes and grants a lease on an owned key: the asking node's
+// share of the demand (its rate over the owner's total) times the tokens
+// available now, at least one token when any is available, at most what it
+// asked for. The tokens are drained at once, so the leases outstanding never
+// exceed what the bucket had.
+func (n *Node) grantLocked(e *entry, now time.Time, it *peerv1.FlushItem) int64 {
+	peek, err := e.b.Take(now, 0)
+	if err != nil || peek.Remaining <= 0 {
+		return 0
+	}
+	share := 1.0
+	if e.dem > 0 {
+		share = math.Min(1, float64(it.Rate)/float64(e.dem))
+	}
+	g := int64(share * float64(peek.Remaining))
+	g = min(max(g, 1), it.LeaseWant, peek.Remaining)
+	if err := e.b.Drain(now, g); err != nil {
+		return 0
+	}
+	n.metrics.LeasesGranted.Add(1)
+	n.metrics.LeaseTokensGranted.Add(g)
+	return g
+}
+
+// tickPushesLocked sends, once per FlushInterval, the fresh state of every
+// owned key that changed to the interested nodes whose copy is stale, one
+// push message per node (chunked at MaxBatch).
+func (n *Node) tickPushesLocked(now time.Time, v *view, force bool) {
+	if !force && now.Before(n.nextPush) {
+		return
+	}
+	if !force {
+		n.nextPush = nextDue(n.nextPush, now, n.cfg.FlushInterval)
+	}
+	if len(v.peers) == 0 {
+		return
+	}
+	// byBit lists the members of each of the 32 bits.
+	var byBit [32][]*peer
+	for i, name := range v.names {
+		if p := v.peers[name]; p != nil {
+			byBit[i%32] = append(byBit[i%32], p)
+		}
+	}
+	out := map[*peer][]*peerv1.KeyState{}
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		s.mu.Lock()
+		for _, key := range s.changed {
+			e := s.m[key]
+			if e == nil || !e.has(flagOwned) || !e.has(flagChanged) {
+				continue
+			}
+			e.clear(flagChanged)
+			e.n2 = 0 // published: the owner's early-push count starts again
+			stale := e.stale() & e.interest()
+			e.setSets(e.interest(), 0)
+			if stale == 0 {
+				continue
+			}
+			state, _ := e.b.AppendBinary(nil)
+			ks := &peerv1.KeyState{Key: key, State: state, Demand: e.dem, Share: activeShare(e)}
+			for stale != 0 {
+				b := bits.TrailingZeros32(stale)
+				stale &^= 1 << b
+				for _, p := range byBit[b] {
+					out[p] = append(out[p], ks)
+				}
+			}
+		}
+		clear(s.changed)
+		s.changed = s.changed[:0]
+		s.mu.Unlock()
+	}
+	for _, name := range v.names {
+		p := v.peers[name]
+		items := out[p]
+		for len(items) > 0 {
+			k := min(len(items), n.cfg.MaxBatch)
+			n.send(p.name, pushBody{&peerv1.Push{AppliedSeq: p.inSeq, AppliedIncarnation: p.inInc, Items: items[:k:k]}})
+			n.metrics.PushesSent.Add(1)
+			items = items[k:]
+		}
+	}
+}
+
+// nextDue returns the next instant of a schedule of period d that was due at
+// prev, keeping the cadence unless it fell more than a period behind now.
+func nextDue(prev, now time.Time, d time.Duration) time.Time {
+	if prev.IsZero() || now.Sub(prev) >= d {
+		return now.Add(d)
+	}
+	return prev.Add(d)
+}
+
+// pushSoon pushes the changed keys now (an owner's own admissions of a key
+// reached the sync threshold). Concurrent callers coalesce.
+func (n *Node) pushSoon(now time.Time) {
+	if !n.pushing.CompareAndSwap(false, true) {
+		return
+	}
+	n.mu.Lock()
+	n.tickPushesLocked(now, n.view.Load(), true)
+	n.mu.Unlock()
+	n.pushing.Store(false)
+}

@@ -1,0 +1,82 @@
+package sync
+
+import (
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// degrade decides r without its owner, by the partition policy pol, and
+// marks resp Degraded:
+//
+//   - fail-open admits (Remaining reports the full capacity, unknown);
+//   - fail-closed rejects, retry after UnreachableAfter;
+//   - local-share decides on a local bucket whose limit (and burst) is the
+//     key's divided by the number of members this node sees, started from
+//     this node's view of the key when it has one (so a partition does not
+//     hand out a fresh share of a bucket known to be spent).
+//
+// In cached mode the hits admitted under local-share are also kept as
+// pending hits of the key, flushed to the owner once it is back: its bucket
+// then counts what the partition admitted. Hits admitted by fail-open are
+// not charged: that policy deliberately ignores the limit.
+func (n *Node) degrade(now time.Time, c uint32, v *view, r *Request, resp *Response, pol Policy) {
+	resp.Degraded = true
+	capacity := r.Limit.Capacity()
+	switch pol {
+	case PolicyFailOpen:
+		resp.Decision = bucket.Decision{Allowed: true, Limit: capacity, Remaining: capacity, ResetAt: now}
+	case PolicyFailClosed:
+		resp.Decision = bucket.Decision{Limit: capacity, RetryAfter: n.cfg.UnreachableAfter}
+	default:
+		n.decideShare(now, c, v, r, resp)
+	}
+}
+
+// shareLimit returns l with its limit and burst divided by members (at
+// least 1 each).
+func shareLimit(l bucket.Limit, members int) bucket.Limit {
+	m := int64(max(members, 1))
+	l.Limit = max(1, l.Limit/m)
+	if l.Burst > 0 {
+		l.Burst = max(1, l.Burst/m)
+	}
+	return l
+}
+
+// decideShare decides r on the key's local-share bucket.
+func (n *Node) decideShare(now time.Time, c uint32, v *view, r *Request, resp *Response) {
+	l := shareLimit(r.Limit, v.size())
+	s := n.st.shardOf(r.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.share[r.Key]
+	if e == nil {
+		var err error
+		if e, err = newEntry(l, now, c); err != nil {
+			resp.Err = err
+			return
+		}
+		if base := s.m[r.Key]; base != nil && base.b.Config().Algorithm == l.Algorithm {
+			b := base.b.Clone()
+			if b.Reconfigure(now, l) == nil {
+				e.b = b
+			}
+		}
+		n.st.insertLocked(s, s.share, r.Key, e, c)
+	} else if err := configure(e, l, now); err != nil {
+		resp.Err = err
+		return
+	}
+	e.meta = e.meta&flagMask | c<<flagBits
+	resp.Decision, resp.Err = take(e.b, now, r)
+	if resp.Err != nil || !resp.Allowed || r.Hits == 0 || resp.Mode != ModeCached {
+		return
+	}
+	if base := s.m[r.Key]; base != nil && !base.has(flagOwned) {
+		base.n1 += r.Hits
+		if p := v.peers[v.owner(r.Key)]; p != nil {
+			n.markDirtyLocked(s, r.Key, base, p)
+		}
+	}
+}

@@ -1,0 +1,306 @@
+package sync
+
+import (
+	"cmp"
+	"slices"
+	stdsync "sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// numShards is the number of lock stripes of the keyed store. A power of two,
+// so a key's shard is a mask of its hash; 64 keeps contention low on any
+// common core count while the per-shard overhead stays negligible.
+const numShards = 64
+
+// The flags of an entry, in the low bits of entry.meta.
+const (
+	// flagOwned: the entry is this node's authoritative state of the key.
+	// Without it the entry is a cached view of the owner's state.
+	flagOwned = 1 << iota
+	// flagDirty: a cached entry is listed in its shard's dirty list.
+	flagDirty
+	// flagChanged: an owned entry is listed in its shard's changed list.
+	flagChanged
+	// flagMoved: a cached view came from an owner other than the current one;
+	// flushes carry it so that a new owner without state can rebuild.
+	flagMoved
+	// flagSynced: a cached view holds an owner's state (not a fresh bucket).
+	flagSynced
+
+	flagBits = 5
+	flagMask = 1<<flagBits - 1
+)
+
+// entry is one key of the store. It is kept to 48 bytes (one allocation size
+// class) because a node stores up to Config.MaxKeys of them; the fields that
+// only one role needs share storage, as documented per field. The bucket it
+// points to is the other big allocation (bucket's own).
+type entry struct {
+	// b is the authoritative bucket (owned) or the view the node decides on
+	// (cached: the owner's last state with this node's own later hits taken).
+	b bucket.Bucket
+	// n1 is, cached: the hits admitted here and not yet put in a flush
+	// (pending); owned: the interested nodes (low 32 bits, a set of member
+	// indices mod 32) and, among them, those whose copy is stale (high 32).
+	n1 int64
+	// n2 is, cached: the hits of the flush in flight; owned: this node's own
+	// admissions in cached mode during epoch u (the owner's share budget).
+	n2 int64
+	// meta holds the flags (low flagBits) and the coarse time of the last
+	// demand, the last use (the rest): see coarse.
+	meta uint32
+	// dem is the decayed demand: owned: every node's; cached: this node's.
+	dem float32
+	// f is, owned: the owner's own decayed demand; cached: the other nodes'
+	// decayed demand as reported by the owner at the last sync.
+	f float32
+	// u is, owned: the epoch of n2 (now / FlushInterval); cached: the hits
+	// asked for (demand) since the last flush, saturating.
+	u uint32
+}
+
+func (e *entry) has(f uint32) bool { return e.meta&f != 0 }
+func (e *entry) set(f uint32)      { e.meta |= f }
+func (e *entry) clear(f uint32)    { e.meta &^= f }
+func (e *entry) used() uint32      { return e.meta >> flagBits }
+
+// touch records demand of hits at coarse time c: both decayed counters are
+// brought to c and hits is added to dem (and to f as well when own).
+func (e *entry) touch(c uint32, hits int64, own bool) {
+	k := decayFactor(ageOf(c, e.used()))
+	e.dem *= k
+	e.f *= k
+	e.meta = e.meta&flagMask | c<<flagBits
+	h := float32(hits)
+	e.dem += h
+	if own {
+		e.f += h
+	}
+}
+
+// interest and stale are the member sets of an owned entry.
+func (e *entry) interest() uint32 { return uint32(e.n1) }
+func (e *entry) stale() uint32    { return uint32(uint64(e.n1) >> 32) }
+func (e *entry) setSets(interest, stale uint32) {
+	e.n1 = int64(uint64(stale)<<32 | uint64(interest))
+}
+
+// makeOwned turns a cached view into an owned entry keeping its bucket, and
+// makeCached an owned entry into a cached view; the role-specific fields
+// start afresh and the demand counters change meaning (owned: every node's
+// and its own; cached: its own and the others').
+func (e *entry) makeOwned() {
+	own, others := e.dem, e.f
+	if e.has(flagOwned) {
+		return
+	}
+	e.meta = e.meta&^flagMask | flagOwned
+	e.n1, e.n2, e.u = 0, 0, 0
+	e.dem, e.f = own+others, own
+}
+
+func (e *entry) makeCached(moved bool) {
+	if e.has(flagOwned) {
+		e.dem, e.f = e.f, max(0, e.dem-e.f)
+	}
+	e.meta = e.meta &^ flagMask
+	if moved {
+		e.meta |= flagMoved | flagSynced
+	}
+	e.n1, e.n2, e.u = 0, 0, 0
+}
+
+// shard is one stripe of the store.
+type shard struct {
+	mu stdsync.Mutex
+	// The fields below are guarded by mu.
+
+	// m holds the owned and cached entries.
+	m map[string]*entry
+	// local holds the buckets of ModeLocal checks, and share those of the
+	// local-share partition policy: separate from m because the same key may
+	// be checked in several ways. Their entries use b and meta only.
+	local, share map[string]*entry
+	// leases holds this node's leases on keys owned elsewhere (leased mode).
+	leases map[string]*lease
+	// dirty lists cached keys with something to flush (flagDirty set);
+	// changed lists owned keys with stale interested nodes (flagChanged).
+	dirty, changed []string
+	// top is the hottest keys of the shard at its last sweep.
+	top []HotKey
+}
+
+// store is the striped keyed store of a Node.
+type store struct {
+	shards [numShards]shard
+	// perShard bounds the keys of one shard: Config.MaxKeys / numShards.
+	perShard int
+	metrics  *Metrics
+}
+
+func newStore(maxKeys int, m *Metrics) *store {
+	st := &store{perShard: max(1, maxKeys/numShards), metrics: m}
+	for i := range st.shards {
+		s := &st.shards[i]
+		s.m = make(map[string]*entry)
+		s.local = make(map[string]*entry)
+		s.share = make(map[string]*entry)
+		s.leases = make(map[string]*lease)
+	}
+	return st
+}
+
+// shardOf returns the shard of key.
+func (st *store) shardOf(key string) *shard {
+	return &st.shards[xxhash.Sum64String(key)&(numShards-1)]
+}
+
+// sizeLocked returns the number of keys the shard stores.
+func (s *shard) sizeLocked() int { return len(s.m) + len(s.local) + len(s.share) }
+
+// insertLocked adds e under key to the map into, first evicting the least
+// recently used keys if the shard is full.
+func (st *store) insertLocked(s *shard, into map[string]*entry, key string, e *entry, c uint32) {
+	if s.sizeLocked() >= st.perShard {
+		st.evictLocked(s, c)
+	}
+	into[key] = e
+	st.metrics.Keys.Add(1)
+}
+
+// newEntry returns an entry for a fresh bucket of l at now, or the bucket's
+// error (an invalid limit).
+func newEntry(l bucket.Limit, now time.Time, c uint32) (*entry, error) {
+	b, err := bucket.New(l, now)
+	if err != nil {
+		return nil, err
+	}
+	return &entry{b: b, meta: c << flagBits}, nil
+}
+
+// configure makes e's bucket run under l: a live bucket is reconfigured
+// (nothing resets to full); one of another algorithm is replaced, since the
+// request defines the limit.
+func configure(e *entry, l bucket.Limit, now time.Time) error {
+	if e.b.Config() == l {
+		return nil
+	}
+	if err := e.b.Reconfigure(now, l); err == nil {
+		return nil
+	}
+	b, err := bucket.New(l, now)
+	if err != nil {
+		return err
+	}
+	e.b = b
+	return nil
+}
+
+// evictLocked makes room in a full shard: it removes the least recently used
+// eighth of its keys (by last use, ties broken by key, so the choice is
+// deterministic). Cached entries with hits still to flush and keys with a
+// live lease are kept. Sorting costs O(n log n) once per n/8 insertions.
+func (st *store) evictLocked(s *shard, c uint32) {
+	type cand struct {
+		age uint32
+		key string
+		m   map[string]*entry
+	}
+	cands := make([]cand, 0, s.sizeLocked())
+	for k, e := range s.m {
+		if e.has(flagDirty) || !e.has(flagOwned) && e.n2 != 0 || s.leases[k] != nil {
+			continue
+		}
+		cands = append(cands, cand{ageOf(c, e.used()), k, s.m})
+	}
+	for _, m := range []map[string]*entry{s.local, s.share} {
+		for k, e := range m {
+			cands = append(cands, cand{ageOf(c, e.used()), k, m})
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		return cmp.Or(cmp.Compare(b.age, a.age), cmp.Compare(a.key, b.key))
+	})
+	n := max(1, st.perShard/8)
+	for _, cd := range cands[:min(n, len(cands))] {
+		delete(cd.m, cd.key)
+		st.metrics.Evicted.Add(1)
+		st.metrics.Keys.Add(-1)
+	}
+}
+
+// sweepLocked evicts the keys of s whose state equals a fresh bucket's and
+// that carry nothing to send, forgets interest older than interestTTL, and
+// records the shard's hottest keys.
+func (st *store) sweepLocked(s *shard, now time.Time, c uint32, interestTTL uint32) {
+	s.top = s.top[:0]
+	for k, e := range s.m {
+		age := ageOf(c, e.used())
+		if e.has(flagOwned) {
+			if age > interestTTL && e.interest() != 0 {
+				e.setSets(0, 0)
+			}
+			if e.interest() == 0 && !e.has(flagChanged) && e.b.Idle(now) {
+				st.drop(s.m, k)
+				continue
+			}
+		} else if !e.has(flagDirty) && e.n1 == 0 && e.n2 == 0 && s.leases[k] == nil && e.b.Idle(now) {
+			st.drop(s.m, k)
+			continue
+		}
+		s.noteHot(k, e, c)
+	}
+	for _, m := range []map[string]*entry{s.local, s.share} {
+		for k, e := range m {
+			if e.b.Idle(now) {
+				st.drop(m, k)
+			}
+		}
+	}
+}
+
+func (st *store) drop(m map[string]*entry, k string) {
+	delete(m, k)
+	st.metrics.Evicted.Add(1)
+	st.metrics.Keys.Add(-1)
+}
+
+// hotPerShard is how many hot keys a shard remembers between sweeps.
+const hotPerShard = 4
+
+// noteHot keeps key in the shard's top list if its demand is among the
+// highest seen in this sweep.
+func (s *shard) noteHot(key string, e *entry, c uint32) {
+	rate := float64(e.dem*decayFactor(ageOf(c, e.used()))) / demandTau.Seconds()
+	if rate < minHotRate {
+		return
+	}
+	h := HotKey{Key: key, Rate: rate, Owned: e.has(flagOwned)}
+	if len(s.top) < hotPerShard {
+		s.top = append(s.top, h)
+	} else if i := s.minTop(); hotLess(s.top[i], h) {
+		s.top[i] = h
+	}
+}
+
+func (s *shard) minTop() int {
+	m := 0
+	for i := range s.top {
+		if hotLess(s.top[i], s.top[m]) {
+			m = i
+		}
+	}
+	return m
+}
+
+// hotLess orders hot keys by rate, then by key (deterministic ties).
+func hotLess(a, b HotKey) bool {
+	if a.Rate != b.Rate {
+		return a.Rate < b.Rate
+	}
+	return a.Key > b.Key
+}

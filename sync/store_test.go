@@ -1,0 +1,149 @@
+package sync
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// TestEntrySize pins the per-key struct at one 48-byte allocation.
+func TestEntrySize(t *testing.T) {
+	if got := unsafe.Sizeof(entry{}); got != 48 {
+		t.Errorf("entry is %d bytes, want 48", got)
+	}
+}
+
+// TestIdleEviction: keys whose state equals a fresh bucket's are evicted by
+// the sweep on Tick, within SweepInterval; keys still spent are kept.
+func TestIdleEviction(t *testing.T) {
+	nw := newTestNet(t, nil, "a")
+	a := nw.nodes["a"]
+	for i := range 100 {
+		check(t, a, t0, Request{Key: fmt.Sprintf("k%d", i), Hits: 1, Limit: perMinute(60)})
+	}
+	hourly := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 60, Period: time.Hour}
+	check(t, a, t0, Request{Key: "spent", Hits: 60, Limit: hourly})
+	check(t, a, t0, Request{Key: "local", Hits: 1, Limit: perMinute(60), Mode: ModeLocal})
+	if got := a.Metrics().Keys.Load(); got != 102 {
+		t.Fatalf("Keys %d, want 102", got)
+	}
+	steps := []struct {
+		at   time.Duration
+		keys int64
+	}{
+		{500 * time.Millisecond, 102}, // one token per second: not refilled yet
+		{7 * time.Second, 1},          // refilled, and every shard swept
+	}
+	for _, s := range steps {
+		nw.run(t0.Add(s.at).Sub(nw.now))
+		if got := a.Metrics().Keys.Load(); got != s.keys {
+			t.Errorf("t0+%v: Keys %d, want %d", s.at, got, s.keys)
+		}
+	}
+	if remainingOn(a, nw.now, "spent") < 0 {
+		t.Error("the spent key was evicted")
+	}
+}
+
+// TestLRUBound: beyond MaxKeys the least recently used keys are evicted.
+func TestLRUBound(t *testing.T) {
+	nw := newTestNet(t, func(c *Config) { c.MaxKeys = 64 * 8 }, "a")
+	a := nw.nodes["a"]
+	for i := range 5000 {
+		at := t0.Add(time.Duration(i) * 20 * time.Millisecond)
+		check(t, a, at, Request{Key: fmt.Sprintf("k%d", i), Hits: 1, Limit: perMinute(60)})
+		if i%10 == 0 {
+			// a hot key, used all along, survives
+			check(t, a, at, Request{Key: "hot", Hits: 0, Limit: perMinute(60)})
+		}
+	}
+	m := a.Metrics()
+	if got := m.Keys.Load(); got > 64*8 {
+		t.Errorf("Keys %d, want at most %d", got, 64*8)
+	}
+	if m.Evicted.Load() == 0 {
+		t.Error("nothing evicted")
+	}
+	if remainingOn(a, t0, "hot") < 0 {
+		t.Error("the recently used key was evicted")
+	}
+	if remainingOn(a, t0, "k0") >= 0 {
+		t.Error("the least recently used key was kept")
+	}
+}
+
+// TestHotKeys: the sweep samples each shard's hottest keys.
+func TestHotKeys(t *testing.T) {
+	nw := newTestNet(t, nil, "a")
+	a := nw.nodes["a"]
+	for i := range 1000 {
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		check(t, a, at, Request{Key: "hot", Hits: 1, Limit: perMinute(1e6)})
+		if i%10 == 0 {
+			check(t, a, at, Request{Key: "warm", Hits: 1, Limit: perMinute(1e6)})
+		}
+		if i%100 == 0 {
+			check(t, a, at, Request{Key: fmt.Sprintf("cold%d", i), Hits: 1, Limit: perMinute(1e6)})
+		}
+	}
+	nw.now = t0.Add(time.Second)
+	nw.run(5 * time.Second)
+	hot := a.HotKeys(2)
+	if len(hot) != 2 || hot[0].Key != "hot" || hot[1].Key != "warm" || !hot[0].Owned {
+		t.Fatalf("HotKeys(2) = %+v, want hot then warm", hot)
+	}
+	if hot[0].Rate < 10*hot[1].Rate*0.5 {
+		t.Errorf("rates %v, %v: want about 10x apart", hot[0].Rate, hot[1].Rate)
+	}
+}
+
+// TestBytesPerKey measures the memory of a node holding 1M keys (owned
+// token buckets, 12-byte keys), in bytes per key including the key. Target:
+// at most 200. Run with -run TestBytesPerKey -v to see the figure.
+func TestBytesPerKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates 1M keys")
+	}
+	const keys = 1_000_000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("user:%07d", i)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	cfg := DefaultConfig()
+	cfg.Self = "a"
+	n, err := NewNode(cfg, discard{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.SetMembers(t0, []string{"a"})
+	reqs := []Request{{Hits: 1, Limit: perMinute(100)}}
+	resps := make([]Response, 1)
+	for _, k := range names {
+		reqs[0].Key = k
+		n.Check(t0, reqs, resps, func() {})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	// The key strings were allocated before; count them as stored (16 bytes
+	// each, their allocation size).
+	per := (float64(after.HeapAlloc-before.HeapAlloc) + 16*keys) / keys
+	t.Logf("%d keys: %.0f bytes per key (incl. 16-byte key allocation)", n.Metrics().Keys.Load(), per)
+	if per > 200 {
+		t.Errorf("%.0f bytes per key, want at most 200", per)
+	}
+	runtime.KeepAlive(n)
+	runtime.KeepAlive(names)
+}
+
+// discard is a Transport that drops everything.
+type discard struct{}
+
+func (discard) Send(string, *peerv1.Envelope) {}

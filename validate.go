@@ -1,0 +1,141 @@
+package ringlimit
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// keySep separates the name from the unique key in a bucket's cluster-wide
+// key. Names may not contain it, so Key is injective: ("a", "b\x00c") and
+// ("a\x00b", "c") cannot collide.
+const keySep = "\x00"
+
+// Key returns the cluster-wide key of the bucket of (name, uniqueKey): name,
+// a NUL byte, uniqueKey. The ring hashes it to the bucket's owner.
+func Key(name, uniqueKey string) string { return name + keySep + uniqueKey }
+
+// FieldError reports an invalid field of one check item. Over the API it
+// becomes the item's error message, "field: reason".
+type FieldError struct {
+	// Field is the offending field, spelt as on the API ("limit", "period").
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// Error implements error.
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+func fieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// item is one check item, decoded from either API but not yet validated.
+// err, when set, is a decoding error (a malformed duration string, an
+// unknown algorithm name) reported instead of validating.
+type item struct {
+	name, uniqueKey         string
+	hits, limit, burst      int64
+	period, maxWait, minGap time.Duration
+	warmUp                  time.Duration
+	algorithm               int64 // 0 means token bucket
+	mode                    int64
+	policy                  int64
+	countRejected, release  bool
+	lease                   string
+	err                     error
+}
+
+// maxMode and maxPolicy are the largest valid wire values.
+const (
+	maxMode   = int64(rlsync.ModeLeased)
+	maxPolicy = int64(rlsync.PolicyLocalShare)
+)
+
+// request validates it and returns the core's request. maxKeyLen bounds
+// len(name) + len(unique_key). The error is a *FieldError.
+func (it *item) request(maxKeyLen int) (rlsync.Request, error) {
+	if it.err != nil {
+		return rlsync.Request{}, it.err
+	}
+	switch {
+	case it.name == "":
+		return rlsync.Request{}, fieldErr("name", "must not be empty")
+	case strings.Contains(it.name, keySep):
+		return rlsync.Request{}, fieldErr("name", "must not contain a NUL byte")
+	case it.uniqueKey == "":
+		return rlsync.Request{}, fieldErr("unique_key", "must not be empty")
+	case len(it.name)+len(it.uniqueKey) > maxKeyLen:
+		return rlsync.Request{}, fieldErr("unique_key", "name and unique_key together are %d bytes, more than the maximum %d",
+			len(it.name)+len(it.uniqueKey), maxKeyLen)
+	case it.hits < 0:
+		return rlsync.Request{}, fieldErr("hits", "must not be negative, got %d", it.hits)
+	case it.algorithm < 0 || it.algorithm > int64(bucket.SmoothWarmingUp):
+		return rlsync.Request{}, fieldErr("algorithm", "unknown algorithm %d", it.algorithm)
+	case it.mode < 0 || it.mode > maxMode:
+		return rlsync.Request{}, fieldErr("mode", "unknown mode %d", it.mode)
+	case it.policy < 0 || it.policy > maxPolicy:
+		return rlsync.Request{}, fieldErr("policy", "unknown policy %d", it.policy)
+	}
+	alg := bucket.Algorithm(it.algorithm)
+	if alg == 0 {
+		alg = bucket.TokenBucket
+	}
+	lim := bucket.Limit{
+		Algorithm:     alg,
+		Limit:         it.limit,
+		Period:        it.period,
+		Burst:         it.burst,
+		MaxWait:       it.maxWait,
+		MinGap:        it.minGap,
+		CountRejected: it.countRejected,
+		WarmUp:        it.warmUp,
+	}
+	if err := lim.Validate(); err != nil {
+		return rlsync.Request{}, asFieldError(err)
+	}
+	if (it.lease != "" || it.release) && alg != bucket.Concurrency {
+		return rlsync.Request{}, fieldErr("lease", "lease and release are only for the concurrency algorithm")
+	}
+	if it.release && it.lease == "" {
+		return rlsync.Request{}, fieldErr("lease", "must name the holder to release")
+	}
+	return rlsync.Request{
+		Key:     Key(it.name, it.uniqueKey),
+		Hits:    it.hits,
+		Limit:   lim,
+		Mode:    rlsync.Mode(it.mode),
+		Policy:  rlsync.Policy(it.policy),
+		Lease:   it.lease,
+		Release: it.release,
+	}, nil
+}
+
+// asFieldError turns a bucket.LimitError into the API's FieldError; other
+// errors pass through.
+func asFieldError(err error) error {
+	var le *bucket.LimitError
+	if errors.As(err, &le) {
+		return &FieldError{Field: le.Field, Reason: le.Reason}
+	}
+	return err
+}
+
+// errorMessage is what the API reports for an item's error: "field: reason"
+// for invalid input, the error text otherwise.
+func errorMessage(err error) string {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe.Error()
+	}
+	var le *bucket.LimitError
+	if errors.As(err, &le) {
+		return le.Field + ": " + le.Reason
+	}
+	return err.Error()
+}

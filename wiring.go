@@ -1,0 +1,49 @@
+package ringlimit
+
+import (
+	"net"
+	"strconv"
+
+	"github.com/ringlimit/ringlimit/peer"
+)
+
+// transportConfig configures the links to the other nodes. Their metrics go
+// to the node's registry.
+func (n *Node) transportConfig() peer.TransportConfig {
+	tc := peer.DefaultTransportConfig()
+	tc.Self = n.cfg.Name
+	tc.Clock = n.clock
+	tc.Logger = n.cfg.Logger // peer adds the node attribute itself
+	tc.Registerer = n.cfg.Registry
+	return tc
+}
+
+// clusterConfig configures gossip: bound to GossipAddr, advertising the bound
+// gRPC address in the node's metadata. Config.Validate checked the addresses.
+func (n *Node) clusterConfig() peer.ClusterConfig {
+	cc := peer.DefaultClusterConfig()
+	if n.cfg.GossipProfile == GossipLocal {
+		cc = peer.LocalClusterConfig()
+	}
+	cc.Name = n.cfg.Name
+	cc.BindAddr, cc.BindPort = splitHostPort(n.cfg.GossipAddr)
+	if n.cfg.GossipAdvertiseAddr != "" {
+		cc.AdvertiseAddr, cc.AdvertisePort = splitHostPort(n.cfg.GossipAdvertiseAddr)
+	}
+	cc.Seeds = n.cfg.Seeds
+	cc.GRPCAddr = n.grpcAddr
+	cc.SecretKey = n.cfg.GossipKey
+	cc.Logger = n.cfg.Logger
+	return cc
+}
+
+// splitHostPort splits a validated host:port; an empty host is 0.0.0.0 and a
+// bad port is 0.
+func splitHostPort(addr string) (string, int) {
+	host, port, _ := net.SplitHostPort(addr)
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	p, _ := strconv.Atoi(port)
+	return host, p
+}
