@@ -364,6 +364,17 @@ func (c *concurrency) Reconfigure(now time.Time, l Limit) error {
 		c.slots[i].exp = min(c.slots[i].exp, horizon)
 	}
 	c.l = l
+	// Named leases past the new maximum, the earliest to expire, become
+	// anonymous (as in Merge): their permits are kept, their ids forgotten.
+	for i := c.first; c.live > ccMaxRuns(l); i++ {
+		if s := &c.slots[i]; s.n > 0 {
+			anon = append(anon, slEntry{s.exp, s.n})
+			delete(c.index, s.id)
+			*s = ccLease{}
+			c.live--
+		}
+	}
+	slices.SortStableFunc(anon, func(a, b slEntry) int { return cmp.Compare(a.t, b.t) })
 	c.anon = slFromEntries(ccRuns(anon, ccMaxRuns(l))) // the sum is unchanged: held
 	return nil
 }

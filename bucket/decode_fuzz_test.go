@@ -110,18 +110,18 @@ var fzGarbage = [][]byte{
 	{1, 1, 0},
 	{2, 1, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0}, // unknown version
 	{1, 0, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0}, // algorithm 0
-	{1, 11, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0},         // algorithm 11
-	{1, 1, 2, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0},          // unknown flag
-	{1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},           // limit 0
-	{1, 1, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0},          // period 0
-	{1, 1, 0, 10, 1, 0, 0, 0, 0, 0, 20, 0, 0, 0},      // tokens above capacity
-	{1, 1, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff}, // trailing byte
+	{1, 11, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0},   // algorithm 11
+	{1, 1, 2, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0},    // unknown flag
+	{1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},     // limit 0
+	{1, 1, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0},    // period 0
+	{1, 1, 0, 10, 1, 0, 0, 0, 0, 40, 0, 0},      // 20 tokens of 10 (zigzag varint 40)
+	{1, 1, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0xff}, // a full token bucket and a trailing byte
 	bytes.Repeat([]byte{0xff}, 64),
 	bytes.Repeat([]byte{0x80}, 64),
 	[]byte("token_bucket"),
-	append([]byte{1, 1, 0}, bytes.Repeat([]byte{0xff}, 10)...),                        // a uvarint overflowing 64 bits
-	append([]byte{1, 5, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0}, 0xff, 0xff, 0xff, 0xff, 0x0f), // sliding log: 2^32 entries
-	append([]byte{1, 8, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0}, 0xff, 0xff, 0xff, 0xff, 0x0f), // concurrency: 2^32 runs
+	append([]byte{1, 1, 0}, bytes.Repeat([]byte{0xff}, 10)...),                     // a uvarint overflowing 64 bits
+	append([]byte{1, 5, 0, 10, 1, 0, 0, 0, 0, 0, 0}, 0xff, 0xff, 0xff, 0xff, 0x0f), // sliding log: 2^32 entries
+	append([]byte{1, 8, 0, 10, 1, 0, 0, 0, 0, 0}, 0xff, 0xff, 0xff, 0xff, 0x0f),    // concurrency: 2^32 runs
 }
 
 func FuzzDecode(f *testing.F) {

@@ -137,8 +137,8 @@ var ErrInvalidLimit = errors.New("bucket: invalid limit")
 var ErrNegativeHits = errors.New("bucket: hits must not be negative")
 
 // ErrMismatch is returned when a state is merged with, or reconfigured to,
-// another algorithm. (States of one algorithm under different limits merge:
-// the other state is scaled to this one's limit first.)
+// another algorithm. States of one algorithm under different limits do merge;
+// docs/algorithms.md says how each algorithm reconciles the two limits.
 var ErrMismatch = errors.New("bucket: states do not match")
 
 // ErrCorrupt is wrapped by every error of Decode.
