@@ -36,10 +36,12 @@
 //	st.Start(ctx)                    // poll for changes
 //	defer st.Close()
 //	// on SIGHUP: st.Reload()
-//	r, ok := st.Rules().Match("edge", []rules.Entry{{Key: "remote_address", Value: ip}})
+//	entries := []rules.Entry{{Key: "remote_address", Value: ip}}
+//	r, ok := st.Rules().Match("edge", entries)
 //	if ok && !r.Unlimited && !r.DeniesAll() {
 //		req := r.Request(rules.DescriptorKey("edge", entries), 1) // to the checker
 //	}
+//	r, ok = st.Rules().Lookup("edge/remote_address") // a rule by name
 //
 // See docs/rules.md for the full format and the differences from Lyft's.
 package rules

@@ -186,7 +186,12 @@ func RuleName(domain string, path []Step) string {
 // collides with a key of the public API (whose names are non-empty and
 // NUL-free), and escapes its parts like [RuleName].
 func DescriptorKey(domain string, entries []Entry) string {
+	n := 5 + len(domain)
+	for _, e := range entries {
+		n += 2 + len(e.Key) + len(e.Value)
+	}
 	var b strings.Builder
+	b.Grow(n) // exact unless something needs escaping
 	b.WriteString("\x00rls/")
 	escapeTo(&b, domain)
 	for _, e := range entries {

@@ -217,3 +217,31 @@ func TestUnits(t *testing.T) {
 		t.Error("empty unit parsed")
 	}
 }
+
+func BenchmarkMatch(b *testing.B) {
+	data, err := os.ReadFile("testdata/lyft.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := Parse("lyft.yaml", data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	nested := e("message_type=marketing", "to_number=2061111111")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, ok := s.Match("messaging", nested); !ok {
+				b.Fatal("no match")
+			}
+		}
+	})
+}
+
+func BenchmarkDescriptorKey(b *testing.B) {
+	entries := e("message_type=marketing", "to_number=2061111111")
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = DescriptorKey("messaging", entries)
+	}
+}

@@ -1,0 +1,338 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/rules"
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// Checker decides a batch of check requests: the node (or, in tests, a fake
+// over in-memory buckets). Check returns one Response per Request, in order;
+// its error is for the batch as a whole (the node is shutting down, the
+// context ended). It must be safe for concurrent use.
+type Checker interface {
+	Check(ctx context.Context, reqs []rlsync.Request) ([]rlsync.Response, error)
+}
+
+// RuleSource returns the rules in force: a *rules.Store, or a fixed
+// *rules.Set.
+type RuleSource interface {
+	Rules() *rules.Set
+}
+
+// Clock reads the current time. The server reads it once per call, to turn
+// the absolute reset times of decisions into durations.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+// Now returns the wall-clock time.
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Config configures a Server.
+type Config struct {
+	// Headers makes every response carry response_headers_to_add: the
+	// limit, remaining and reset of the most constrained limited descriptor
+	// (the one with the least remaining), as Lyft's service does with
+	// LIMIT_RESPONSE_HEADERS_ENABLED, plus retry-after when over the limit.
+	// Default false: Envoy can compute x-ratelimit-* itself from the
+	// statuses (enable_x_ratelimit_headers), and doing both duplicates them.
+	Headers bool
+	// LimitHeader, RemainingHeader and ResetHeader name the headers. Defaults
+	// x-ratelimit-limit, x-ratelimit-remaining and x-ratelimit-reset, the
+	// names Envoy uses; Lyft's service defaults to RateLimit-Limit,
+	// RateLimit-Remaining and RateLimit-Reset.
+	LimitHeader, RemainingHeader, ResetHeader string
+	// MaxDescriptors is the most descriptors accepted in one request.
+	// Default 64: Envoy sends one per matching rate limit action, a handful
+	// in practice; the bound keeps one call from flooding the checker.
+	MaxDescriptors int
+	// Clock reads the time. Nil means the system clock.
+	Clock Clock
+}
+
+// DefaultConfig returns the default configuration: no response headers, at
+// most 64 descriptors per request, the system clock.
+func DefaultConfig() Config {
+	return Config{
+		LimitHeader:     "x-ratelimit-limit",
+		RemainingHeader: "x-ratelimit-remaining",
+		ResetHeader:     "x-ratelimit-reset",
+		MaxDescriptors:  64,
+		Clock:           systemClock{},
+	}
+}
+
+// Validate reports whether c can configure a Server.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxDescriptors <= 0:
+		return fmt.Errorf("envoy: MaxDescriptors must be positive, got %d", c.MaxDescriptors)
+	case c.Headers && (c.LimitHeader == "" || c.RemainingHeader == "" || c.ResetHeader == ""):
+		return errors.New("envoy: Headers needs LimitHeader, RemainingHeader and ResetHeader")
+	case c.Clock == nil:
+		return errors.New("envoy: Clock is nil")
+	}
+	return nil
+}
+
+// Server implements envoy.service.ratelimit.v3.RateLimitServiceServer over
+// a rule source and a Checker. It is safe for concurrent use.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	checker Checker
+	rules   RuleSource
+	cfg     Config
+}
+
+var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
+
+// New returns a Server that matches requests to the rules of src and
+// decides them with checker.
+func New(checker Checker, src RuleSource, cfg Config) (*Server, error) {
+	if checker == nil || src == nil {
+		return nil, errors.New("envoy: New needs a Checker and a RuleSource")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Server{checker: checker, rules: src, cfg: cfg}, nil
+}
+
+// Register registers s on g as envoy.service.ratelimit.v3.RateLimitService.
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+}
+
+// plan is what one descriptor asks for.
+type plan struct {
+	rule *rules.Rule // nil: no limit applies
+	hits int64
+	req  int // index into the checker batch, -1 when not checked
+}
+
+// ShouldRateLimit decides every descriptor of req and answers OVER_LIMIT if
+// any is over its limit. Descriptors that match no rule (or whose domain is
+// unknown) are OK with no limit, as in Lyft's service. An invalid request
+// fails with InvalidArgument; a failed check fails the whole call (mostly
+// Unavailable), so that Envoy applies its failure_mode_deny setting: the
+// server never answers UNKNOWN, which Envoy asserts against.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	domain, descs := req.GetDomain(), req.GetDescriptors()
+	switch {
+	case domain == "":
+		return nil, status.Error(codes.InvalidArgument, "domain must not be empty")
+	case len(descs) == 0:
+		return nil, status.Error(codes.InvalidArgument, "descriptors must not be empty")
+	case len(descs) > s.cfg.MaxDescriptors:
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, more than the maximum %d", len(descs), s.cfg.MaxDescriptors)
+	}
+	set := s.rules.Rules()
+	hits := int64(req.GetHitsAddend())
+	if hits == 0 {
+		hits = 1 // as Envoy documents: an unset hits_addend counts one hit
+	}
+	plans := make([]plan, len(descs))
+	var batch []rlsync.Request
+	for i, d := range descs {
+		entries, err := entriesOf(i, d)
+		if err != nil {
+			return nil, err
+		}
+		r, err := ruleOf(set, domain, entries, d.GetLimit())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+		}
+		p := plan{rule: r, hits: hits, req: -1}
+		if h := d.GetHitsAddend(); h != nil {
+			p.hits = int64(min(h.GetValue(), math.MaxInt64))
+		}
+		if d.GetIsNegativeHits() {
+			p.hits = 0 // refunds are not supported: peek
+		}
+		plans[i] = p
+		if r != nil && !r.Unlimited && !r.DeniesAll() {
+			plans[i].req = len(batch)
+			batch = append(batch, r.Request(rules.DescriptorKey(domain, entries), p.hits))
+		}
+	}
+	dropReplaced(plans, &batch)
+	var resps []rlsync.Response
+	if len(batch) > 0 {
+		var err error
+		resps, err = s.checker.Check(ctx, batch)
+		if err != nil {
+			return nil, checkError(ctx, err)
+		}
+		if len(resps) != len(batch) {
+			return nil, status.Errorf(codes.Internal, "checker answered %d of %d requests", len(resps), len(batch))
+		}
+	}
+	now := s.cfg.Clock.Now()
+	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(plans))}
+	var over []*rlsync.Response // decisions over the limit, for retry-after
+	for i, p := range plans {
+		var r *rlsync.Response
+		if p.req >= 0 {
+			r = &resps[p.req]
+			if r.Err != nil {
+				return nil, itemError(i, r.Err)
+			}
+		}
+		st := descriptorStatus(p.rule, r, now)
+		out.Statuses[i] = st
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			over = append(over, r) // nil for a rule that denies all
+		}
+	}
+	if s.cfg.Headers {
+		out.ResponseHeadersToAdd = s.headers(out.Statuses, over)
+	}
+	return out, nil
+}
+
+// entriesOf returns the entries of descriptor i.
+func entriesOf(i int, d *rlv3.RateLimitDescriptor) ([]rules.Entry, error) {
+	es := d.GetEntries()
+	if len(es) == 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
+	}
+	out := make([]rules.Entry, len(es))
+	for j, e := range es {
+		if e.GetKey() == "" {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
+		}
+		out[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	return out, nil
+}
+
+// ruleOf returns the rule of a descriptor: the limit override Envoy sent
+// with it when the domain exists (as Lyft's service does), else the matching
+// rule, else nil.
+func ruleOf(set *rules.Set, domain string, entries []rules.Entry, o *rlv3.RateLimitDescriptor_RateLimitOverride) (*rules.Rule, error) {
+	if o != nil && set.HasDomain(domain) {
+		unit, ok := unitFromType(o.GetUnit())
+		if !ok {
+			return nil, fmt.Errorf("limit override has unknown unit %v", o.GetUnit())
+		}
+		return set.Override(domain, entries, int64(o.GetRequestsPerUnit()), unit, o.GetUnitMultiplier().GetValue())
+	}
+	r, _ := set.Match(domain, entries)
+	return r, nil
+}
+
+// dropReplaced applies Lyft's replaces: a rule whose label is replaced by
+// another rule matched in the same request is not checked, and its
+// descriptor is answered OK with no limit. The batch is rebuilt without it.
+func dropReplaced(plans []plan, batch *[]rlsync.Request) {
+	replaced := map[string]bool{}
+	for _, p := range plans {
+		if p.rule != nil {
+			for _, name := range p.rule.Replaces {
+				replaced[name] = true
+			}
+		}
+	}
+	if len(replaced) == 0 {
+		return
+	}
+	kept := (*batch)[:0]
+	for i := range plans {
+		p := &plans[i]
+		if p.rule == nil || p.rule.Label == "" || !replaced[p.rule.Label] {
+			if p.req >= 0 {
+				req := (*batch)[p.req]
+				p.req = len(kept)
+				kept = append(kept, req)
+			}
+			continue
+		}
+		p.rule, p.req = nil, -1
+	}
+	*batch = kept
+}
+
+// descriptorStatus answers one descriptor: r is its check's response, nil
+// when it was not checked.
+func descriptorStatus(rule *rules.Rule, r *rlsync.Response, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
+	switch {
+	case rule == nil:
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	case rule.Unlimited:
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+	}
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: currentLimit(rule)}
+	if r == nil { // denies all: "resets" at the end of the current unit, as Lyft reports it
+		p := rule.Period()
+		st.DurationUntilReset = durationpb.New(p - time.Duration(now.UnixNano()%int64(p)))
+	} else {
+		if r.Allowed {
+			st.Code = rlsv3.RateLimitResponse_OK
+		}
+		st.LimitRemaining = clamp32(r.Remaining)
+		st.DurationUntilReset = durationpb.New(max(r.ResetAt.Sub(now), 0))
+	}
+	if rule.Shadow {
+		st.Code = rlsv3.RateLimitResponse_OK
+	}
+	return st
+}
+
+// currentLimit is the rule's limit as Envoy reports it.
+func currentLimit(rule *rules.Rule) *rlsv3.RateLimitResponse_RateLimit {
+	l := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            rule.Label,
+		RequestsPerUnit: clamp32(rule.RequestsPerUnit),
+		Unit:            unitToResponse(rule.Unit),
+	}
+	if l.Name == "" {
+		l.Name = rule.Name
+	}
+	if rule.Multiplier > 1 {
+		l.UnitMultiplier = wrapperspb.UInt32(rule.Multiplier)
+	}
+	return l
+}
+
+// clamp32 returns v within [0, MaxUint32].
+func clamp32(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }
+
+// checkError turns the checker's batch error into a gRPC status error.
+func checkError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+		return err
+	}
+	return status.Errorf(codes.Unavailable, "check failed: %v", err)
+}
+
+// itemError turns the error of the check of descriptor i into a gRPC status
+// error: InvalidArgument for input the checker rejects, else Unavailable.
+func itemError(i int, err error) error {
+	code := codes.Unavailable
+	if errors.Is(err, bucket.ErrInvalidLimit) || errors.Is(err, rlsync.ErrEmptyKey) || errors.Is(err, rlsync.ErrKeyTooLong) {
+		code = codes.InvalidArgument
+	}
+	return status.Errorf(code, "descriptor %d: %v", i, err)
+}
