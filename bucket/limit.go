@@ -92,6 +92,9 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 type Limit struct {
 	// Algorithm selects the algorithm.
 	Algorithm Algorithm
+	// CountRejected makes SlidingLog record rejected attempts too, so a client
+	// that keeps hammering stays blocked until it pauses.
+	CountRejected bool // placed here, beside Algorithm, to keep Limit at 56 bytes
 	// Limit is the number of permits per Period (for Concurrency: the number of
 	// permits held at once). It must be positive.
 	Limit int64
@@ -110,9 +113,6 @@ type Limit struct {
 	MaxWait time.Duration
 	// MinGap is the shortest time allowed between two admitted hits (SlidingLog).
 	MinGap time.Duration
-	// CountRejected makes SlidingLog record rejected attempts too, so a client
-	// that keeps hammering stays blocked until it pauses.
-	CountRejected bool
 	// WarmUp is the warm-up period of SmoothWarmingUp. It must be positive for
 	// SmoothWarmingUp.
 	WarmUp time.Duration

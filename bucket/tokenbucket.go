@@ -23,7 +23,6 @@ const tokenFloor = -MaxLimit
 // down to tokenFloor. Three integers of state; one division per refill.
 type tokenBucket struct {
 	l     Limit
-	c     int64 // capacity: l.Capacity()
 	whole int64 // whole tokens, in [tokenFloor, c]
 	frac  int64 // fraction of a token, in units of 1/l.Period: [0, Period); 0 when whole == c
 	last  int64 // latest instant seen, Unix ns
@@ -35,7 +34,7 @@ func newTokenBucket(l Limit, now int64) Bucket { return newTokenState(l, now) }
 
 func newTokenState(l Limit, now int64) *tokenBucket {
 	c := l.Capacity()
-	return &tokenBucket{l: l, c: c, whole: c, last: now}
+	return &tokenBucket{l: l, whole: c, last: now}
 }
 
 func decodeTokenBucket(l Limit, r *reader) (Bucket, error) {
@@ -47,14 +46,14 @@ func decodeTokenBucket(l Limit, r *reader) (Bucket, error) {
 }
 
 func decodeTokenState(l Limit, r *reader) (*tokenBucket, error) {
-	b := &tokenBucket{l: l, c: l.Capacity()}
+	b := &tokenBucket{l: l}
 	b.whole = r.varint("tokens")
 	b.frac = r.int63("token fraction")
 	b.last = r.varint("last")
 	if r.err != nil {
 		return nil, r.err
 	}
-	if b.whole < tokenFloor || b.whole > b.c || b.frac >= int64(l.Period) || (b.whole == b.c && b.frac != 0) {
+	if b.whole < tokenFloor || b.whole > b.l.Capacity() || b.frac >= int64(l.Period) || (b.whole == b.l.Capacity() && b.frac != 0) {
 		return nil, fmt.Errorf("%w: %v tokens %d+%d/%d out of range", ErrCorrupt, l.Algorithm, b.whole, b.frac, l.Period)
 	}
 	return b, nil
@@ -68,7 +67,7 @@ func (b *tokenBucket) refill(t int64) {
 		return
 	}
 	b.last = t
-	if b.whole >= b.c {
+	if b.whole >= b.l.Capacity() {
 		return
 	}
 	// frac + e*Limit, in units of 1/Period, split into whole tokens and a fraction.
@@ -76,14 +75,14 @@ func (b *tokenBucket) refill(t int64) {
 	lo, carry := bits.Add64(lo, uint64(b.frac), 0)
 	hi += carry
 	p := uint64(b.l.Period)
-	room := uint64(b.c - b.whole) // at most c - tokenFloor <= 2e18
+	room := uint64(b.l.Capacity() - b.whole) // at most c - tokenFloor <= 2e18
 	if hi >= p {
-		b.whole, b.frac = b.c, 0
+		b.whole, b.frac = b.l.Capacity(), 0
 		return
 	}
 	q, rem := bits.Div64(hi, lo, p)
 	if q >= room {
-		b.whole, b.frac = b.c, 0
+		b.whole, b.frac = b.l.Capacity(), 0
 		return
 	}
 	b.whole += int64(q)
@@ -110,9 +109,9 @@ func (b *tokenBucket) Take(now time.Time, hits int64) (Decision, error) {
 		return Decision{}, ErrNegativeHits
 	}
 	b.refill(nanos(now))
-	d := Decision{Limit: b.c}
+	d := Decision{Limit: b.l.Capacity()}
 	switch {
-	case hits > b.c:
+	case hits > b.l.Capacity():
 		d.RetryAfter = MaxRetry
 	case hits <= b.whole:
 		b.whole -= hits
@@ -121,7 +120,7 @@ func (b *tokenBucket) Take(now time.Time, hits int64) (Decision, error) {
 		d.RetryAfter = time.Duration(b.timeTo(hits))
 	}
 	d.Remaining = max(b.whole, 0)
-	d.ResetAt = unix(addSat(b.last, b.timeTo(b.c)))
+	d.ResetAt = unix(addSat(b.last, b.timeTo(b.l.Capacity())))
 	return d, nil
 }
 
@@ -142,8 +141,8 @@ func (b *tokenBucket) Refund(now time.Time, hits int64) error {
 	}
 	b.refill(nanos(now))
 	b.whole = addSat(b.whole, hits)
-	if b.whole >= b.c {
-		b.whole, b.frac = b.c, 0
+	if b.whole >= b.l.Capacity() {
+		b.whole, b.frac = b.l.Capacity(), 0
 	}
 	return nil
 }
@@ -166,14 +165,14 @@ func (b *tokenBucket) Reconfigure(now time.Time, l Limit) error {
 // capacities (whole tokens exactly, the fraction in floating point).
 func (b *tokenBucket) rescale(l Limit) {
 	c := l.Capacity()
-	b.whole, b.frac = tbRescale(b.whole, b.frac, int64(b.l.Period), b.c, int64(l.Period), c)
+	b.whole, b.frac = tbRescale(b.whole, b.frac, int64(b.l.Period), b.l.Capacity(), int64(l.Period), c)
 	switch {
 	case b.whole >= c:
 		b.whole, b.frac = c, 0
 	case b.whole < tokenFloor:
 		b.whole, b.frac = tokenFloor, 0
 	}
-	b.l, b.c = l, c
+	b.l = l
 }
 
 // Merge implements Bucket: both states are brought to the latest instant
@@ -211,7 +210,7 @@ func (b *tokenBucket) Config() Limit { return b.l }
 func (b *tokenBucket) Idle(now time.Time) bool {
 	v := *b
 	v.refill(nanos(now))
-	return v.whole >= v.c
+	return v.whole >= v.l.Capacity()
 }
 
 // Clone implements Bucket.

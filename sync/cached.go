@@ -22,12 +22,16 @@ func (n *Node) cachedLocked(s *shard, key string, l bucket.Limit, now time.Time,
 	return e, false, configure(e, l, now)
 }
 
+// shareExact is the share above which a node decides as if it were alone.
+const shareExact = 0.999
+
 // decideCached decides r on a non-owner from its cached view of the owner's
 // state, never waiting: the view with this node's own admissions since the
-// last sync taken from it, and the share rule (budgetOK) with this node's
-// traffic share. A key never synced gets the share 1/N (N members) and asks
-// for an immediate flush, so a node seeing a key for the first time admits at
-// most limit/N before it hears from the owner.
+// last sync taken from it, under the budget rule (takeBudget) with the share
+// the owner gave it. A key never synced gets the share 1/N (N members) and
+// asks for an immediate flush, so a node seeing a key for the first time
+// admits at most limit/N before it hears from the owner. Once the hits the
+// owner has not seen reach the sync threshold, it flushes early.
 func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response) {
 	s := n.st.shardOf(r.Key)
 	s.mu.Lock()
@@ -47,20 +51,23 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Reques
 	}
 	e.touch(c, r.Hits, false)
 	e.u = satAdd32(e.u, r.Hits)
-	share := 1 / float64(v.size())
+	members := v.size()
+	share := 1 / float64(members)
 	if e.has(flagSynced) {
 		share = float64(e.f)
 	}
-	if share >= shareExact || n.budgetOK(e, now, r.Hits, share, e.n1+e.n2, v.size(), resp) {
+	t := n.syncThreshold(&r.Limit, members)
+	if share >= shareExact {
 		resp.Decision, resp.Err = take(e.b, now, r)
-		if resp.Err == nil && resp.Allowed {
-			e.n1 += r.Hits
-		}
+	} else {
+		resp.Decision, resp.Err = n.takeBudget(e, now, r, share, e.n1+e.n2, members, t)
+	}
+	if resp.Err == nil && resp.Allowed {
+		e.n1 += r.Hits
 	}
 	// Sync at once on first sight, and early once the hits the owner has
 	// not seen reach the sync threshold.
-	urgent := fresh && !e.has(flagSynced) ||
-		r.Hits > 0 && e.n1 >= n.syncThreshold(e, v.size()) && !p.urgent.Load()
+	urgent := fresh && !e.has(flagSynced) || r.Hits > 0 && e.n1 >= t && !p.urgent.Load()
 	full := n.markDirtyLocked(s, r.Key, e, p)
 	s.mu.Unlock()
 	if urgent || full {
@@ -246,17 +253,26 @@ func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, it *peerv1.
 	if !ok {
 		return
 	}
-	n.installLocked(e, b, ks.Share, e.n1+e.n2, now, c)
-	e.clear(flagMoved)
+	n.installLocked(e, b, ks.Share, e.n1+e.n2, now, c, len(it.View) > 0)
 }
 
 // installLocked replaces a cached view with the owner's state b, then takes
 // this node's own hits not yet included in it (since) again, and records
-// the node's share of the demand for the budget until the next sync.
-func (n *Node) installLocked(e *entry, b bucket.Bucket, share float32, since int64, now time.Time, c uint32) {
+// the node's share of the tokens for the budget until the next sync. A view
+// that came from another owner (flagMoved) and that the owner has not been
+// sent yet (reported false) is merged in, keeping the most consumed, and
+// stays flagged: the next flush reports it, so an owner that lost its state
+// rebuilds from it.
+func (n *Node) installLocked(e *entry, b bucket.Bucket, share float32, since int64, now time.Time, c uint32, reported bool) {
+	old := e.b
 	e.b = b
 	if since > 0 {
 		_ = e.b.Drain(now, since)
+	}
+	if e.has(flagMoved) && !reported {
+		_ = e.b.Merge(now, old)
+	} else {
+		e.clear(flagMoved)
 	}
 	e.touch(c, 0, false)
 	e.f = share
@@ -327,8 +343,7 @@ func (n *Node) onPush(now time.Time, v *view, p *peer, push *peerv1.Push) {
 			if inflight {
 				since += e.n2
 			}
-			n.installLocked(e, b, ks.Share, since, now, c)
-			e.clear(flagMoved)
+			n.installLocked(e, b, ks.Share, since, now, c, false)
 		}
 		s.mu.Unlock()
 	}

@@ -80,20 +80,17 @@ func (n *Node) resolve(r *Request) (Mode, Policy, error) {
 	}
 	switch {
 	case int(mode) >= len(modeNames):
-		return 0, 0, ErrUnknownMode
+		return mode, pol, ErrUnknownMode
 	case int(pol) >= len(policyNames):
-		return 0, 0, ErrUnknownPolicy
+		return mode, pol, ErrUnknownPolicy
 	case r.Key == "":
-		return 0, 0, ErrEmptyKey
+		return mode, pol, ErrEmptyKey
 	case len(r.Key) > n.cfg.MaxKeyLen:
-		return 0, 0, ErrKeyTooLong
+		return mode, pol, ErrKeyTooLong
 	case r.Hits < 0:
-		return 0, 0, bucket.ErrNegativeHits
+		return mode, pol, bucket.ErrNegativeHits
 	}
-	if err := r.Limit.Validate(); err != nil {
-		return 0, 0, err
-	}
-	return mode, pol, nil
+	return mode, pol, r.Limit.Validate()
 }
 
 // semaphoreOp reports whether r acquires or releases named Concurrency
@@ -105,7 +102,7 @@ func semaphoreOp(r *Request) bool {
 func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Response, a *asyncs) {
 	mode, pol, err := n.resolve(r)
 	if err != nil {
-		*resp = Response{Mode: r.Mode, Err: err}
+		*resp = Response{Mode: mode, Err: err}
 		n.record(resp)
 		return
 	}
@@ -242,8 +239,10 @@ func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, now time.Time, 
 
 // decideOwned decides r on this node's authoritative state. In cached mode,
 // while other nodes also check the key, the owner holds itself to its own
-// share of the tokens (see budgetOK), so that the non-owners' budgets are
-// not taken twice; in owner and leased modes it decides exactly.
+// share of the tokens (takeBudget), so that the non-owners' budgets are not
+// taken twice, and pushes early once its own admissions since the key's
+// last push reach the sync threshold; in owner and leased modes it decides
+// exactly.
 func (n *Node) decideOwned(now time.Time, c uint32, v *view, r *Request, resp *Response, cached bool) {
 	var push bool
 	n.decideOwnedLocked(now, c, v, r, resp, cached, &push)
@@ -252,6 +251,8 @@ func (n *Node) decideOwned(now time.Time, c uint32, v *view, r *Request, resp *R
 	}
 }
 
+// decideOwnedLocked is decideOwned under the key's shard lock; push reports
+// that an early push is due (sent once the lock is released).
 func (n *Node) decideOwnedLocked(now time.Time, c uint32, v *view, r *Request, resp *Response, cached bool, push *bool) {
 	s := n.st.shardOf(r.Key)
 	s.mu.Lock()
@@ -262,29 +263,26 @@ func (n *Node) decideOwnedLocked(now time.Time, c uint32, v *view, r *Request, r
 		return
 	}
 	e.touch(c, r.Hits, true)
-	if cached && e.interest() != 0 {
-		share := float64(activeShare(e))
-		if !n.budgetOK(e, now, r.Hits, share, e.n2, v.size(), resp) {
-			return
-		}
+	shared := cached && e.interest() != 0
+	if shared {
+		t := n.syncThreshold(&r.Limit, v.size())
+		resp.Decision, resp.Err = n.takeBudget(e, now, r, float64(activeShare(e)), e.n2, v.size(), t)
+	} else {
+		resp.Decision, resp.Err = take(e.b, now, r)
 	}
-	resp.Decision, resp.Err = take(e.b, now, r)
 	if resp.Err != nil || !resp.Allowed || r.Hits == 0 {
 		return
 	}
 	n.markChangedLocked(s, r.Key, e, 0)
-	if cached && e.interest() != 0 {
+	if shared {
 		// n2 counts the owner's own admissions since the key's last push:
 		// once they reach the sync threshold, push early.
 		e.n2 += r.Hits
-		if e.n2 >= n.syncThreshold(e, v.size()) {
+		if e.n2 >= n.syncThreshold(&r.Limit, v.size()) {
 			*push = true
 		}
 	}
 }
-
-// shareExact is the share above which a node decides as if it were alone.
-const shareExact = 0.999
 
 // markChangedLocked notes that an owned entry changed: every interested
 // node but except (a member bit, or 0) now holds a stale copy, to be pushed.
@@ -301,49 +299,48 @@ func (n *Node) markChangedLocked(s *shard, key string, e *entry, except uint32) 
 	}
 }
 
-// syncThreshold returns T, the admitted hits of a key that a node lets go
-// unseen by the others before it syncs early: SyncFraction x capacity /
-// members, at least 1.
-func (n *Node) syncThreshold(e *entry, members int) int64 {
-	c := e.b.Config().Capacity()
-	return max(1, int64(n.cfg.SyncFraction*float64(c)/float64(max(members, 1))))
+// syncThreshold returns T, the admitted hits of a key with limit l that a
+// node lets go unseen by the others before it syncs early: SyncFraction x
+// capacity / members, at least 1.
+func (n *Node) syncThreshold(l *bucket.Limit, members int) int64 {
+	return max(1, int64(n.cfg.SyncFraction*float64(l.Capacity())/float64(max(members, 1))))
 }
 
-// budgetOK applies the share rule to a node's decision of hits at now: since
-// its last sync (for the owner: since the key's last push) the node has
-// admitted since hits; it may admit more while
+// takeBudget decides r on a node's view e (the owner's state for the
+// owner) under the share rule: since its last sync (for the owner: since
+// the key's last push) the node has admitted since hits; it may admit more
+// while
 //
 //	since + hits <= share * (available + since)
 //
-// where available is what its view of the bucket has left now (so
-// available + since is what the view had without this node's own admissions,
-// refill included). Summed over the nodes, whose shares add up to about one,
-// the cluster admits between syncs about what the owner had. A view that is
-// not the node's first sight of the key also admits while it shows more than
-// the others can have taken unseen ((members-1) x T, see syncThreshold), so a
-// node with a small share is not starved while the bucket is far from empty.
-// When the rule rejects, resp holds the rejection and budgetOK returns
-// false.
-func (n *Node) budgetOK(e *entry, now time.Time, hits int64, share float64, since int64, members int, resp *Response) bool {
-	peek, err := e.b.Take(now, 0)
-	if err != nil {
-		resp.Err = err
-		return false
+// where available is what the view had left before this request (so
+// available + since is what it had without this node's own admissions,
+// refill included). Summed over the nodes, whose shares add up to one, the
+// cluster admits between syncs about what the owner had. A view that is not
+// the node's first sight of the key also admits while it shows more than
+// the others can have taken unseen, (members-1) x T (see syncThreshold), and
+// this node's own unseen hits stay within T: so a node with a small share
+// is not starved while the bucket is far from empty.
+//
+// The bucket decides first; a request the bucket admits but the rule does
+// not is refunded and rejected.
+func (n *Node) takeBudget(e *entry, now time.Time, r *Request, share float64, since int64, members int, t int64) (bucket.Decision, error) {
+	d, err := take(e.b, now, r)
+	if err != nil || !d.Allowed || r.Hits == 0 {
+		return d, err
 	}
-	budget := share * float64(peek.Remaining+since)
-	if float64(since+hits) <= budget {
-		return true
+	avail := d.Remaining + r.Hits
+	budget := share * float64(avail+since)
+	if float64(since+r.Hits) <= budget {
+		return d, nil
 	}
-	margin := int64(members-1) * n.syncThreshold(e, members)
-	if (e.has(flagOwned) || e.has(flagSynced)) && since+hits <= n.syncThreshold(e, members) && peek.Remaining >= hits+margin {
-		return true
+	if (e.has(flagOwned) || e.has(flagSynced)) && since+r.Hits <= t && avail >= r.Hits+int64(members-1)*t {
+		return d, nil
 	}
-	peek.Allowed = false
-	peek.Remaining = max(0, min(peek.Remaining, int64(budget)-since))
-	peek.RetryAfter = max(peek.RetryAfter, n.cfg.FlushInterval)
-	if hits > peek.Limit {
-		peek.RetryAfter = bucket.MaxRetry
-	}
-	resp.Decision = peek
-	return false
+	_ = e.b.Refund(now, r.Hits)
+	d.Allowed = false
+	d.Remaining = max(0, min(avail, int64(budget)-since))
+	d.RetryAfter = n.cfg.FlushInterval
+	d.Wait = 0
+	return d, nil
 }

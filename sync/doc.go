@@ -17,7 +17,7 @@
 //	n, err := rlsync.NewNode(cfg, transport)        // transport.Send must not block
 //	n.SetMembers(now, []string{"a", "b", "c"})      // on every membership change
 //	n.Check(now, reqs, resps, func() { ... })       // per client call; done once resps are filled
-//	n.Step(now, from, msg)                          // per message received from a peer
+//	n.Step(now, msg)                                // per message received from a peer
 //	n.Unreachable(now, peer)                        // when a send to peer failed
 //	n.Tick(now)                                     // every Config.TickInterval
 //	n.Leave(now); for !n.HandedOff() { Tick; Step } // graceful stop: hand off, then go
@@ -26,4 +26,19 @@
 // goroutines at once. Check, Step, Tick and the others never block; they call
 // Transport.Send and the done callbacks synchronously, possibly while holding
 // internal locks, so neither may block nor call back into the Node.
+//
+// What each mode guarantees, the drift bound of cached mode and the measured
+// figures are in docs/consistency.md. In short: the ring gives every key one
+// owner, which holds its authoritative bucket. A non-owner in cached mode
+// decides from its view of the owner's state and a budget (its share of what
+// the view shows), flushes the hits it admitted every FlushInterval, or early
+// once SyncFraction of the capacity went unseen, and installs the owner's
+// answer; the owner pushes changed states to the nodes interested. Leased
+// mode spends tokens the owner drained from its bucket and granted; owner
+// mode forwards, batched. The protocol is in wire.go.
+//
+// Reproducibility: given the same calls with the same times, a Node sends
+// the same messages in the same order. It never iterates a map to build a
+// message (keys are taken from slices or sorted) and draws no random
+// number, so the simulator's runs are reproducible from its seed.
 package sync

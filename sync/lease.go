@@ -3,6 +3,7 @@ package sync
 import (
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -115,8 +116,8 @@ func (l *lease) unfill(it *peerv1.FlushItem) {
 }
 
 // decideLeased decides r on a non-owner from its lease. It returns true when
-// the check must be forwarded to the owner instead: the first check of a key
-// this node holds no lease for (a lease is asked for at once). When the
+// the check must be forwarded to the owner instead: until the first grant
+// for the key arrives (it is asked for at once). When the
 // lease is spent, the check is rejected if the owner is reachable (a
 // renewal is asked for) and decided by the partition policy if not.
 func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response, pol Policy) (forward bool) {
@@ -143,8 +144,10 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Reques
 	switch {
 	case l == nil:
 		l = &lease{want: true}
-		s.leases[r.Key] = l
+		s.leases[strings.Clone(r.Key)] = l
 		forward = !down
+	case l.last == 0 && !l.zero && l.avail() == 0:
+		forward = !down // the first grant is on its way: the owner decides
 	case l.spend(t, r.Hits):
 		resp.Decision = bucket.Decision{Allowed: true, Limit: capacity, Remaining: l.avail()}
 		if l.needsRenewal(t, n.cfg.LeaseTTL) {
@@ -155,8 +158,8 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Reques
 		if r.Hits > capacity {
 			resp.RetryAfter = bucket.MaxRetry
 		}
-		if !l.asking && !l.zero {
-			l.want = true
+		if !l.asking {
+			l.want = true // urgent unless the last grant was empty
 		}
 	}
 	urgent := l.want && !l.zero

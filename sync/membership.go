@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	"github.com/ringlimit/ringlimit/ring"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // handoffBatch is a Handoff message not yet acknowledged.
@@ -34,7 +34,7 @@ type handoffBatch struct {
 //     again (checks by the partition policy).
 //
 // An invalid membership (an empty name, more members than partitions) is
-// ignored and the previous one kept.
+// ignored, the previous one kept, and counted in Metrics.MembershipRejected.
 func (n *Node) SetMembers(now time.Time, members []string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -109,7 +109,11 @@ func (n *Node) applyMembersLocked(now time.Time) {
 	} else {
 		r, err = old.ring.WithMembers(names)
 	}
-	if err != nil || r == old.ring {
+	if err != nil {
+		n.metrics.MembershipRejected.Add(1)
+		return
+	}
+	if r == old.ring {
 		return
 	}
 	nv := &view{ring: r, names: r.Members(), index: map[string]int{}, peers: map[string]*peer{}}

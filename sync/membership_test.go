@@ -177,3 +177,34 @@ func TestJoinRoutesPending(t *testing.T) {
 		t.Fatal("c does not know a")
 	}
 }
+
+// TestRestartRebuild: an owner that restarts faster than the membership
+// notices (a new incarnation, same members) lost its state; the first
+// message from its new life makes the non-owners report their views, and
+// it rebuilds from the most consumed instead of a full bucket.
+func TestRestartRebuild(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "b", "a", "b")
+	l := perMinute(6000)
+	for range 40 {
+		check(t, a, nw.now, Request{Key: key, Hits: 100, Limit: l})
+		nw.run(2 * time.Millisecond)
+	}
+	nw.run(200 * time.Millisecond)
+	if got := remainingOn(nw.nodes["b"], nw.now, key); got > 2100 {
+		t.Fatalf("b remaining %d before the restart, want about 2000", got)
+	}
+	// b restarts: a new process, same name, no state.
+	nw.now = nw.now.Add(time.Millisecond)
+	b := nw.add("b", nil)
+	b.SetMembers(nw.now, []string{"a", "b"})
+	check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: l})
+	nw.run(300 * time.Millisecond)
+	if got := a.Metrics().PeerRestarts.Load(); got != 1 {
+		t.Errorf("PeerRestarts %d, want 1", got)
+	}
+	if got := remainingOn(b, nw.now, key); got < 0 || got > 2100 {
+		t.Errorf("restarted b remaining %d, want about 2000 (rebuilt from a), not 6000", got)
+	}
+}

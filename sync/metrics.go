@@ -46,4 +46,7 @@ type Metrics struct {
 	// Malformed counts message items dropped because a state, limit or count
 	// in them was invalid, and envelopes with no known body.
 	Malformed atomic.Int64
+	// PeerRestarts counts peers seen with a new incarnation;
+	// MembershipRejected memberships SetMembers could not use.
+	PeerRestarts, MembershipRejected atomic.Int64
 }

@@ -1,14 +1,15 @@
 package sync
 
 import (
+	"slices"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ringlimit/ringlimit/ring"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // Node is one cluster member's coordination state machine: the owner's
@@ -101,6 +102,8 @@ type peer struct {
 	// peer; urgent asks for a flush as soon as none is in flight.
 	dirty  atomic.Int64
 	urgent atomic.Bool
+	// seenInc is the highest incarnation of the peer seen in an envelope.
+	seenInc atomic.Uint64
 
 	// The fields below are guarded by Node.mu.
 
@@ -210,6 +213,14 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		return
 	}
 	p.downUntil.Store(0)
+	for prev := p.seenInc.Load(); env.Incarnation > prev; prev = p.seenInc.Load() {
+		if p.seenInc.CompareAndSwap(prev, env.Incarnation) {
+			if prev != 0 {
+				n.peerRestarted(v, p)
+			}
+			break
+		}
+	}
 	switch b := env.Body.(type) {
 	case *peerv1.Envelope_Flush:
 		n.serveFlush(now, v, p, env.Incarnation, b.Flush)
@@ -227,6 +238,32 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		n.onHandoffAck(p, b.HandoffAck)
 	default:
 		n.metrics.Malformed.Add(1)
+	}
+}
+
+// peerRestarted handles a peer seen with a new incarnation without a
+// membership change in between (a restart faster than failure detection):
+// it lost its state, so this node's views of the keys it owns are marked as
+// coming from a previous owner, and the next flushes carry them for it to
+// rebuild from (keeping the most consumed), as after a crash.
+func (n *Node) peerRestarted(v *view, p *peer) {
+	n.metrics.PeerRestarts.Add(1)
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		s.mu.Lock()
+		var keys []string
+		for key, e := range s.m {
+			if !e.has(flagOwned) && e.has(flagSynced) && v.owner(key) == p.name {
+				keys = append(keys, key)
+			}
+		}
+		slices.Sort(keys)
+		for _, key := range keys {
+			e := s.m[key]
+			e.set(flagMoved)
+			n.markDirtyLocked(s, key, e, p)
+		}
+		s.mu.Unlock()
 	}
 }
 
@@ -283,7 +320,7 @@ func (n *Node) sweepShard(now time.Time, i int) {
 	s := &n.st.shards[i]
 	c := coarse(now)
 	s.mu.Lock()
-	n.st.sweepLocked(s, now, c, toCoarse(n.cfg.InterestTTL))
+	n.st.sweepLocked(s, now, c, toCoarse(n.cfg.SweepInterval), toCoarse(n.cfg.InterestTTL))
 	n.sweepLeasesLocked(s, now)
 	s.mu.Unlock()
 }

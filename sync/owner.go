@@ -79,6 +79,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *
 		}
 	}
 	e.touch(c, it.Demand, false)
+	e.u = c
 	in := e.interest() | bit
 	e.setSets(in, e.stale())
 	if it.Hits > 0 {
@@ -110,7 +111,7 @@ const ownActiveMin = 0.1
 // checked it recently. Equal shares always add up to one, whatever the
 // nodes' traffic and however stale its measure, which is what bounds the
 // over-admission; a node whose traffic exceeds its share is not starved
-// while the bucket is far from empty (budgetOK's margin), and tokens the
+// while the bucket is far from empty (takeBudget's margin), and tokens the
 // others leave unspent raise everyone's next budget.
 func activeShare(e *entry) float32 {
 	k := bits.OnesCount32(e.interest())

@@ -31,6 +31,11 @@ func (r loadResult) over() float64 {
 // With on < every, the load is bursty: on for on at the start of every
 // period of length every, idle the rest (nodes keep ticking).
 func runLoad(t testing.TB, nw *testNet, mode Mode, l bucket.Limit, rate int, d, window, on, every time.Duration) loadResult {
+	return runLoadOn(t, nw, nw.names, mode, l, rate, d, window, on, every)
+}
+
+// runLoadOn is runLoad with the checks spread over the nodes clients only.
+func runLoadOn(t testing.TB, nw *testNet, clients []string, mode Mode, l bucket.Limit, rate int, d, window, on, every time.Duration) loadResult {
 	t.Helper()
 	key := "user:42"
 	ideal, err := bucket.New(l, nw.now)
@@ -66,7 +71,7 @@ func runLoad(t testing.TB, nw *testNet, mode Mode, l bucket.Limit, rate int, d, 
 			winAdm, winIdeal = 0, 0
 			winEnd = winEnd.Add(window)
 		}
-		name := nw.names[i%len(nw.names)]
+		name := clients[i%len(clients)]
 		i++
 		resps := make([]Response, 1)
 		nw.nodes[name].Check(at, reqs, resps, func() {
@@ -152,5 +157,65 @@ func TestBurstAfterIdle(t *testing.T) {
 				t.Errorf("over-admission %.2f%% > %.2f%%", r.over(), tc.maxOver)
 			}
 		})
+	}
+}
+
+// TestCachedDriftGrid logs cached mode's over-admission for 3 and 10 nodes
+// at 1ms and 20ms latency, steady (9000/s for 2 minutes) and bursty (2s
+// bursts at 9000/s after 68s idle, 3 bursts): the table of
+// docs/consistency.md. It asserts the 2% bound where the bound's
+// assumption (a round trip well under the flush interval) holds.
+func TestCachedDriftGrid(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long scenario")
+	}
+	for _, nodes := range []int{3, 10} {
+		for _, lat := range []time.Duration{time.Millisecond, 20 * time.Millisecond} {
+			names := make([]string, nodes)
+			for i := range names {
+				names[i] = fmt.Sprintf("n%d", i)
+			}
+			nw := newTestNet(t, nil, names...)
+			nw.latency = lat
+			steady := runLoad(t, nw, ModeCached, perMinute(1000), 9000, 2*time.Minute, time.Minute, time.Minute, time.Minute)
+			nw = newTestNet(t, nil, names...)
+			nw.latency = lat
+			bursts := runLoad(t, nw, ModeCached, perMinute(1000), 9000, 3*70*time.Second, 70*time.Second, 2*time.Second, 70*time.Second)
+			t.Logf("N=%2d latency %4v: steady %+.2f%% (worst minute %+d, %.4f msgs/decision) | bursts %+.2f%% (worst burst %+d of %d)",
+				nodes, lat, steady.over(), steady.worstWindow, float64(steady.messages)/float64(steady.checks),
+				bursts.over(), bursts.worstWindow, bursts.ideal/3)
+			if lat == time.Millisecond && (steady.over() > 2 || bursts.over() > 2) {
+				t.Errorf("N=%d: over-admission above 2%%", nodes)
+			}
+		}
+	}
+}
+
+// TestLeasedUnderAdmission measures what leased mode gives up for never
+// exceeding the limit: all the traffic lands on the two non-owners, so every
+// admission is spent from a lease (the owner admits nothing itself).
+func TestLeasedUnderAdmission(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long scenario")
+	}
+	for _, rate := range []int{9000, 100} {
+		nw := newTestNet(t, nil, "a", "b", "c")
+		key := "user:42"
+		owner := nw.nodes["a"].view.Load().owner(key)
+		var clients []string
+		for _, n := range nw.names {
+			if n != owner {
+				clients = append(clients, n)
+			}
+		}
+		r := runLoadOn(t, nw, clients, ModeLeased, perMinute(1000), rate, 3*time.Minute, time.Minute, time.Minute, time.Minute)
+		t.Logf("leased %d/s on non-owners only: admitted %d ideal %d (%+.2f%%); per node %v; %d msgs",
+			rate, r.admitted, r.ideal, r.over(), r.perNode, r.messages)
+		if r.admitted > r.ideal {
+			t.Errorf("leased admitted %d > ideal %d", r.admitted, r.ideal)
+		}
+		if r.over() < -5 {
+			t.Errorf("leased under-admitted %.2f%%, want within 5%%", r.over())
+		}
 	}
 }

@@ -3,6 +3,7 @@ package sync
 import (
 	"cmp"
 	"slices"
+	"strings"
 	stdsync "sync"
 	"time"
 
@@ -58,8 +59,9 @@ type entry struct {
 	// f is, owned: the owner's own decayed demand; cached: the other nodes'
 	// decayed demand as reported by the owner at the last sync.
 	f float32
-	// u is, owned: the epoch of n2 (now / FlushInterval); cached: the hits
-	// asked for (demand) since the last flush, saturating.
+	// u is, owned: the coarse time of the last flush from another node (the
+	// interest expires InterestTTL after it); cached: the hits asked for
+	// (demand) since the last flush, saturating.
 	u uint32
 }
 
@@ -137,13 +139,14 @@ type shard struct {
 // store is the striped keyed store of a Node.
 type store struct {
 	shards [numShards]shard
-	// perShard bounds the keys of one shard: Config.MaxKeys / numShards.
-	perShard int
-	metrics  *Metrics
+	// maxKeys bounds the keys of all shards (Config.MaxKeys); metrics.Keys
+	// counts them.
+	maxKeys int64
+	metrics *Metrics
 }
 
 func newStore(maxKeys int, m *Metrics) *store {
-	st := &store{perShard: max(1, maxKeys/numShards), metrics: m}
+	st := &store{maxKeys: int64(maxKeys), metrics: m}
 	for i := range st.shards {
 		s := &st.shards[i]
 		s.m = make(map[string]*entry)
@@ -163,12 +166,12 @@ func (st *store) shardOf(key string) *shard {
 func (s *shard) sizeLocked() int { return len(s.m) + len(s.local) + len(s.share) }
 
 // insertLocked adds e under key to the map into, first evicting the least
-// recently used keys if the shard is full.
+// recently used keys of its shard if the store is full.
 func (st *store) insertLocked(s *shard, into map[string]*entry, key string, e *entry, c uint32) {
-	if s.sizeLocked() >= st.perShard {
+	if st.metrics.Keys.Load() >= st.maxKeys {
 		st.evictLocked(s, c)
 	}
-	into[key] = e
+	into[strings.Clone(key)] = e // never pin a caller's larger buffer
 	st.metrics.Keys.Add(1)
 }
 
@@ -200,10 +203,11 @@ func configure(e *entry, l bucket.Limit, now time.Time) error {
 	return nil
 }
 
-// evictLocked makes room in a full shard: it removes the least recently used
-// eighth of its keys (by last use, ties broken by key, so the choice is
-// deterministic). Cached entries with hits still to flush and keys with a
-// live lease are kept. Sorting costs O(n log n) once per n/8 insertions.
+// evictLocked makes room in a full store: it removes the least recently used
+// eighth of the shard's keys (by last use, ties broken by key, so the choice
+// is deterministic), at least one. Cached entries with hits still to flush
+// and keys with a live lease are kept. Sorting costs O(n log n) once per
+// about n/8 insertions.
 func (st *store) evictLocked(s *shard, c uint32) {
 	type cand struct {
 		age uint32
@@ -225,7 +229,7 @@ func (st *store) evictLocked(s *shard, c uint32) {
 	slices.SortFunc(cands, func(a, b cand) int {
 		return cmp.Or(cmp.Compare(b.age, a.age), cmp.Compare(a.key, b.key))
 	})
-	n := max(1, st.perShard/8)
+	n := max(1, len(cands)/8)
 	for _, cd := range cands[:min(n, len(cands))] {
 		delete(cd.m, cd.key)
 		st.metrics.Evicted.Add(1)
@@ -233,22 +237,24 @@ func (st *store) evictLocked(s *shard, c uint32) {
 	}
 }
 
-// sweepLocked evicts the keys of s whose state equals a fresh bucket's and
-// that carry nothing to send, forgets interest older than interestTTL, and
-// records the shard's hottest keys.
-func (st *store) sweepLocked(s *shard, now time.Time, c uint32, interestTTL uint32) {
+// sweepLocked evicts the keys of s whose state equals a fresh bucket's,
+// that carry nothing to send and that were not used for grace (a sweep
+// period: a key in steady use under a large limit is not evicted and
+// created again); it forgets interest older than interestTTL, and records
+// the shard's hottest keys.
+func (st *store) sweepLocked(s *shard, now time.Time, c, grace, interestTTL uint32) {
 	s.top = s.top[:0]
 	for k, e := range s.m {
 		age := ageOf(c, e.used())
 		if e.has(flagOwned) {
-			if age > interestTTL && e.interest() != 0 {
+			if e.interest() != 0 && ageOf(c, e.u) > interestTTL {
 				e.setSets(0, 0)
 			}
-			if e.interest() == 0 && !e.has(flagChanged) && e.b.Idle(now) {
+			if age >= grace && e.interest() == 0 && !e.has(flagChanged) && e.b.Idle(now) {
 				st.drop(s.m, k)
 				continue
 			}
-		} else if !e.has(flagDirty) && e.n1 == 0 && e.n2 == 0 && s.leases[k] == nil && e.b.Idle(now) {
+		} else if age >= grace && !e.has(flagDirty) && e.n1 == 0 && e.n2 == 0 && s.leases[k] == nil && e.b.Idle(now) {
 			st.drop(s.m, k)
 			continue
 		}
@@ -256,7 +262,7 @@ func (st *store) sweepLocked(s *shard, now time.Time, c uint32, interestTTL uint
 	}
 	for _, m := range []map[string]*entry{s.local, s.share} {
 		for k, e := range m {
-			if e.b.Idle(now) {
+			if ageOf(c, e.used()) >= grace && e.b.Idle(now) {
 				st.drop(m, k)
 			}
 		}
