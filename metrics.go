@@ -81,12 +81,16 @@ func newMetrics(reg prometheus.Registerer, core *rlsync.Metrics, members func() 
 	return m, nil
 }
 
-// coreCollectors exports the coordination core's counters.
-func coreCollectors(c *rlsync.Metrics) []prometheus.Collector {
-	counters := []struct {
-		name, help string
-		v          *atomic.Int64
-	}{
+// coreCounter is one of the core's counters as a Prometheus counter.
+type coreCounter struct {
+	name, help string
+	v          *atomic.Int64
+}
+
+// coreCounters lists every counter of rlsync.Metrics (all but Decisions and
+// Keys, exported otherwise).
+func coreCounters(c *rlsync.Metrics) []coreCounter {
+	return []coreCounter{
 		{"ringlimit_degraded_total", "Requests decided by the partition policy because the owner was unreachable.", &c.Degraded},
 		{"ringlimit_forwarded_checks_total", "Owner-mode checks forwarded to another node.", &c.Forwarded},
 		{"ringlimit_forward_batches_total", "Messages that carried forwarded checks.", &c.ForwardBatches},
@@ -110,8 +114,16 @@ func coreCollectors(c *rlsync.Metrics) []prometheus.Collector {
 		{"ringlimit_forward_timeouts_total", "Owner-mode checks decided by the partition policy after a timeout or an unreachable owner.", &c.ForwardTimeouts},
 		{"ringlimit_not_owner_total", "Items other nodes sent here for keys this node does not own (they route them again).", &c.NotOwner},
 		{"ringlimit_core_envelopes_dropped_total", "Envelopes the core dropped: sender not a member, or addressed to another node.", &c.EnvelopesDropped},
-		{"ringlimit_malformed_total", "Message items dropped because a state, limit or count in them was invalid.", &c.Malformed},
+		{"ringlimit_malformed_total", "Message items dropped because a state, limit or count in them was invalid, and envelopes with no known body.", &c.Malformed},
+		{"ringlimit_peer_restarts_total", "Peers seen with a new incarnation (restarted faster than failure detection).", &c.PeerRestarts},
+		{"ringlimit_membership_rejected_total", "Memberships the core could not use and ignored (an empty name, more members than partitions).", &c.MembershipRejected},
 	}
+}
+
+// coreCollectors exports the coordination core's counters, its key count
+// and its decisions.
+func coreCollectors(c *rlsync.Metrics) []prometheus.Collector {
+	counters := coreCounters(c)
 	out := make([]prometheus.Collector, 0, len(counters)+2)
 	for _, k := range counters {
 		v := k.v
@@ -123,6 +135,38 @@ func coreCollectors(c *rlsync.Metrics) []prometheus.Collector {
 	}, func() float64 { return float64(c.Keys.Load()) }))
 	out = append(out, coreDecisions{c})
 	return out
+}
+
+// registerHotKeys registers on reg the gauge of the core's hottest keys,
+// read from hot (rlsync.Node.HotKeys) at scrape time.
+func registerHotKeys(reg prometheus.Registerer, hot func(int) []rlsync.HotKey) error {
+	return reg.Register(hotKeys(hot))
+}
+
+// hotKeysExported is how many of the hottest keys the metrics list.
+const hotKeysExported = 10
+
+// hotKeys exports the core's hottest keys (rlsync.Node.HotKeys) as a gauge
+// of their rate, labelled by key and whether this node owns it. The list is
+// bounded, so the label's cardinality is too.
+type hotKeys func(int) []rlsync.HotKey
+
+var hotKeyDesc = prometheus.NewDesc("ringlimit_hot_key_rate",
+	"Decayed demand in hits per second of this node's hottest keys (for an owned key the whole cluster's, for another this node's), sampled by the core's sweep.",
+	[]string{"key", "owned"}, nil)
+
+// Describe implements prometheus.Collector.
+func (h hotKeys) Describe(ch chan<- *prometheus.Desc) { ch <- hotKeyDesc }
+
+// Collect implements prometheus.Collector.
+func (h hotKeys) Collect(ch chan<- prometheus.Metric) {
+	for _, k := range h(hotKeysExported) {
+		owned := "false"
+		if k.Owned {
+			owned = "true"
+		}
+		ch <- prometheus.MustNewConstMetric(hotKeyDesc, prometheus.GaugeValue, k.Rate, k.Key, owned)
+	}
 }
 
 // coreDecisions exports rlsync.Metrics.Decisions: every request the core

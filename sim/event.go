@@ -54,8 +54,11 @@ type Event struct {
 	Graceful bool `json:"graceful,omitempty"`
 }
 
-var actions = []string{"partition", "isolate", "cut", "flap", "heal", "crash", "restart", "leave",
-	"join", "rolling-restart", "churn"}
+// actions lists the actions of Event.
+func actions() []string {
+	return []string{"partition", "isolate", "cut", "flap", "heal", "crash", "restart", "leave",
+		"join", "rolling-restart", "churn"}
+}
 
 // isCut reports whether the action leaves links cut until a heal.
 func isCut(action string) bool {
@@ -92,8 +95,8 @@ func nodeIndex(name string) (int, bool) {
 }
 
 func (e Event) validate(s *Scenario) error {
-	if !slices.Contains(actions, e.Action) {
-		return fmt.Errorf("unknown action %q (want one of %s)", e.Action, strings.Join(actions, ", "))
+	if !slices.Contains(actions(), e.Action) {
+		return fmt.Errorf("unknown action %q (want one of %s)", e.Action, strings.Join(actions(), ", "))
 	}
 	if e.At < 0 || e.At > s.Duration {
 		return fmt.Errorf("%s at %v: outside the run [0, %v]", e.Action, e.At, s.Duration)
@@ -136,6 +139,7 @@ func (e Event) validate(s *Scenario) error {
 
 // Interval is a span of simulated time from the start of the run.
 type Interval struct {
+	// Start and End bound the span, from the start of the run: [Start, End).
 	Start Duration `json:"start"`
 	End   Duration `json:"end"`
 }

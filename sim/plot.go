@@ -15,8 +15,12 @@ const (
 	padL, padR, padT, padB = 70, 150, 30, 40
 )
 
-var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
-	"#7f7f7f", "#bcbd22", "#17becf", "#aec7e8"}
+// color returns the line color of node i.
+func color(i int) string {
+	p := [...]string{"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
+		"#7f7f7f", "#bcbd22", "#17becf", "#aec7e8"}
+	return p[i%len(p)]
+}
 
 // WriteSVG draws one panel per result, stacked: the admitted rate of the
 // hottest key (key 0) over time, per node (thin lines) and cluster-wide
@@ -91,7 +95,7 @@ func panel(w *bufio.Writer, r *Result, y0 float64) {
 			x1+10, y, color, dash, x1+40, y+4, html.EscapeString(label))
 	}
 	for i, vals := range s.HotByNode {
-		c := palette[i%len(palette)]
+		c := color(i)
 		line(vals, c, "1", "")
 		legend(i+3, c, "", s.Nodes[i])
 	}

@@ -63,15 +63,17 @@ func WriteTable(w io.Writer, results []*Result) error {
 }
 
 // csvHeader names the columns of WriteCSV.
-var csvHeader = []string{"scenario", "mode", "flush", "seed", "nodes", "phase", "start", "end",
-	"requests", "hits", "admitted", "ideal", "admitted_pct", "over", "under", "over_pct",
-	"false_reject_pct", "worst_window_over_pct", "worst_window_at", "errors", "lost", "unserved",
-	"degraded", "late", "messages", "bytes", "messages_per_decision", "bytes_per_decision", "convergence"}
+func csvHeader() []string {
+	return []string{"scenario", "mode", "flush", "seed", "nodes", "phase", "start", "end",
+		"requests", "hits", "admitted", "ideal", "admitted_pct", "over", "under", "over_pct",
+		"false_reject_pct", "worst_window_over_pct", "worst_window_at", "errors", "lost", "unserved",
+		"degraded", "late", "messages", "bytes", "messages_per_decision", "bytes_per_decision", "convergence"}
+}
 
 // WriteCSV writes one row per run and phase, with every PhaseStats field.
 func WriteCSV(w io.Writer, results []*Result) error {
 	cw := csv.NewWriter(w)
-	if err := cw.Write(csvHeader); err != nil {
+	if err := cw.Write(csvHeader()); err != nil {
 		return err
 	}
 	i64 := func(x int64) string { return strconv.FormatInt(x, 10) }

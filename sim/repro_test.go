@@ -48,7 +48,7 @@ func TestReproducible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sc := range []Scenario{short(t, "partition-half"), short(t, "churn"), every} {
+	for _, sc := range []Scenario{short(t, "partition-half").Scale(0, 6*time.Second), short(t, "churn").Scale(0, 6*time.Second), every} {
 		t.Run(sc.Name, func(t *testing.T) {
 			const seed = 42
 			a, b := output(t, sc, seed), output(t, sc, seed)

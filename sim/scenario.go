@@ -183,8 +183,10 @@ type Network struct {
 // Link overrides the properties of the links from From to To. An empty From
 // or To, or "*", matches every node. Zero fields keep the defaults.
 type Link struct {
-	From    string   `json:"from,omitempty"`
-	To      string   `json:"to,omitempty"`
+	// From and To select the links' ends: a node name, or "*".
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// Latency, Jitter and Loss replace Network's for these links.
 	Latency Duration `json:"latency,omitempty"`
 	Jitter  Duration `json:"jitter,omitempty"`
 	Loss    float64  `json:"loss,omitempty"`
@@ -214,9 +216,18 @@ type Membership struct {
 // of rlsync.DefaultConfig. The mode and the flush interval come from the
 // Variant of a run.
 type SyncSpec struct {
-	Policy           string   `json:"policy,omitempty"`
-	Tick             Duration `json:"tick,omitempty"`
-	Flush            Duration `json:"flush,omitempty"`
+	// Policy is the partition policy: "fail-open", "fail-closed" or
+	// "local-share".
+	Policy string `json:"policy,omitempty"`
+	// Tick is Config.TickInterval, Flush Config.FlushInterval (a Variant's
+	// flush interval overrides it).
+	Tick  Duration `json:"tick,omitempty"`
+	Flush Duration `json:"flush,omitempty"`
+	// SyncFraction is Config.SyncFraction, the early-sync threshold of
+	// cached mode.
+	SyncFraction float64 `json:"sync_fraction,omitempty"`
+	// MaxBatch, ForwardWindow, RequestTimeout, UnreachableAfter and LeaseTTL
+	// are the Config fields of the same names.
 	MaxBatch         int      `json:"max_batch,omitempty"`
 	ForwardWindow    Duration `json:"forward_window,omitempty"`
 	RequestTimeout   Duration `json:"request_timeout,omitempty"`
@@ -250,6 +261,9 @@ func (s SyncSpec) Config(self string, mode rlsync.Mode, flush time.Duration) (rl
 	set(&c.LeaseTTL, s.LeaseTTL)
 	if flush != 0 {
 		c.FlushInterval = flush
+	}
+	if s.SyncFraction != 0 {
+		c.SyncFraction = s.SyncFraction
 	}
 	if s.MaxBatch != 0 {
 		c.MaxBatch = s.MaxBatch

@@ -127,6 +127,11 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 		resp.Mode = mode
 	}
 	if owner == n.cfg.Self {
+		if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
+			resp.Owner = prev
+			a.fwd = append(a.fwd, &fwdItem{c: a.wait(), resp: resp, req: *r, pol: pol, here: true})
+			return
+		}
 		n.decideOwned(now, c, v, r, resp, mode == ModeCached)
 		n.record(resp)
 		return

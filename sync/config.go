@@ -76,6 +76,13 @@ type Config struct {
 	// keys, expiring interest and leases, and sampling the hot keys. Default
 	// 5s: at 1M keys about 200k entry visits a second, well under 1% of a core.
 	SweepInterval time.Duration
+	// HandoffWait is how long a node that has just gained a key's partition
+	// from a live previous owner sends checks of keys it holds no state for
+	// to that previous owner, while the hand-off is on its way (see
+	// awaitFrom in await.go). Default 1s: gossip convergence plus one hand-off
+	// round trip. Zero decides such keys at once on a fresh bucket, which can
+	// let a restarted owner admit a spent key's full capacity again.
+	HandoffWait time.Duration
 	// MaxRetries is how many times a hand-off (and, once leaving, a flush) is
 	// sent again, each after RequestTimeout, before it is given up and counted
 	// in Metrics.HandoffsDropped (or FlushItemsDropped). Default 4: a leave
@@ -103,6 +110,7 @@ func DefaultConfig() Config {
 		MaxKeys:          1_000_000,
 		MaxKeyLen:        1024,
 		SweepInterval:    5 * time.Second,
+		HandoffWait:      time.Second,
 		MaxRetries:       4,
 	}
 }
@@ -140,6 +148,8 @@ func (c Config) Validate() error {
 		return errors.New("sync: config: MaxKeys must be positive")
 	case c.MaxKeyLen <= 0:
 		return errors.New("sync: config: MaxKeyLen must be positive")
+	case c.HandoffWait < 0:
+		return errors.New("sync: config: HandoffWait must not be negative")
 	case c.SweepInterval <= 0:
 		return errors.New("sync: config: SweepInterval must be positive")
 	case c.MaxRetries < 0:

@@ -13,6 +13,10 @@ type fwdItem struct {
 	resp *Response
 	req  Request
 	pol  Policy
+	// here marks a check of a key this node owns, sent to the previous owner
+	// while its hand-off is awaited (see awaitFrom): when that owner says it
+	// is no longer owner, or does not answer, the check is decided here.
+	here bool
 }
 
 // fwdBatch is a Forward message in flight.
@@ -119,6 +123,14 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 
 // degradeForwardLocked decides a forwarded check by its partition policy.
 func (n *Node) degradeForwardLocked(now time.Time, c uint32, v *view, it *fwdItem) {
+	if it.here {
+		it.resp.Owner = n.cfg.Self
+		var push bool // a push is an optimisation: the next Tick sends it
+		n.decideOwnedLocked(now, c, v, &it.req, it.resp, it.resp.Mode == ModeCached, &push)
+		n.record(it.resp)
+		it.c.finish()
+		return
+	}
 	n.metrics.ForwardTimeouts.Add(1)
 	n.degrade(now, c, v, &it.req, it.resp, it.pol)
 	n.record(it.resp)

@@ -117,6 +117,9 @@ func (n *Node) applyMembersLocked(now time.Time) {
 		return
 	}
 	nv := &view{ring: r, names: r.Members(), index: map[string]int{}, peers: map[string]*peer{}}
+	if !n.leaving && r.Has(n.cfg.Self) {
+		nv.await = n.gainedPartitions(now, old.await, old.ring, r)
+	}
 	for i, name := range nv.names {
 		nv.index[name] = i
 		if name == n.cfg.Self {

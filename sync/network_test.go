@@ -77,6 +77,7 @@ func (nw *testNet) add(name string, tweak func(*Config)) *Node {
 	cfg := DefaultConfig()
 	cfg.Self = name
 	cfg.Incarnation = uint64(nw.now.UnixNano())
+	cfg.HandoffWait = 0 // TestJoinedOwnerAsksPreviousOwnerFirst covers the wait
 	if tweak != nil {
 		tweak(&cfg)
 	}

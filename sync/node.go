@@ -61,6 +61,9 @@ type view struct {
 	// peers holds every member but this node. A peer keeps its identity
 	// across views while it stays a member.
 	peers map[string]*peer
+	// await marks the partitions gained from a live previous owner whose
+	// hand-off may still be on its way (see awaitFrom); nil when none.
+	await map[int]awaitFrom
 }
 
 // owner returns key's owner, or "" on an empty ring.

@@ -1,0 +1,142 @@
+package client
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
+)
+
+// Item is one rate-limit check. The bucket is identified cluster-wide by
+// (Name, Key): Name is the limit ("api"), Key the client ("user:42"). Limit
+// and Period are required; every other zero field means the node's default.
+// Item is the Go form of ringlimitv1.CheckItem.
+type Item struct {
+	// Name is the limit's name; it must not contain a NUL byte.
+	Name string
+	// Key identifies the client within the limit (the wire's unique_key).
+	Key string
+	// Hits is the number of permits asked for, >= 0. Zero peeks: the answer
+	// says what is left without taking anything. (Allow asks for 1.)
+	Hits int64
+	// Limit is the number of permits per Period (Concurrency: the permits
+	// held at once); > 0.
+	Limit int64
+	// Period is the time over which Limit permits are granted (Concurrency:
+	// the lease timeout of a permit); > 0.
+	Period time.Duration
+	// Burst is the capacity after idling (TokenBucket, GCRA, LeakyMeter), the
+	// longest queue (LeakyQueue) or the most stored permits (SmoothBursty).
+	// Zero means Limit.
+	Burst int64
+	// Algorithm selects the algorithm; zero is the token bucket.
+	Algorithm Algorithm
+	// Mode is the consistency mode; zero is the node's default.
+	Mode Mode
+	// Policy is the partition policy; zero is the node's default.
+	Policy Policy
+	// MaxWait is the longest the caller will wait (LeakyQueue, the smooth
+	// limiters); a longer wait is a rejection. Zero: must not wait.
+	MaxWait time.Duration
+	// MinGap is the least time between two admitted hits (SlidingLog).
+	MinGap time.Duration
+	// CountRejected makes SlidingLog count rejected attempts too.
+	CountRejected bool
+	// WarmUp is the warm-up period of SmoothWarmingUp (required there).
+	WarmUp time.Duration
+	// Lease names the permit holder of a Concurrency item; with Release the
+	// item returns Hits permits of that holder instead of acquiring.
+	Lease   string
+	Release bool
+}
+
+// Result answers one Item. Over the limit is a Status, not an error.
+type Result struct {
+	// Status is UnderLimit, OverLimit or StatusError.
+	Status Status
+	// Err is an *ItemError when Status is StatusError, nil otherwise.
+	Err error
+	// Limit is the capacity that Remaining counts against.
+	Limit int64
+	// Remaining is how many more hits would be admitted now.
+	Remaining int64
+	// ResetAt is when the bucket is full again if nothing more is taken;
+	// zero when the node did not say.
+	ResetAt time.Time
+	// RetryAfter is, when over the limit, how long until the same request
+	// would be admitted.
+	RetryAfter time.Duration
+	// Wait is, for the shaping algorithms, how long an admitted caller must
+	// wait before it proceeds.
+	Wait time.Duration
+	// Owner is the name of the node that owns the key.
+	Owner string
+	// Node is the name of the node that answered the call.
+	Node string
+	// Mode is the mode the item was decided in.
+	Mode Mode
+	// Degraded reports that the owner could not be reached and the partition
+	// policy decided.
+	Degraded bool
+}
+
+// Allowed reports whether the hits were admitted (Status UnderLimit).
+func (r Result) Allowed() bool { return r.Status == UnderLimit }
+
+// proto returns the wire form of it.
+func (it *Item) proto() *ringlimitv1.CheckItem {
+	return &ringlimitv1.CheckItem{
+		Name:          it.Name,
+		UniqueKey:     it.Key,
+		Hits:          it.Hits,
+		Limit:         it.Limit,
+		Period:        protoDuration(it.Period),
+		Burst:         it.Burst,
+		Algorithm:     it.Algorithm.proto(),
+		Mode:          it.Mode.proto(),
+		Policy:        it.Policy.proto(),
+		MaxWait:       protoDuration(it.MaxWait),
+		MinGap:        protoDuration(it.MinGap),
+		CountRejected: it.CountRejected,
+		WarmUp:        protoDuration(it.WarmUp),
+		Lease:         it.Lease,
+		Release:       it.Release,
+	}
+}
+
+// protoDuration returns nil (unset) for zero, so that the node applies its
+// default.
+func protoDuration(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+// resultOf converts the answer to the item at index i, answered by node.
+func resultOf(pr *ringlimitv1.CheckResult, i int, node string) Result {
+	r := Result{
+		Status:     Status(pr.GetStatus()),
+		Limit:      pr.GetLimit(),
+		Remaining:  pr.GetRemaining(),
+		RetryAfter: pr.GetRetryAfter().AsDuration(), // nil is zero
+		Wait:       pr.GetWait().AsDuration(),
+		Owner:      pr.GetOwner(),
+		Node:       node,
+		Mode:       Mode(pr.GetMode()),
+		Degraded:   pr.GetDegraded(),
+	}
+	if ts := pr.GetResetTime(); ts != nil {
+		r.ResetAt = ts.AsTime()
+	}
+	switch r.Status {
+	case UnderLimit, OverLimit:
+	case StatusError:
+		r.Err = &ItemError{Index: i, Message: pr.GetError()}
+	default: // unknown to this client, or never filled in: never a success
+		r.Err = &ItemError{Index: i, Message: "unknown status " + r.Status.String() + " in the answer"}
+		r.Status = StatusError
+	}
+	return r
+}

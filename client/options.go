@@ -1,0 +1,67 @@
+package client
+
+import (
+	"crypto/tls"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// DefaultTimeout bounds each call whose context has no earlier deadline: a
+// little longer than a node's own default check timeout (2s), so that a
+// node that is slow to decide answers with its own error first.
+const DefaultTimeout = 3 * time.Second
+
+// Option configures a Client; pass options to New or Dial.
+type Option func(*options)
+
+type options struct {
+	creds   credentials.TransportCredentials // nil: plaintext
+	timeout time.Duration                    // <= 0: none
+	limits  map[string]Item                  // Allow's limits by name
+	dial    []grpc.DialOption                // appended last
+}
+
+func defaultOptions() options {
+	return options{timeout: DefaultTimeout, limits: map[string]Item{}}
+}
+
+// WithTLS makes the client speak TLS with cfg: RootCAs to verify the nodes'
+// certificates (nil: the system's roots), Certificates for mutual TLS,
+// ServerName when the nodes' certificates do not name the dialled host. A
+// nil cfg is the zero tls.Config. Without WithTLS or
+// WithTransportCredentials the client speaks plaintext, which suits a
+// sidecar on 127.0.0.1.
+func WithTLS(cfg *tls.Config) Option {
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	return WithTransportCredentials(credentials.NewTLS(cfg))
+}
+
+// WithTransportCredentials sets the gRPC transport credentials (TLS, ALTS,
+// ...), replacing WithTLS.
+func WithTransportCredentials(creds credentials.TransportCredentials) Option {
+	return func(o *options) { o.creds = creds }
+}
+
+// WithTimeout bounds every call whose context has no earlier deadline.
+// Zero or negative leaves calls bounded by their context only. Default
+// DefaultTimeout.
+func WithTimeout(d time.Duration) Option {
+	return func(o *options) { o.timeout = d }
+}
+
+// WithLimit registers the limit Allow applies to it.Name: Allow(ctx, name,
+// key) checks it with Key set to key and, when it.Hits is zero, one hit. A
+// later WithLimit of the same name replaces an earlier one.
+func WithLimit(it Item) Option {
+	return func(o *options) { o.limits[it.Name] = it }
+}
+
+// WithDialOptions appends gRPC dial options (interceptors, keepalive,
+// a custom dialer, ...) after the client's own.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dial = append(o.dial, opts...) }
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ringlimit/ringlimit/client"
+)
+
+// checkOptions is the parsed command line of ringlimit check.
+type checkOptions struct {
+	addrs   []string
+	item    client.Item
+	timeout time.Duration
+	json    bool
+	tls     tlsFlags
+}
+
+const usageCheck = `ringlimit check: decide one item on a node and print the answer.
+
+Usage: ringlimit check --name NAME --key KEY --limit N --period DURATION [flags]
+
+The bucket is (name, key): --name is the limit ("api"), --key the client
+("alice"). --hits 0 peeks without taking anything. Durations are Go
+durations ("500ms", "1m"). Exit code: 0 admitted, 1 over the limit,
+2 bad command line, 3 the node could not be asked or rejected the item.
+
+Flags:
+`
+
+// parseCheck parses the flags of ringlimit check. It writes --help and
+// errors to out and returns flag.ErrHelp for --help.
+func parseCheck(args []string, out io.Writer) (checkOptions, error) {
+	var o checkOptions
+	it := &o.item
+	fs := newFlagSet("check", usageCheck, out)
+	var addrs, algorithm, mode, policy string
+	fs.StringVar(&addrs, "addr", "127.0.0.1:7101", "gRPC address of the node (host:port); a comma-separated list spreads calls round-robin")
+	fs.StringVar(&it.Name, "name", "", "name of the limit (required)")
+	fs.StringVar(&it.Key, "key", "", "the client's key within the limit (required)")
+	fs.Int64Var(&it.Hits, "hits", 1, "permits to take; 0 peeks")
+	fs.Int64Var(&it.Limit, "limit", 0, "permits per period (required)")
+	fs.DurationVar(&it.Period, "period", 0, "period of the limit (required)")
+	fs.Int64Var(&it.Burst, "burst", 0, "capacity after idling (default: the limit)")
+	fs.StringVar(&algorithm, "algorithm", "", "token_bucket, leaky_meter, leaky_queue, fixed_window, sliding_log, sliding_counter, gcra, concurrency, smooth_bursty or smooth_warming_up (default: token_bucket)")
+	fs.StringVar(&mode, "mode", "", "consistency mode: local, owner, cached or leased (default: the node's)")
+	fs.StringVar(&policy, "policy", "", "partition policy: fail-open, fail-closed or local-share (default: the node's)")
+	fs.DurationVar(&it.MaxWait, "max-wait", 0, "longest wait accepted (leaky_queue, smooth_*)")
+	fs.DurationVar(&it.MinGap, "min-gap", 0, "least time between two admitted hits (sliding_log)")
+	fs.BoolVar(&it.CountRejected, "count-rejected", false, "count rejected attempts too (sliding_log)")
+	fs.DurationVar(&it.WarmUp, "warm-up", 0, "warm-up period (smooth_warming_up)")
+	fs.StringVar(&it.Lease, "lease", "", "permit holder (concurrency)")
+	fs.BoolVar(&it.Release, "release", false, "return the holder's permits instead of taking (concurrency)")
+	fs.DurationVar(&o.timeout, "timeout", 3*time.Second, "longest wait for the answer, connecting included")
+	fs.BoolVar(&o.json, "json", false, "print the answer as JSON")
+	o.tls.register(fs)
+
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, usageErr(out, "check", "unexpected arguments %q", fs.Args())
+	}
+	for _, a := range strings.Split(addrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			o.addrs = append(o.addrs, a)
+		}
+	}
+	var err error
+	switch {
+	case len(o.addrs) == 0:
+		return o, usageErr(out, "check", "--addr is empty")
+	case it.Name == "":
+		return o, usageErr(out, "check", "--name is required")
+	case it.Key == "":
+		return o, usageErr(out, "check", "--key is required")
+	case it.Limit <= 0:
+		return o, usageErr(out, "check", "--limit must be positive")
+	case it.Period <= 0:
+		return o, usageErr(out, "check", "--period must be positive")
+	case it.Hits < 0:
+		return o, usageErr(out, "check", "--hits must not be negative")
+	case o.timeout <= 0:
+		return o, usageErr(out, "check", "--timeout must be positive")
+	}
+	if it.Algorithm, err = client.ParseAlgorithm(algorithm); err != nil {
+		return o, usageErr(out, "check", "--algorithm: %v", err)
+	}
+	if it.Mode, err = client.ParseMode(mode); err != nil {
+		return o, usageErr(out, "check", "--mode: %v", err)
+	}
+	if it.Policy, err = client.ParsePolicy(policy); err != nil {
+		return o, usageErr(out, "check", "--policy: %v", err)
+	}
+	if err := o.tls.check(); err != nil {
+		return o, usageErr(out, "check", "%v", err)
+	}
+	return o, nil
+}
+
+// runCheck asks the node and prints the answer; now reads the clock for
+// "in 5s" after the reset time.
+func runCheck(ctx context.Context, o checkOptions, now func() time.Time, stdout, stderr io.Writer) int {
+	tlsCfg, err := o.tls.config()
+	if err != nil {
+		fmt.Fprintln(stderr, "ringlimit check:", err)
+		return exitUsage
+	}
+	opts := []client.Option{client.WithTimeout(o.timeout)}
+	if tlsCfg != nil {
+		opts = append(opts, client.WithTLS(tlsCfg))
+	}
+	c, err := client.New(o.addrs, opts...)
+	if err != nil {
+		fmt.Fprintln(stderr, "ringlimit check:", err)
+		return exitUsage
+	}
+	defer c.Close()
+	res, err := c.Check(ctx, o.item)
+	if err != nil {
+		fmt.Fprintln(stderr, "ringlimit check:", err)
+		return exitFailed
+	}
+	r := res[0]
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(jsonOf(r)); err != nil {
+			fmt.Fprintln(stderr, "ringlimit check:", err)
+			return exitFailed
+		}
+	} else {
+		writeResult(stdout, r, now())
+	}
+	switch r.Status {
+	case client.UnderLimit:
+		return exitOK
+	case client.OverLimit:
+		return exitOverLimit
+	default: // the error is in the output
+		return exitFailed
+	}
+}
+
+// checkJSON is the --json form of a result: the field names and spellings
+// of the node's HTTP API (POST /v1/check), plus the answering node.
+type checkJSON struct {
+	Status     string     `json:"status"`
+	Error      string     `json:"error,omitempty"`
+	Limit      int64      `json:"limit"`
+	Remaining  int64      `json:"remaining"`
+	ResetTime  *time.Time `json:"reset_time,omitempty"`
+	RetryAfter string     `json:"retry_after"`
+	Wait       string     `json:"wait"`
+	Owner      string     `json:"owner,omitempty"`
+	Mode       string     `json:"mode,omitempty"`
+	Degraded   bool       `json:"degraded,omitempty"`
+	Node       string     `json:"node,omitempty"`
+}
+
+func jsonOf(r client.Result) checkJSON {
+	j := checkJSON{
+		Status:     r.Status.String(),
+		Limit:      r.Limit,
+		Remaining:  r.Remaining,
+		RetryAfter: r.RetryAfter.String(),
+		Wait:       r.Wait.String(),
+		Owner:      r.Owner,
+		Degraded:   r.Degraded,
+		Node:       r.Node,
+	}
+	if r.Mode != client.ModeDefault {
+		j.Mode = r.Mode.String()
+	}
+	if ie, ok := r.Err.(*client.ItemError); ok {
+		j.Error = ie.Message
+	} else if r.Err != nil {
+		j.Error = r.Err.Error()
+	}
+	if !r.ResetAt.IsZero() {
+		t := r.ResetAt.UTC()
+		j.ResetTime = &t
+	}
+	return j
+}
+
+// writeResult prints r as aligned "field: value" lines.
+func writeResult(w io.Writer, r client.Result, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	line := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	line("status", r.Status)
+	if r.Status == client.StatusError {
+		if ie, ok := r.Err.(*client.ItemError); ok {
+			line("error", ie.Message)
+		} else {
+			line("error", r.Err)
+		}
+	} else {
+		line("limit", r.Limit)
+		line("remaining", r.Remaining)
+		if !r.ResetAt.IsZero() {
+			line("reset", fmt.Sprintf("%s (in %s)", r.ResetAt.UTC().Format(time.RFC3339Nano), roundDuration(r.ResetAt.Sub(now))))
+		}
+		if r.Status == client.OverLimit || r.RetryAfter > 0 {
+			line("retry after", roundDuration(r.RetryAfter))
+		}
+		if r.Wait > 0 {
+			line("wait", roundDuration(r.Wait))
+		}
+	}
+	if r.Owner != "" {
+		line("owner", r.Owner)
+	}
+	if r.Mode != client.ModeDefault {
+		line("mode", r.Mode)
+	}
+	if r.Degraded {
+		line("degraded", "yes: the owner could not be reached; the partition policy decided")
+	}
+	line("answered by", r.Node)
+	tw.Flush()
+}
+
+// roundDuration rounds d for people: milliseconds below a second, tenths of
+// a second below a minute, seconds above.
+func roundDuration(d time.Duration) time.Duration {
+	switch a := max(d, -d); {
+	case a < time.Second:
+		return d.Round(time.Millisecond)
+	case a < time.Minute:
+		return d.Round(100 * time.Millisecond)
+	default:
+		return d.Round(time.Second)
+	}
+}
