@@ -1,14 +1,17 @@
 package ringlimit
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
@@ -59,8 +62,12 @@ func (n *Node) httpCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req jsonCheckRequest
-	if status, msg := decodeJSON(http.MaxBytesReader(w, r.Body, n.cfg.MaxBodyBytes), &req); status != 0 {
-		httpError(w, status, msg)
+	body, code, msg := readBody(w, r, n.cfg.MaxBodyBytes)
+	if code == 0 {
+		code, msg = decodeJSON(bytes.NewReader(body), &req)
+	}
+	if code != 0 {
+		httpError(w, code, msg)
 		return
 	}
 	if err := n.checkBatch(len(req.Items)); err != nil {
@@ -84,6 +91,36 @@ func (n *Node) httpCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	n.metrics.call(apiHTTP, len(items), time.Since(start))
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// readBody reads r's body, at most limit bytes, and checks that it is UTF-8
+// (encoding/json would silently replace invalid bytes, so that distinct
+// binary keys would share a bucket). It returns the body, or the HTTP status
+// and message of the failure: 413 over the limit, 408 when the client sends
+// too slowly for the server's ReadTimeout, 400 otherwise.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int, string) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var ne net.Error
+	switch {
+	case tooLarge(err):
+		return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body too large: more than %d bytes", limit)
+	case errors.As(err, &ne) && ne.Timeout():
+		return nil, http.StatusRequestTimeout, "reading the request body timed out"
+	case err != nil:
+		return nil, http.StatusBadRequest, "reading the request body: " + err.Error()
+	}
+	if !utf8.Valid(body) {
+		i := 0
+		for i < len(body) {
+			r, size := utf8.DecodeRune(body[i:])
+			if r == utf8.RuneError && size <= 1 {
+				break
+			}
+			i += size
+		}
+		return nil, http.StatusBadRequest, fmt.Sprintf("malformed JSON: invalid UTF-8 at byte %d", i)
+	}
+	return body, 0, ""
 }
 
 // decodeJSON reads exactly one JSON value into v, rejecting unknown fields

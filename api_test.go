@@ -286,8 +286,8 @@ func TestGRPCMalformedAndOversizedMessages(t *testing.T) {
 		body []byte
 		want codes.Code
 	}{
-		{"garbage", []byte{0xff, 0xff, 0xff, 0xff, 0x0f}, codes.Internal},
-		{"truncated item", []byte{0x0a, 0x10, 0x0a, 0x03, 'a'}, codes.Internal},
+		{"garbage", []byte{0xff, 0xff, 0xff, 0xff, 0x0f}, codes.InvalidArgument},
+		{"truncated item", []byte{0x0a, 0x10, 0x0a, 0x03, 'a'}, codes.InvalidArgument},
 		{"oversized", bytes.Repeat([]byte{0}, 2<<10), codes.ResourceExhausted},
 	} {
 		var out []byte

@@ -31,10 +31,11 @@ type Config struct {
 	Name string
 
 	// GRPCAddr is the host:port the gRPC server listens on: the public
-	// RateLimiter service and the peer service between nodes. Port 0 picks a
-	// free port; Node.GRPCAddr reports the bound address, which is also what
-	// the node advertises to its peers (an unspecified host, 0.0.0.0 or "",
-	// is advertised as the node's gossip IP). Default 127.0.0.1:7101.
+	// RateLimiter service and, unless PeerAddr is set, the peer service
+	// between nodes. Port 0 picks a free port; Node.GRPCAddr reports the
+	// bound address, which is also what the node advertises to its peers
+	// without PeerAddr (an unspecified host, 0.0.0.0 or "", is advertised as
+	// the node's gossip IP). Default 127.0.0.1:7101.
 	GRPCAddr string
 	// HTTPAddr is the host:port of the HTTP/JSON API, health and metrics.
 	// Empty disables HTTP. Default 127.0.0.1:8101.
@@ -52,8 +53,36 @@ type Config struct {
 	// GossipProfile is GossipLAN or GossipLocal. Default GossipLAN.
 	GossipProfile string
 	// GossipKey, when set, encrypts gossip with this AES key (16, 24 or 32
-	// bytes); every member must have it. Default none.
+	// bytes); every member must have it. Default none: gossip in clear text,
+	// acceptable only on a private network (docs/security.md).
 	GossipKey []byte
+	// GossipSecondaryKeys are further gossip keys this node accepts but does
+	// not send with, for rotating GossipKey by rolling restarts
+	// (docs/security.md). They need a GossipKey. Default none.
+	GossipSecondaryKeys [][]byte
+
+	// PeerAddr, when set, is the host:port of a gRPC server of its own for
+	// the peer service (the traffic between nodes), which the public gRPC
+	// port then no longer serves; the node advertises it to its peers. Port
+	// 0 picks a free port; Node.PeerAddr reports the bound address. Default
+	// empty: peers use the public gRPC port, in plain text, which suits
+	// loopback and private networks only. TLS or PeerTLS needs it: public
+	// clients and peers are then kept apart, each port with its own trust.
+	PeerAddr string
+	// TLS enables TLS on the public gRPC and HTTP APIs (health and metrics
+	// included), optionally requiring client certificates. Default off.
+	TLS TLSFiles
+	// PeerTLS enables mutual TLS on PeerAddr: every node presents a
+	// certificate of the cluster's peer CA that names it, and accepts only
+	// such peers (peer.MutualTLS states the rule). The node's Name must then
+	// be a DNS name. Default off.
+	PeerTLS PeerTLSFiles
+	// Sidecar enforces the sidecar profile: the public gRPC and HTTP APIs
+	// must bind to a loopback address, so only the application beside the
+	// node can call it, and peers must be given PeerAddr when gossip binds
+	// beyond loopback. Default false (the defaults bind everything to
+	// 127.0.0.1 anyway).
+	Sidecar bool
 
 	// Sync configures the coordination core: default consistency mode and
 	// partition policy, tick, flush interval, forward window, batch sizes,
@@ -78,6 +107,15 @@ type Config struct {
 	// MaxConcurrentStreams bounds concurrent gRPC calls per connection.
 	// Default 1024.
 	MaxConcurrentStreams uint32
+	// MaxHeaderBytes bounds the request headers of the HTTP server and of
+	// the gRPC servers (their HTTP/2 header list). Default 64 KiB.
+	MaxHeaderBytes int
+	// MaxConnectionAge is how long a gRPC connection lives before the
+	// server asks the client to reconnect (GOAWAY), then closes it after
+	// CheckTimeout more for the calls in flight. It spreads long-lived
+	// clients over nodes that joined since, and bounds how long one
+	// connection can hold a stream open by sending slowly. Default 30m.
+	MaxConnectionAge time.Duration
 	// CheckTimeout bounds how long one Check waits for its answers when the
 	// caller's deadline is later or absent. The core answers by the partition
 	// policy after Sync.RequestTimeout, so this is a backstop. Default 2s.
@@ -85,7 +123,8 @@ type Config struct {
 
 	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
 	// HTTP server's timeouts. Defaults 5s, 10s, 10s and 2m. ReadHeaderTimeout
-	// also bounds the gRPC connection handshake.
+	// also bounds a gRPC connection's handshake (TLS and HTTP/2), and
+	// IdleTimeout how long a gRPC connection with no call stays open.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 
 	// HandoffTimeout bounds how long Shutdown waits for owned keys to be
@@ -133,6 +172,8 @@ func DefaultConfig() Config {
 		MaxBodyBytes:         1 << 20,
 		MaxRecvMsgBytes:      4 << 20,
 		MaxConcurrentStreams: 1024,
+		MaxHeaderBytes:       64 << 10,
+		MaxConnectionAge:     30 * time.Minute,
 		CheckTimeout:         2 * time.Second,
 		ReadHeaderTimeout:    5 * time.Second,
 		ReadTimeout:          10 * time.Second,
@@ -180,6 +221,17 @@ func (c Config) Validate() error {
 	default:
 		return configErr("GossipKey", "%d bytes (want 16, 24 or 32)", len(c.GossipKey))
 	}
+	for i, k := range c.GossipSecondaryKeys {
+		if n := len(k); n != 16 && n != 24 && n != 32 {
+			return configErr("GossipSecondaryKeys", "key %d is %d bytes (want 16, 24 or 32)", i+1, n)
+		}
+	}
+	if len(c.GossipSecondaryKeys) > 0 && len(c.GossipKey) == 0 {
+		return configErr("GossipSecondaryKeys", "need a GossipKey to send with")
+	}
+	if err := c.validateSecurity(); err != nil {
+		return err
+	}
 	switch {
 	case c.MaxKeyLen <= 0:
 		return configErr("MaxKeyLen", "must be positive")
@@ -191,6 +243,10 @@ func (c Config) Validate() error {
 		return configErr("MaxRecvMsgBytes", "must be positive")
 	case c.MaxConcurrentStreams == 0:
 		return configErr("MaxConcurrentStreams", "must be positive")
+	case c.MaxHeaderBytes <= 0:
+		return configErr("MaxHeaderBytes", "must be positive")
+	case c.MaxConnectionAge <= 0:
+		return configErr("MaxConnectionAge", "must be positive")
 	case c.CheckTimeout <= 0:
 		return configErr("CheckTimeout", "must be positive")
 	case c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0:

@@ -2,9 +2,11 @@ package ringlimit
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -14,9 +16,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/ringlimit/ringlimit/peer"
-	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 	"github.com/ringlimit/ringlimit/ring"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
@@ -38,9 +41,14 @@ type Node struct {
 	gate    *gate // public calls in flight
 
 	grpcSrv          *grpc.Server
+	peerSrv          *grpc.Server // nil when peers share grpcSrv (no PeerAddr)
 	httpSrv          *http.Server // nil when HTTP is disabled
 	grpcLn, httpLn   net.Listener
+	peerLn           net.Listener // nil without PeerAddr
 	grpcAddr, httpAd string
+	peerAddr         string          // where peers reach this node: PeerAddr's or GRPCAddr's bound address
+	tlsCfg           *tls.Config     // the public APIs' TLS, nil when off
+	mtls             *peer.MutualTLS // the peers' identity, nil when off
 
 	cancel   context.CancelFunc // ends the node's run context
 	stopTick chan struct{}      // closed to stop the tick loop
@@ -94,9 +102,32 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err := n.cl.Start(runCtx); err != nil {
 		return n, fmt.Errorf("ringlimit: starting gossip: %w", err)
 	}
-	n.log.Info("node started", "grpc", n.grpcAddr, "http", n.httpAd, "gossip", n.cl.GossipAddr(),
-		"seeds", cfg.Seeds, "mode", cfg.Sync.Mode.String(), "policy", cfg.Sync.Policy.String())
+	n.log.Info("node started", "grpc", n.grpcAddr, "http", n.httpAd, "peer", n.peerAddr, "gossip", n.cl.GossipAddr(),
+		"seeds", cfg.Seeds, "mode", cfg.Sync.Mode.String(), "policy", cfg.Sync.Policy.String(),
+		"tls", cfg.TLS.Enabled(), "peer_tls", cfg.PeerTLS.Enabled(), "gossip_encrypted", len(cfg.GossipKey) > 0)
+	n.warnExposure()
 	return n, nil
+}
+
+// warnExposure logs a warning for each port bound beyond loopback without
+// protection. docs/security.md says what to expose.
+func (n *Node) warnExposure() {
+	if !n.cfg.TLS.Enabled() {
+		for _, a := range []string{n.grpcAddr, n.httpAd} {
+			if a != "" && !isLoopback(a) {
+				n.log.Warn("public API beyond loopback without TLS: expose it to the application tier only", "addr", a)
+			}
+		}
+	}
+	if n.peerLn != nil && !n.cfg.PeerTLS.Enabled() && !isLoopback(n.peerAddr) {
+		n.log.Warn("peer port beyond loopback without mutual TLS: keep it on the cluster network", "addr", n.peerAddr)
+	}
+	if len(n.cfg.GossipKey) == 0 && !isLoopback(n.cfg.GossipAddr) {
+		n.log.Warn("gossip beyond loopback without encryption: set a gossip key", "addr", n.cfg.GossipAddr)
+	}
+	if n.cfg.Pprof && n.httpAd != "" && !isLoopback(n.httpAd) {
+		n.log.Warn("profiler served beyond loopback", "addr", n.httpAd)
+	}
 }
 
 // withDefaults fills in the fields whose default is computed.
@@ -123,7 +154,7 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// listen binds the gRPC and HTTP ports.
+// listen binds the gRPC, peer and HTTP ports.
 func (n *Node) listen() error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(context.Background(), "tcp", n.cfg.GRPCAddr)
@@ -131,6 +162,14 @@ func (n *Node) listen() error {
 		return fmt.Errorf("ringlimit: gRPC listener: %w", err)
 	}
 	n.grpcLn, n.grpcAddr = ln, ln.Addr().String()
+	n.peerAddr = n.grpcAddr
+	if n.cfg.PeerAddr != "" {
+		ln, err = lc.Listen(context.Background(), "tcp", n.cfg.PeerAddr)
+		if err != nil {
+			return fmt.Errorf("ringlimit: peer listener: %w", err)
+		}
+		n.peerLn, n.peerAddr = ln, ln.Addr().String()
+	}
 	if n.cfg.HTTPAddr == "" {
 		return nil
 	}
@@ -147,6 +186,12 @@ func (n *Node) listen() error {
 func (n *Node) build() error {
 	cfg := n.cfg
 	var err error
+	if n.tlsCfg, err = cfg.TLS.serverTLS(); err != nil {
+		return err
+	}
+	if n.mtls, err = cfg.PeerTLS.mutualTLS(); err != nil {
+		return err
+	}
 	n.tr, err = peer.NewTransport(n.transportConfig())
 	if err != nil {
 		return fmt.Errorf("ringlimit: peer transport: %w", err)
@@ -166,8 +211,22 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("ringlimit: registering metrics: %w", err)
 	}
-	n.grpcSrv = grpc.NewServer(n.grpcOptions()...)
+	opts := n.grpcOptions()
+	if n.tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tlsCfg.Clone())))
+	}
+	n.grpcSrv = grpc.NewServer(opts...)
 	n.registerGRPC(n.grpcSrv)
+	if n.peerLn == nil {
+		n.tr.RegisterServer(n.grpcSrv)
+	} else {
+		opts := n.grpcOptions()
+		if n.mtls != nil {
+			opts = append(opts, grpc.Creds(n.mtls.ServerCredentials()))
+		}
+		n.peerSrv = grpc.NewServer(opts...)
+		n.tr.RegisterServer(n.peerSrv)
+	}
 	if n.httpLn != nil {
 		n.httpSrv = &http.Server{
 			Handler:           n.handler(),
@@ -175,25 +234,51 @@ func (n *Node) build() error {
 			ReadTimeout:       cfg.ReadTimeout,
 			WriteTimeout:      cfg.WriteTimeout,
 			IdleTimeout:       cfg.IdleTimeout,
-			MaxHeaderBytes:    64 << 10,
+			MaxHeaderBytes:    cfg.MaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
+		}
+		if n.tlsCfg != nil {
+			n.httpSrv.TLSConfig = n.tlsCfg.Clone()
 		}
 	}
 	return nil
 }
 
-// registerGRPC registers every service the node serves on its one gRPC port.
+// registerGRPC registers the public services on the public gRPC server. The
+// peer service is registered by build: on the same server, or on the peer
+// port's.
 func (n *Node) registerGRPC(s *grpc.Server) {
-	ringlimitv1.RegisterRateLimiterServer(s, grpcAPI{n: n})
-	n.tr.RegisterServer(s)
+	s.RegisterService(&rateLimiterDesc, grpcAPI{n: n})
 }
 
-// grpcOptions are the gRPC server's limits and timeouts.
+// The gRPC servers' keepalive policy. A client may ping at most every
+// keepaliveMinTime, even with no call open (more often and the server closes
+// the connection: a ping flood costs the server); the server pings a client
+// silent for keepaliveTime and drops it if no answer comes within
+// keepaliveTimeout, which frees the connections of vanished clients.
+const (
+	keepaliveMinTime = 10 * time.Second
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+)
+
+// grpcOptions are the gRPC servers' limits and timeouts.
 func (n *Node) grpcOptions() []grpc.ServerOption {
+	c := n.cfg
 	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(n.cfg.MaxRecvMsgBytes),
-		grpc.MaxConcurrentStreams(n.cfg.MaxConcurrentStreams),
-		grpc.ConnectionTimeout(n.cfg.ReadHeaderTimeout),
+		grpc.ForceServerCodecV2(newServerCodec()),
+		grpc.MaxRecvMsgSize(c.MaxRecvMsgBytes),
+		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
+		grpc.MaxHeaderListSize(uint32(min(int64(c.MaxHeaderBytes), math.MaxUint32))),
+		grpc.ConnectionTimeout(c.ReadHeaderTimeout),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     c.IdleTimeout,
+			MaxConnectionAge:      c.MaxConnectionAge,
+			MaxConnectionAgeGrace: c.CheckTimeout,
+			Time:                  keepaliveTime,
+			Timeout:               keepaliveTimeout,
+		}),
 	}
 }
 
@@ -204,9 +289,22 @@ func (n *Node) serve() {
 			n.log.Error("gRPC server failed", "err", err)
 		}
 	})
+	if n.peerSrv != nil {
+		n.wg.Go(func() {
+			if err := n.peerSrv.Serve(n.peerLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				n.log.Error("peer gRPC server failed", "err", err)
+			}
+		})
+	}
 	if n.httpSrv != nil {
 		n.wg.Go(func() {
-			if err := n.httpSrv.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			var err error
+			if n.httpSrv.TLSConfig != nil {
+				err = n.httpSrv.ServeTLS(n.httpLn, "", "")
+			} else {
+				err = n.httpSrv.Serve(n.httpLn)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("HTTP server failed", "err", err)
 			}
 		})
@@ -249,6 +347,10 @@ func (n *Node) onMembers(ms []peer.Member) {
 
 // GRPCAddr returns the address the gRPC server is bound to.
 func (n *Node) GRPCAddr() string { return n.grpcAddr }
+
+// PeerAddr returns the bound address where the other nodes reach this one:
+// Config.PeerAddr's, or the gRPC server's when peers share it.
+func (n *Node) PeerAddr() string { return n.peerAddr }
 
 // HTTPAddr returns the address the HTTP server is bound to, or "" when HTTP
 // is disabled.

@@ -37,6 +37,9 @@ func (n *Node) Close() error {
 		if n.grpcSrv != nil {
 			n.grpcSrv.Stop()
 		}
+		if n.peerSrv != nil {
+			n.peerSrv.Stop()
+		}
 		if n.httpSrv != nil {
 			_ = n.httpSrv.Close()
 		}
@@ -76,6 +79,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 	go func() { // joined below: stopped is always closed
 		defer close(stopped)
 		n.grpcSrv.GracefulStop()
+		if n.peerSrv != nil {
+			n.peerSrv.GracefulStop()
+		}
 	}()
 	if n.httpSrv != nil {
 		if err := n.httpSrv.Shutdown(ctx); err != nil {
@@ -86,6 +92,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 	case <-stopped:
 	case <-ctx.Done():
 		n.grpcSrv.Stop()
+		if n.peerSrv != nil {
+			n.peerSrv.Stop()
+		}
 		<-stopped
 	}
 	err := n.teardown()
@@ -108,7 +117,7 @@ func (n *Node) teardown() error {
 	if n.tr != nil {
 		errs = append(errs, n.tr.Close())
 	}
-	for _, ln := range []net.Listener{n.grpcLn, n.httpLn} {
+	for _, ln := range []net.Listener{n.grpcLn, n.peerLn, n.httpLn} {
 		if ln != nil {
 			_ = ln.Close() // already closed by the servers, unless Start failed early
 		}

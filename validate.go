@@ -58,7 +58,7 @@ const (
 )
 
 // request validates it and returns the core's request. maxKeyLen bounds
-// len(name) + len(unique_key). The error is a *FieldError.
+// len(name) + len(unique_key), and len(lease). The error is a *FieldError.
 func (it *item) request(maxKeyLen int) (rlsync.Request, error) {
 	if it.err != nil {
 		return rlsync.Request{}, it.err
@@ -73,6 +73,9 @@ func (it *item) request(maxKeyLen int) (rlsync.Request, error) {
 	case len(it.name)+len(it.uniqueKey) > maxKeyLen:
 		return rlsync.Request{}, fieldErr("unique_key", "name and unique_key together are %d bytes, more than the maximum %d",
 			len(it.name)+len(it.uniqueKey), maxKeyLen)
+	case len(it.lease) > maxKeyLen:
+		// A concurrency bucket keeps every lease id it holds: bound them as keys are.
+		return rlsync.Request{}, fieldErr("lease", "%d bytes, more than the maximum %d", len(it.lease), maxKeyLen)
 	case it.hits < 0:
 		return rlsync.Request{}, fieldErr("hits", "must not be negative, got %d", it.hits)
 	case it.algorithm < 0 || it.algorithm > int64(bucket.SmoothWarmingUp):

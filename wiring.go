@@ -15,11 +15,16 @@ func (n *Node) transportConfig() peer.TransportConfig {
 	tc.Clock = n.clock
 	tc.Logger = n.cfg.Logger // peer adds the node attribute itself
 	tc.Registerer = n.cfg.Registry
+	if n.mtls != nil {
+		tc.Credentials = n.mtls.ClientCredentials()
+		tc.Authorize = peer.AuthorizeCertificate
+	}
 	return tc
 }
 
-// clusterConfig configures gossip: bound to GossipAddr, advertising the bound
-// gRPC address in the node's metadata. Config.Validate checked the addresses.
+// clusterConfig configures gossip: bound to GossipAddr, advertising in the
+// node's metadata the bound address where peers reach it (PeerAddr's, or the
+// gRPC port's). Config.Validate checked the addresses.
 func (n *Node) clusterConfig() peer.ClusterConfig {
 	cc := peer.DefaultClusterConfig()
 	if n.cfg.GossipProfile == GossipLocal {
@@ -31,8 +36,9 @@ func (n *Node) clusterConfig() peer.ClusterConfig {
 		cc.AdvertiseAddr, cc.AdvertisePort = splitHostPort(n.cfg.GossipAdvertiseAddr)
 	}
 	cc.Seeds = n.cfg.Seeds
-	cc.GRPCAddr = n.grpcAddr
+	cc.GRPCAddr = n.peerAddr
 	cc.SecretKey = n.cfg.GossipKey
+	cc.SecondaryKeys = n.cfg.GossipSecondaryKeys
 	cc.Logger = n.cfg.Logger
 	return cc
 }

@@ -57,6 +57,7 @@ func NewCluster(cfg ClusterConfig, onChange func(members []Member)) (*Cluster, e
 	}
 	cfg.Seeds = slices.Clone(cfg.Seeds)
 	cfg.SecretKey = slices.Clone(cfg.SecretKey)
+	cfg.SecondaryKeys = slices.Clone(cfg.SecondaryKeys)
 	if cfg.JoinBackoffMin <= 0 {
 		cfg.JoinBackoffMin = 100 * time.Millisecond
 	}

@@ -67,6 +67,13 @@ type ClusterConfig struct {
 	// it must be 16, 24 or 32 bytes (AES-128/192/256) and the same on every
 	// member. Nil gossips in clear text.
 	SecretKey []byte
+	// SecondaryKeys are further gossip keys, of the same sizes, that this
+	// node accepts (decrypts) but does not send with: they let the key be
+	// rotated by rolling restarts without splitting the cluster (install the
+	// new key as a secondary everywhere, then make it the SecretKey
+	// everywhere, then remove the old one; docs/security.md). They need a
+	// SecretKey.
+	SecondaryKeys [][]byte
 	// Logger receives memberlist's log output (otherwise written to stderr)
 	// and the Cluster's own, at matching levels. Nil discards them.
 	Logger *slog.Logger
@@ -167,6 +174,14 @@ func (c ClusterConfig) Validate() error {
 	if n := len(c.SecretKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		return bad("SecretKey is %d bytes (want 16, 24 or 32)", n)
 	}
+	if len(c.SecondaryKeys) > 0 && len(c.SecretKey) == 0 {
+		return bad("SecondaryKeys without a SecretKey")
+	}
+	for i, k := range c.SecondaryKeys {
+		if n := len(k); n != 16 && n != 24 && n != 32 {
+			return bad("SecondaryKeys[%d] is %d bytes (want 16, 24 or 32)", i, n)
+		}
+	}
 	if n := len(encodeMeta(metaVersion, c.GRPCAddr)); n > memberlist.MetaMaxSize {
 		return bad("GRPCAddr too long: metadata is %d bytes, at most %d", n, memberlist.MetaMaxSize)
 	}
@@ -218,7 +233,11 @@ func (c ClusterConfig) memberlistConfig(d *delegate, logger *slog.Logger) (*memb
 	mc.TCPTimeout = orDuration(c.TCPTimeout, p.TCPTimeout)
 	if len(c.SecretKey) > 0 {
 		mc.SecretKey = append([]byte(nil), c.SecretKey...)
-		kr, err := memberlist.NewKeyring(nil, mc.SecretKey)
+		var others [][]byte
+		for _, k := range c.SecondaryKeys {
+			others = append(others, append([]byte(nil), k...))
+		}
+		kr, err := memberlist.NewKeyring(others, mc.SecretKey)
 		if err != nil {
 			return nil, fmt.Errorf("%w: SecretKey: %v", ErrInvalidConfig, err)
 		}

@@ -13,7 +13,7 @@
 //
 //	tr, err := peer.NewTransport(peer.TransportConfig{Self: name, ...})
 //	node, err := rlsync.NewNode(syncCfg, tr)     // tr.Send never blocks
-//	tr.RegisterServer(grpcServer)                // same port as the public API
+//	tr.RegisterServer(grpcServer)                // the public port, or a peer port of its own
 //	cl, err := peer.NewCluster(clusterCfg, func(ms []peer.Member) {
 //		tr.SetPeers(ms)                          // addresses first, ...
 //		node.SetMembers(clock.Now(), peer.Names(ms)) // ... then the ring
@@ -26,6 +26,13 @@
 //
 // Every goroutine has an owner: NewCluster and NewTransport start none;
 // Start starts them and Close stops them and waits for them to exit.
+//
+// With mutual TLS (MutualTLS), the transport dials each peer with its
+// client credentials and the peer's name as the TLS server name, the peer
+// port's server requires a client certificate of the cluster's CA, and
+// AuthorizeCertificate accepts an envelope only from the node the client's
+// certificate names. Gossip is encrypted with ClusterConfig.SecretKey
+// (memberlist's keyring; SecondaryKeys for a rotation).
 //
 // Delivery is one-way and at most once: a batch whose Deliver RPC fails is
 // dropped and the sender's Handler is told the peer is Unreachable; package

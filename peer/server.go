@@ -13,9 +13,11 @@ import (
 
 // RegisterServer registers the transport's receiving side, the peerv1.Peer
 // service, on s. The node facade registers it on the grpc.Server of its
-// public API, so one port serves clients and peers; with mTLS (issue 6) that
-// server's credentials authenticate peers and TransportConfig.Authorize ties
-// a certificate to a node name.
+// public API by default, so one port serves clients and peers in plain text;
+// with a peer port of its own it registers it on a server of its own, whose
+// credentials (MutualTLS.ServerCredentials) authenticate peers, and
+// TransportConfig.Authorize (AuthorizeCertificate) ties each envelope's From
+// to the client certificate.
 func (t *Transport) RegisterServer(s grpc.ServiceRegistrar) {
 	peerv1.RegisterPeerServer(s, &server{t: t})
 }

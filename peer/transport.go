@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -210,7 +211,12 @@ func (t *Transport) SetPeers(members []Member) {
 }
 
 func (t *Transport) newLink(name, addr string) (*link, error) {
-	conn, err := grpc.NewClient(addr, t.dialOpts...)
+	opts := t.dialOpts
+	if t.cfg.Credentials != nil {
+		// The peer's name is the TLS server name its certificate must bear.
+		opts = append(slices.Clip(opts), grpc.WithAuthority(name))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -67,8 +67,12 @@ type TransportConfig struct {
 	MaxEnvelopeBytes int
 
 	// Credentials secure the connections to peers. Nil dials in plain text
-	// (insecure.NewCredentials). Issue 6's mTLS sets them here, and the
-	// matching server credentials on the node's grpc.Server.
+	// (insecure.NewCredentials). With credentials, each connection's
+	// authority, hence its TLS server name, is the peer's node name, so the
+	// credentials can check that the server's certificate names the member
+	// dialled: MutualTLS.ClientCredentials does, and the peer port's server
+	// then uses MutualTLS.ServerCredentials and Authorize
+	// AuthorizeCertificate.
 	Credentials credentials.TransportCredentials
 	// DialOptions are added to every peer connection's options, after the
 	// credentials and the reconnection backoff (100ms doubling to 1s rather
@@ -78,7 +82,8 @@ type TransportConfig struct {
 	// Authorize, when set, is asked for every envelope received whether the
 	// caller behind ctx may speak as from (e.g. the mTLS client certificate
 	// names from); an error rejects the envelope. Nil accepts any current
-	// member. It must not block.
+	// member. It must not block. AuthorizeCertificate is the mutual-TLS
+	// check.
 	Authorize func(ctx context.Context, from string) error
 }
 

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -50,7 +52,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	fs.SetOutput(out)
 
-	var seeds, mode, policy, logLevel, logFormat string
+	var seeds, mode, policy, logLevel, logFormat, gossipKey, gossipKeys string
+	var maxConcurrentStreams uint
 	fs.StringVar(&c.Name, "name", "", "node name, unique in the cluster and stable across restarts (default: the host name)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address: public API and peer traffic; must be reachable by the other nodes")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address: JSON API, /healthz, /readyz, /v1/cluster, /metrics; empty disables HTTP")
@@ -69,6 +72,24 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.IntVar(&c.MaxBatchItems, "max-check-items", c.MaxBatchItems, "most items in one public Check call")
 	fs.IntVar(&c.MaxKeyLen, "max-key-len", c.MaxKeyLen, "most bytes of name + unique_key in one item")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "most bytes of an HTTP request body")
+	fs.IntVar(&c.MaxRecvMsgBytes, "max-recv-msg-bytes", c.MaxRecvMsgBytes, "most bytes of one gRPC message received, public or peer")
+	fs.UintVar(&maxConcurrentStreams, "max-concurrent-streams", uint(c.MaxConcurrentStreams), "most concurrent gRPC calls per connection")
+	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "most bytes of request headers, HTTP and gRPC")
+	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", c.ReadHeaderTimeout, "HTTP: longest wait for a request's headers; gRPC: for a connection's handshake")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "HTTP: longest wait for a whole request, body included")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "HTTP: longest time to answer a request once read")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "how long an idle HTTP keep-alive or gRPC connection stays open")
+	fs.DurationVar(&c.MaxConnectionAge, "max-connection-age", c.MaxConnectionAge, "gRPC connections older than this are asked to reconnect (spreads clients over new nodes)")
+	fs.StringVar(&c.PeerAddr, "peer-addr", "", "listen address of the peer port (traffic between nodes) when it is not the gRPC port; needed by --tls-* and --peer-tls-*")
+	fs.StringVar(&c.TLS.CertFile, "tls-cert", "", "PEM certificate (chain) of the public gRPC and HTTP APIs; enables TLS on them")
+	fs.StringVar(&c.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&c.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle: public API clients must present a certificate it signed")
+	fs.StringVar(&c.PeerTLS.CertFile, "peer-tls-cert", "", "PEM certificate of this node on the peer port, naming --name (DNS SAN); enables mutual TLS between nodes")
+	fs.StringVar(&c.PeerTLS.KeyFile, "peer-tls-key", "", "PEM private key of --peer-tls-cert")
+	fs.StringVar(&c.PeerTLS.CAFile, "peer-tls-ca", "", "PEM CA bundle that signs every node's peer certificate")
+	fs.StringVar(&gossipKey, "gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip; prefer the environment variable, which ps does not show")
+	fs.StringVar(&gossipKeys, "gossip-keys", "", "comma-separated base64 gossip keys for a rotation: the first encrypts, all decrypt (instead of --gossip-key)")
+	fs.BoolVar(&c.Sidecar, "sidecar", false, "sidecar profile: refuse to serve the public API beyond loopback")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP port (keep that port private)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM/SIGINT: how long to drain calls, hand keys off and leave before stopping anyway")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -106,7 +127,17 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	}
 
 	c.Seeds = splitList(seeds)
-	var err error
+	if maxConcurrentStreams > math.MaxUint32 {
+		return o, usageErr(out, "--max-concurrent-streams %d: at most %d", maxConcurrentStreams, uint32(math.MaxUint32))
+	}
+	c.MaxConcurrentStreams = uint32(maxConcurrentStreams)
+	keys, err := parseGossipKeys(gossipKey, gossipKeys)
+	if err != nil {
+		return o, usageErr(out, "%v", err)
+	}
+	if len(keys) > 0 {
+		c.GossipKey, c.GossipSecondaryKeys = keys[0], keys[1:]
+	}
 	if c.Sync.Mode, err = rlsync.ParseMode(mode); err != nil || c.Sync.Mode == rlsync.ModeDefault {
 		return o, usageErr(out, "--mode %q: want local, owner, cached or leased", mode)
 	}
@@ -130,6 +161,31 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 		return o, usageErr(out, "%v", err)
 	}
 	return o, nil
+}
+
+// parseGossipKeys decodes --gossip-key or --gossip-keys (not both): base64
+// keys, the first the one gossip is sent with.
+func parseGossipKeys(key, keys string) ([][]byte, error) {
+	if key != "" && keys != "" {
+		return nil, errors.New("--gossip-key and --gossip-keys: give one or the other")
+	}
+	list := splitList(keys)
+	flagName := "--gossip-keys"
+	if key != "" {
+		list, flagName = []string{strings.TrimSpace(key)}, "--gossip-key"
+	}
+	var out [][]byte
+	for i, k := range list {
+		b, err := base64.StdEncoding.DecodeString(k)
+		if err != nil {
+			return nil, fmt.Errorf("%s: key %d is not base64: %v", flagName, i+1, err)
+		}
+		if n := len(b); n != 16 && n != 24 && n != 32 {
+			return nil, fmt.Errorf("%s: key %d is %d bytes, want 16, 24 or 32 (e.g. head -c 32 /dev/urandom | base64)", flagName, i+1, n)
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // splitList splits a comma-separated list, dropping blanks.

@@ -1,0 +1,131 @@
+package ringlimit
+
+import (
+	"context"
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
+)
+
+// gRPC decodes a request before the handler runs and answers one that does
+// not decode with Internal, a server fault that clients may retry, and no
+// word of which field is wrong. The public RateLimiter service therefore
+// receives its requests undecoded (a rawFrame, through serverCodec) and
+// decodes them itself: a malformed request gets InvalidArgument naming the
+// field when it can.
+
+// rawFrame is a received message, not decoded.
+type rawFrame struct{ b []byte }
+
+// serverCodec is the codec of the node's gRPC servers: gRPC's protobuf
+// codec, except that a *rawFrame receives the message's bytes as they are.
+type serverCodec struct{ proto encoding.CodecV2 }
+
+func newServerCodec() serverCodec { return serverCodec{proto: encoding.GetCodecV2("proto")} }
+
+// Marshal implements encoding.CodecV2.
+func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+// Unmarshal implements encoding.CodecV2.
+func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if f, ok := v.(*rawFrame); ok {
+		f.b = data.Materialize()
+		return nil
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+// Name implements encoding.CodecV2: it replaces "proto".
+func (serverCodec) Name() string { return "proto" }
+
+// rateLimiterDesc is ringlimitv1.RateLimiter_ServiceDesc with a Check
+// handler that decodes its request itself. The server it is registered on
+// must use serverCodec.
+var rateLimiterDesc = func() grpc.ServiceDesc {
+	d := ringlimitv1.RateLimiter_ServiceDesc
+	d.Methods = []grpc.MethodDesc{{MethodName: "Check", Handler: checkHandler}}
+	return d
+}()
+
+func checkHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	var f rawFrame
+	if err := dec(&f); err != nil {
+		return nil, err
+	}
+	in := new(ringlimitv1.CheckRequest)
+	if err := decodeRequest(f.b, in); err != nil {
+		return nil, err
+	}
+	s := srv.(ringlimitv1.RateLimiterServer)
+	if interceptor == nil {
+		return s.Check(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: ringlimitv1.RateLimiter_Check_FullMethodName}
+	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+		return s.Check(ctx, req.(*ringlimitv1.CheckRequest))
+	})
+}
+
+// decodeRequest decodes b into m; a failure is an InvalidArgument status
+// naming the first field that is not UTF-8, if that is the fault.
+func decodeRequest(b []byte, m proto.Message) error {
+	err := proto.Unmarshal(b, m)
+	if err == nil {
+		return nil
+	}
+	if path := invalidUTF8(b, m.ProtoReflect().Descriptor(), ""); path != "" {
+		return status.Errorf(codes.InvalidArgument, "malformed request: %s: not valid UTF-8", path)
+	}
+	return status.Errorf(codes.InvalidArgument, "malformed request: %v", err)
+}
+
+// invalidUTF8 returns the path ("items[2].unique_key") of the first string
+// field of the message md encoded in b that is not UTF-8, or "" if there is
+// none or b does not parse.
+func invalidUTF8(b []byte, md protoreflect.MessageDescriptor, prefix string) string {
+	seen := map[protowire.Number]int{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return ""
+		}
+		val := b[:n]
+		b = b[n:]
+		fd := md.Fields().ByNumber(num)
+		if fd == nil || typ != protowire.BytesType {
+			continue
+		}
+		path := prefix + string(fd.Name())
+		if fd.IsList() {
+			path = fmt.Sprintf("%s[%d]", path, seen[num])
+			seen[num]++
+		}
+		v, _ := protowire.ConsumeBytes(val)
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			if !utf8.Valid(v) {
+				return path
+			}
+		case protoreflect.MessageKind:
+			if p := invalidUTF8(v, fd.Message(), path+"."); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
