@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"fmt"
+	"github.com/ringlimit/ringlimit/internal/checkertest"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -24,7 +25,7 @@ descriptors:
 	}
 	// The checker is the node in production; here, buckets in memory at a
 	// fixed time.
-	clock := &manualClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := checkertest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	cfg := DefaultConfig()
 	cfg.Clock = clock
 	srv, err := New(newFakeChecker(clock), set, cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ringlimit/ringlimit/internal/checkertest"
 	"math"
 	"net"
 	"os"
@@ -93,7 +94,7 @@ func serve(t *testing.T, srv *Server) rlsv3.RateLimitServiceClient {
 
 func newTestServer(t *testing.T, src RuleSource, cfg Config) (rlsv3.RateLimitServiceClient, *fakeChecker, *manualClock) {
 	t.Helper()
-	clock := &manualClock{now: t0}
+	clock := checkertest.NewClock(t0)
 	fc := newFakeChecker(clock)
 	cfg.Clock = clock
 	srv, err := New(fc, src, cfg)
@@ -227,7 +228,7 @@ func TestShouldRateLimit(t *testing.T) {
 			t.Errorf("%s:\n got %q\nwant %q", s.step, got, s.want)
 		}
 		var checked int
-		for _, b := range fc.takeBatches() {
+		for _, b := range fc.TakeBatches() {
 			checked += len(b)
 		}
 		if checked != s.checked {
@@ -246,7 +247,7 @@ func TestRequestsSentToTheChecker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batches := fc.takeBatches()
+	batches := fc.TakeBatches()
 	if len(batches) != 1 || len(batches[0]) != 2 {
 		t.Fatalf("batches %v, want one batch of two", batches)
 	}
@@ -282,7 +283,7 @@ func TestHeaders(t *testing.T) {
 			"x-ratelimit-limit: 3, x-ratelimit-remaining: 3, x-ratelimit-reset: 60"},
 	}
 	for _, s := range steps {
-		clock.set(s.at)
+		clock.Set(s.at)
 		resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: s.descs})
 		if err != nil {
 			t.Fatalf("%s: %v", s.step, err)
@@ -326,8 +327,8 @@ func TestErrors(t *testing.T) {
 		{"item: no members", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ok}, nil, rlsync.ErrNoMembers, codes.Unavailable},
 	}
 	for _, tt := range tests {
-		fc.setErr(tt.batch)
-		fc.setItemErr("\x00rls/edge/remote_address=8.8.8.8", tt.itemErr)
+		fc.SetErr(tt.batch)
+		fc.SetItemErr("\x00rls/edge/remote_address=8.8.8.8", tt.itemErr)
 		_, err := client.ShouldRateLimit(context.Background(), tt.req)
 		if got := status.Code(err); got != tt.want {
 			t.Errorf("%s: code %v (%v), want %v", tt.step, got, err, tt.want)
@@ -376,7 +377,7 @@ func TestReloadKeepsBucketState(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	set := parseRules(t, testRules)
-	fc := newFakeChecker(&manualClock{now: t0})
+	fc := newFakeChecker(checkertest.NewClock(t0))
 	if _, err := New(nil, set, DefaultConfig()); err == nil {
 		t.Error("nil checker accepted")
 	}
@@ -402,7 +403,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	clock := &manualClock{now: t0}
+	clock := checkertest.NewClock(t0)
 	cfg := DefaultConfig()
 	cfg.Clock, cfg.Headers = clock, true
 	srv, err := New(newFakeChecker(clock), set, cfg)

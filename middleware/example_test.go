@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"fmt"
+	"github.com/ringlimit/ringlimit/internal/checkertest"
 	"net/http"
 	"net/http/httptest"
 	"time"
@@ -14,7 +15,7 @@ import (
 func ExampleRateLimit() {
 	// In production the checker is the node: embedded in the process, or a
 	// client of the cluster. Here, buckets in memory at a fixed time.
-	clock := &manualClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := checkertest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	checker := newFakeChecker(clock)
 
 	mw, err := middleware.RateLimit(checker, middleware.Options{
@@ -47,7 +48,7 @@ func ExampleRateLimit() {
 }
 
 func ExampleAuthRequest() {
-	clock := &manualClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := checkertest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	checker := newFakeChecker(clock)
 	set, err := rules.Parse("nginx.yaml", []byte(`
 domain: nginx

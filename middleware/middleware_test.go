@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"github.com/ringlimit/ringlimit/internal/checkertest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -56,7 +57,7 @@ type env struct {
 // fake checker; opts is completed with the fake clock, sleep and OnError.
 func newEnv(t *testing.T, auth bool, opts middleware.Options) *env {
 	t.Helper()
-	e := &env{clock: &manualClock{now: t0}}
+	e := &env{clock: checkertest.NewClock(t0)}
 	e.fc = newFakeChecker(e.clock)
 	opts.Clock = e.clock
 	opts.OnError = func(_ *http.Request, err error) { e.errs = append(e.errs, err) }
@@ -141,7 +142,7 @@ func TestRateLimitFixedLimit(t *testing.T) {
 		t.Errorf("429 body %q", body)
 	}
 	var keys []string
-	for _, b := range e.fc.takeBatches() {
+	for _, b := range e.fc.TakeBatches() {
 		keys = append(keys, b[0].Key)
 	}
 	if keys[0] != "http\x001.1.1.1" || keys[4] != "http\x002.2.2.2" {
@@ -155,11 +156,11 @@ func TestRateLimitRetryAfterRoundsUp(t *testing.T) {
 	run(t, e, []step{
 		{"first", "1.1.1.1:1", nil, "OK RateLimit-Limit=1 RateLimit-Remaining=0 RateLimit-Reset=10"},
 	})
-	e.clock.set(t0.Add(8500 * time.Millisecond))
+	e.clock.Set(t0.Add(8500 * time.Millisecond))
 	run(t, e, []step{
 		{"1.5s before the next token", "1.1.1.1:1", nil, "Too Many Requests RateLimit-Limit=1 RateLimit-Remaining=0 RateLimit-Reset=2 Retry-After=2"},
 	})
-	e.clock.set(t0.Add(10 * time.Second))
+	e.clock.Set(t0.Add(10 * time.Second))
 	run(t, e, []step{
 		{"refilled", "1.1.1.1:1", nil, "OK RateLimit-Limit=1 RateLimit-Remaining=0 RateLimit-Reset=10"},
 	})
@@ -217,7 +218,7 @@ func TestRateLimitFailures(t *testing.T) {
 	open := newEnv(t, false, middleware.Options{Name: "http", Limit: twoPerSecond})
 	closed := newEnv(t, false, middleware.Options{Name: "http", Limit: twoPerSecond, FailClosed: true})
 	for _, e := range []*env{open, closed} {
-		e.fc.setErr(errors.New("cluster down"))
+		e.fc.SetErr(errors.New("cluster down"))
 	}
 	run(t, open, []step{{"fail open: passes without headers", "1.1.1.1:1", nil, "OK"}})
 	run(t, closed, []step{{"fail closed: 503", "1.1.1.1:1", nil, "Service Unavailable Retry-After=1"}})
@@ -228,7 +229,7 @@ func TestRateLimitFailures(t *testing.T) {
 		t.Errorf("OnError calls: open %v, closed %v", open.errs, closed.errs)
 	}
 	item := newEnv(t, false, middleware.Options{Name: "http", Limit: twoPerSecond})
-	item.fc.setItemErr("http\x001.1.1.1", rlsync.ErrNoMembers)
+	item.fc.SetItemErr("http\x001.1.1.1", rlsync.ErrNoMembers)
 	run(t, item, []step{{"an item's error fails the check", "1.1.1.1:1", nil, "OK"}})
 	if len(item.errs) != 1 || !errors.Is(item.errs[0], rlsync.ErrNoMembers) {
 		t.Errorf("OnError got %v, want ErrNoMembers", item.errs)
@@ -253,14 +254,14 @@ func TestRateLimitNamedRules(t *testing.T) {
 		{"rule's limit", "1.1.1.1:1", nil, "OK RateLimit-Limit=1 RateLimit-Remaining=0 RateLimit-Reset=1"},
 		{"rule's limit, over", "1.1.1.1:1", nil, "Too Many Requests RateLimit-Limit=1 RateLimit-Remaining=0 RateLimit-Reset=1 Retry-After=1"},
 	})
-	if b := e.fc.takeBatches(); b[0][0].Key != "http/remote_address\x001.1.1.1" || b[0][0].Limit.Algorithm != bucket.FixedWindow {
+	if b := e.fc.TakeBatches(); b[0][0].Key != "http/remote_address\x001.1.1.1" || b[0][0].Limit.Algorithm != bucket.FixedWindow {
 		t.Errorf("request %+v, want the rule's name and limit", b[0][0])
 	}
 	unl := named("http/open")
 	run(t, unl, []step{{"unlimited: no check, no headers", "1.1.1.1:1", nil, "OK"}})
 	den := named("http/closed")
 	run(t, den, []step{{"denies all: no check, no Retry-After", "1.1.1.1:1", nil, "Too Many Requests RateLimit-Limit=0 RateLimit-Remaining=0"}})
-	if n := len(unl.fc.takeBatches()) + len(den.fc.takeBatches()); n != 0 {
+	if n := len(unl.fc.TakeBatches()) + len(den.fc.TakeBatches()); n != 0 {
 		t.Errorf("%d checks for unlimited and deny-all rules, want 0", n)
 	}
 	soft := named("http/soft")
@@ -327,7 +328,7 @@ func TestAuthRequest(t *testing.T) {
 
 func TestOptionsValidated(t *testing.T) {
 	set, _ := rules.Parse("http.yaml", []byte(testRules))
-	fc := newFakeChecker(&manualClock{now: t0})
+	fc := newFakeChecker(checkertest.NewClock(t0))
 	tests := []struct {
 		step string
 		c    middleware.Checker
