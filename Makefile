@@ -6,7 +6,7 @@ PKGS      := ./...
 N         ?= 3
 BENCHTIME ?= 1s
 
-.PHONY: all build test lint bench proto fuzz soak run cluster sim e2e
+.PHONY: all build test lint bench bench-cluster proto fuzz soak run cluster sim e2e
 
 all: lint test
 
@@ -18,15 +18,24 @@ build:
 test:
 	$(GO) test -count=1 -timeout 9m $(PKGS)
 
-## lint: gofmt and go vet.
+## lint: gofmt and go vet (the e2e-tagged tests too).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags e2e ./e2e/... ./deploy/
 
 ## bench: decision benchmarks of every algorithm, side by side with x/time/rate.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./bucket/
+
+## bench-cluster: a 3-node loopback cluster under cmd/loadgen, side by side:
+## single-check and 100-check calls, owner and cached mode, with the nodes'
+## CPU time per call (docs/bench.md). Uses the ports of `make run`.
+bench-cluster:
+	$(GO) build -o bin/node ./cmd/node
+	$(GO) build -o bin/loadgen ./cmd/loadgen
+	@scripts/bench-cluster.sh bin/node bin/loadgen
 
 ## fuzz: run every fuzz target (each `func FuzzXxx` of a _test.go file) for
 ## FUZZTIME each, one after the other; the first failure stops the run.
@@ -82,10 +91,16 @@ sim:
 ## e2e: faults on real processes (docs/reliability.md): builds the node
 ## statically into the image ringlimit:e2e (FROM scratch, ./Dockerfile) and
 ## runs kill -9, a 30s network cut, a rolling restart with SIGTERM and a split
-## on containers, under load. Needs a reachable Docker daemon; about 4
-## minutes. E2EFLAGS adds flags to go test, e.g. E2EFLAGS='-run TestKill'.
+## on containers, under load; then Debian's nginx (installed if missing) in
+## front of a cluster (e2e/nginx), and the compose file and the Kubernetes
+## manifests' containers (deploy/) on the same image. Needs a reachable Docker
+## daemon; about 6 minutes. E2EFLAGS adds flags to the fault scenarios' go
+## test, e.g. E2EFLAGS='-run TestKill'.
 E2EFLAGS ?=
 e2e:
 	@docker version --format '{{.Server.Version}}' >/dev/null 2>&1 || \
 	  { echo "e2e: FAIL: the Docker daemon is unreachable (docker version); make e2e needs it" >&2; exit 1; }
 	$(GO) test -tags e2e -count=1 -v -timeout 20m $(E2EFLAGS) ./e2e/
+	@command -v nginx >/dev/null || (apt-get update -qq && apt-get install -y -qq nginx)
+	$(GO) test -tags e2e -count=1 -v -timeout 5m ./e2e/nginx/
+	RINGLIMIT_IMAGE=ringlimit:e2e $(GO) test -tags e2e -count=1 -v -timeout 10m ./deploy/

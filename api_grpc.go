@@ -27,10 +27,12 @@ func (n *Node) Check(ctx context.Context, req *ringlimitv1.CheckRequest) (*ringl
 	for i, pi := range req.Items {
 		items[i] = fromProto(pi)
 	}
+	ruled := n.resolveRules(items)
 	out := make([]rlsync.Response, len(items))
 	if err := n.check(ctx, items, out); err != nil {
 		return nil, err
 	}
+	applyRuleAnswers(ruled, out)
 	resp := &ringlimitv1.CheckResponse{Items: make([]*ringlimitv1.CheckResult, len(out)), Node: n.cfg.Name}
 	for i := range out {
 		resp.Items[i] = toProto(&out[i])
@@ -55,6 +57,7 @@ func fromProto(pi *ringlimitv1.CheckItem) item {
 		countRejected: pi.GetCountRejected(),
 		lease:         pi.GetLease(),
 		release:       pi.GetRelease(),
+		rule:          pi.GetRule(),
 	}
 	it.period, it.err = protoDuration("period", pi.GetPeriod(), it.err)
 	it.maxWait, it.err = protoDuration("max_wait", pi.GetMaxWait(), it.err)

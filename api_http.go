@@ -27,6 +27,7 @@ import (
 //	GET  /healthz    200 while the process serves
 //	GET  /readyz     200 once joined, 503 before and while shutting down
 //	GET  /metrics    Prometheus metrics of this node
+//	*    /v1/nginx/auth nginx's auth_request endpoint (docs/middleware.md)
 //	GET  /debug/pprof/ Go's profiler, when Config.Pprof is set
 func (n *Node) handler() http.Handler {
 	mux := http.NewServeMux()
@@ -36,6 +37,7 @@ func (n *Node) handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", n.httpReady)
+	mux.Handle("/v1/nginx/auth", n.rules.nginx)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.cfg.Registry, promhttp.HandlerOpts{
 		ErrorLog: slogPrinter{n.log}, Registry: n.cfg.Registry,
 	}))
@@ -78,12 +80,14 @@ func (n *Node) httpCheck(w http.ResponseWriter, r *http.Request) {
 	for i := range req.Items {
 		items[i] = fromJSON(&req.Items[i])
 	}
+	ruled := n.resolveRules(items)
 	out := make([]rlsync.Response, len(items))
 	if err := n.check(r.Context(), items, out); err != nil {
 		s := status.Convert(err)
 		httpError(w, httpStatus(s.Code()), s.Message())
 		return
 	}
+	applyRuleAnswers(ruled, out)
 	resp := jsonCheckResponse{Items: make([]jsonResult, len(out)), Node: n.cfg.Name}
 	for i := range out {
 		resp.Items[i] = toJSON(&out[i])

@@ -33,6 +33,7 @@ type jsonItem struct {
 	WarmUp        string `json:"warm_up"`
 	Lease         string `json:"lease"`
 	Release       bool   `json:"release"`
+	Rule          string `json:"rule"`
 }
 
 // jsonCheckResponse is the answer of POST /v1/check.
@@ -79,6 +80,7 @@ func fromJSON(j *jsonItem) item {
 		countRejected: j.CountRejected,
 		lease:         j.Lease,
 		release:       j.Release,
+		rule:          j.Rule,
 	}
 	it.period, it.err = jsonDuration("period", j.Period, it.err)
 	it.maxWait, it.err = jsonDuration("max_wait", j.MaxWait, it.err)

@@ -52,6 +52,15 @@ type Config struct {
 	Seeds []string
 	// GossipProfile is GossipLAN or GossipLocal. Default GossipLAN.
 	GossipProfile string
+	// GossipReconnectInterval is how often a node joins again the seeds and
+	// failed members missing from its membership, so that a partition heals
+	// (peer.ClusterConfig.ReconnectInterval). Zero is the profile's value
+	// (2s); negative turns reconnection off.
+	GossipReconnectInterval time.Duration
+	// GossipReconnectTimeout is how long a failed member is tried again
+	// (peer.ClusterConfig.ReconnectTimeout). Zero is the profile's value
+	// (10m).
+	GossipReconnectTimeout time.Duration
 	// GossipKey, when set, encrypts gossip with this AES key (16, 24 or 32
 	// bytes); every member must have it. Default none: gossip in clear text,
 	// acceptable only on a private network (docs/security.md).
@@ -134,6 +143,52 @@ type Config struct {
 	// message to spread. Default 2s.
 	LeaveTimeout time.Duration
 
+	// RulesPath is a rules file, or a directory of *.yaml and *.yml rules
+	// files, in the shape of Lyft's ratelimit configuration
+	// (docs/rules.md). The rules serve Envoy's rate limit service on the
+	// gRPC port, nginx's auth_request endpoint /v1/nginx/auth on the HTTP
+	// port, and the rule field of public checks. Start fails when they are
+	// invalid, naming each problem's file and line. They are reloaded on
+	// ReloadRules (SIGHUP in cmd/node) and when the files change; an invalid
+	// reload is logged and the rules in force stay. Default empty: no rules.
+	RulesPath string
+	// RulesPollInterval is how often the rules files are read to see
+	// whether their content changed (a SHA-256 of their names and bytes, so
+	// an edit that keeps the size and the time is not missed). Zero
+	// disables polling: reload with ReloadRules only. Default 5s: a change
+	// takes effect within seconds, and reading a few small files that often
+	// costs nothing measurable.
+	RulesPollInterval time.Duration
+	// RulesTicker, if set, returns the channel that paces the polling of the
+	// rules files and a function that stops it, in place of a
+	// time.NewTicker(d). Tests pass a channel they feed.
+	RulesTicker func(d time.Duration) (<-chan time.Time, func())
+	// EnvoyHeaders makes the Envoy rate limit service add the
+	// x-ratelimit-limit, -remaining and -reset headers (and retry-after when
+	// over) to its answers, as Lyft's LIMIT_RESPONSE_HEADERS_ENABLED does
+	// (docs/envoy.md). Default false: Envoy computes them itself with
+	// enable_x_ratelimit_headers.
+	EnvoyHeaders bool
+	// NginxRule is the rule that the nginx auth_request endpoint
+	// (/v1/nginx/auth) checks every subrequest against. Empty: the rule is
+	// named per request by the NginxRuleHeader header, which the nginx
+	// configuration sets per location (docs/middleware.md). It needs
+	// RulesPath. Default empty.
+	NginxRule string
+	// NginxRuleHeader names the header that names the rule of an
+	// auth_request subrequest when NginxRule is empty. nginx must always set
+	// it (proxy_set_header): the subrequest carries the client's own
+	// headers. Default "X-Ringlimit-Rule".
+	NginxRuleHeader string
+	// NginxKeyHeader names the header that carries the client key of an
+	// auth_request subrequest. nginx must always set it (proxy_set_header
+	// X-Real-IP $remote_addr), for the same reason. Default "X-Real-IP".
+	NginxKeyHeader string
+	// NginxFailClosed makes the auth_request endpoint answer 503 when a
+	// check fails (an unknown rule, a subrequest without a key, the cluster
+	// unable to answer) instead of 204 (fail open). Default false.
+	NginxFailClosed bool
+
 	// Pprof serves Go's profiler at /debug/pprof/ on the HTTP port. Expose
 	// it only where the HTTP port is private. Default false.
 	Pprof bool
@@ -181,6 +236,9 @@ func DefaultConfig() Config {
 		IdleTimeout:          2 * time.Minute,
 		HandoffTimeout:       5 * time.Second,
 		LeaveTimeout:         2 * time.Second,
+		RulesPollInterval:    5 * time.Second,
+		NginxRuleHeader:      "X-Ringlimit-Rule",
+		NginxKeyHeader:       "X-Real-IP",
 	}
 }
 
@@ -247,6 +305,8 @@ func (c Config) Validate() error {
 		return configErr("MaxHeaderBytes", "must be positive")
 	case c.MaxConnectionAge <= 0:
 		return configErr("MaxConnectionAge", "must be positive")
+	case c.GossipReconnectTimeout < 0:
+		return configErr("GossipReconnectTimeout", "%v must not be negative", c.GossipReconnectTimeout)
 	case c.CheckTimeout <= 0:
 		return configErr("CheckTimeout", "must be positive")
 	case c.ReadHeaderTimeout <= 0, c.ReadTimeout <= 0, c.WriteTimeout <= 0, c.IdleTimeout <= 0:
@@ -258,6 +318,9 @@ func (c Config) Validate() error {
 		return configErr("HandoffTimeout", "must be positive")
 	case c.LeaveTimeout <= 0:
 		return configErr("LeaveTimeout", "must be positive")
+	}
+	if err := c.validateRules(); err != nil {
+		return err
 	}
 	s := c.syncConfig()
 	if s.Self == "" {

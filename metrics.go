@@ -117,6 +117,12 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 		{"ringlimit_malformed_total", "Message items dropped because a state, limit or count in them was invalid, and envelopes with no known body.", &c.Malformed},
 		{"ringlimit_peer_restarts_total", "Peers seen with a new incarnation (restarted faster than failure detection).", &c.PeerRestarts},
 		{"ringlimit_membership_rejected_total", "Memberships the core could not use and ignored (an empty name, more members than partitions).", &c.MembershipRejected},
+		{"ringlimit_backups_sent_total", "Backup messages this node sent as owner (owner mode: its keys' state, for the member that takes them over if it fails).", &c.BackupsSent},
+		{"ringlimit_backup_keys_total", "Key states carried by the backup messages sent.", &c.BackupKeys},
+		{"ringlimit_backups_retried_total", "Backup batches not acknowledged in time; their keys go again with the next round.", &c.BackupsRetried},
+		{"ringlimit_backups_received_total", "Backup messages kept for other owners.", &c.BackupsReceived},
+		{"ringlimit_backup_keys_dropped_total", "Backed-up key states not kept because MaxKeys states were held.", &c.BackupKeysDropped},
+		{"ringlimit_backup_keys_restored_total", "Held key states given to a key's new owner after its owner failed or restarted.", &c.BackupKeysRestored},
 	}
 }
 
@@ -242,4 +248,37 @@ type slogPrinter struct{ l *slog.Logger }
 // Println implements promhttp.Logger.
 func (p slogPrinter) Println(v ...any) {
 	p.l.Error("metrics", "error", v)
+}
+
+// The outcomes of a rules reload, as indexes of rulesMetrics.reloads.
+const (
+	reloadOK     = 0
+	reloadFailed = 1
+)
+
+// rulesMetrics are the metrics of the rules file.
+type rulesMetrics struct {
+	reloads [2]prometheus.Counter // by reloadOK, reloadFailed
+}
+
+// newRulesMetrics registers on reg the reload counter and the gauge of the
+// rules in force, which reads count at scrape time.
+func newRulesMetrics(reg prometheus.Registerer, count func() float64) (*rulesMetrics, error) {
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ringlimit_rules_reloads_total",
+		Help: "Reloads of the rules file: result ok (new rules in force, or a forced reload of valid rules) or failed (rejected; the old rules stay).",
+	}, []string{"result"})
+	m := &rulesMetrics{reloads: [2]prometheus.Counter{
+		reloadOK:     reloads.WithLabelValues("ok"),
+		reloadFailed: reloads.WithLabelValues("failed"),
+	}}
+	for _, c := range []prometheus.Collector{reloads, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ringlimit_rules",
+		Help: "Rules in force, from the rules file (0 without one).",
+	}, count)} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }

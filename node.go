@@ -39,6 +39,7 @@ type Node struct {
 	cl      *peer.Cluster
 	metrics *metrics
 	gate    *gate // public calls in flight
+	rules   *ruleSet
 
 	grpcSrv          *grpc.Server
 	peerSrv          *grpc.Server // nil when peers share grpcSrv (no PeerAddr)
@@ -54,17 +55,27 @@ type Node struct {
 	stopTick chan struct{}      // closed to stop the tick loop
 	leaving  atomic.Bool        // Leave was called on the core
 	handed   chan struct{}      // closed by the tick loop once the core has handed off
-	wg       sync.WaitGroup     // every goroutine the node started
+	// membersIn is closed once the first membership has reached the core
+	// and the ring (firstMembers guards the close).
+	membersIn    chan struct{}
+	firstMembers sync.Once
+	wg           sync.WaitGroup // every goroutine the node started
 
 	stopOnce sync.Once
 	stopErr  error
 }
 
+// firstMembershipTimeout bounds Start's wait for gossip's first membership
+// report, which comes at once (a local event, not a network one).
+const firstMembershipTimeout = 5 * time.Second
+
 // Start starts a node for cfg: it binds the gRPC, HTTP and gossip ports
 // (port 0 picks a free one; see GRPCAddr, HTTPAddr, GossipAddr), starts
 // serving, and joins the cluster through cfg.Seeds in the background (Ready
-// reports when it has). ctx bounds the start only; the node runs until
-// Shutdown or Close. On error nothing is left running.
+// reports when it has). It returns once the node knows a first membership
+// (itself at least), so it answers checks from then on: as the owner of
+// every key until it has joined. ctx bounds the start only; the node runs
+// until Shutdown or Close. On error nothing is left running.
 func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	cfg, err = cfg.withDefaults()
 	if err != nil {
@@ -75,13 +86,14 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n = &Node{
-		cfg:      cfg,
-		log:      cfg.Logger.With(slog.String("node", cfg.Name)),
-		clock:    cfg.Clock,
-		gate:     newGate(),
-		cancel:   cancel,
-		stopTick: make(chan struct{}),
-		handed:   make(chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger.With(slog.String("node", cfg.Name)),
+		clock:     cfg.Clock,
+		gate:      newGate(),
+		cancel:    cancel,
+		stopTick:  make(chan struct{}),
+		handed:    make(chan struct{}),
+		membersIn: make(chan struct{}),
 	}
 	defer func() {
 		if err != nil {
@@ -101,6 +113,15 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	if err := n.cl.Start(runCtx); err != nil {
 		return n, fmt.Errorf("ringlimit: starting gossip: %w", err)
+	}
+	// Gossip reports the first membership (this node, at least) at once;
+	// until it reaches the core, a check would find no owner.
+	first := time.NewTimer(firstMembershipTimeout)
+	defer first.Stop()
+	select {
+	case <-n.membersIn:
+	case <-first.C:
+		return n, fmt.Errorf("ringlimit: no membership from gossip within %v", firstMembershipTimeout)
 	}
 	n.log.Info("node started", "grpc", n.grpcAddr, "http", n.httpAd, "peer", n.peerAddr, "gossip", n.cl.GossipAddr(),
 		"seeds", cfg.Seeds, "mode", cfg.Sync.Mode.String(), "policy", cfg.Sync.Policy.String(),
@@ -181,8 +202,9 @@ func (n *Node) listen() error {
 	return nil
 }
 
-// build creates the core, the ring, the transport, the cluster, the metrics
-// and the servers. It starts nothing.
+// build creates the core, the ring, the transport, the cluster, the metrics,
+// the rules and the servers. It starts nothing but the rules file's poller
+// (see buildRules), which teardown stops.
 func (n *Node) build() error {
 	cfg := n.cfg
 	var err error
@@ -211,12 +233,17 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("ringlimit: registering metrics: %w", err)
 	}
+	if err := n.buildRules(); err != nil {
+		return err
+	}
 	opts := n.grpcOptions()
 	if n.tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tlsCfg.Clone())))
 	}
 	n.grpcSrv = grpc.NewServer(opts...)
-	n.registerGRPC(n.grpcSrv)
+	if err := n.registerGRPC(n.grpcSrv); err != nil {
+		return err
+	}
 	if n.peerLn == nil {
 		n.tr.RegisterServer(n.grpcSrv)
 	} else {
@@ -244,11 +271,12 @@ func (n *Node) build() error {
 	return nil
 }
 
-// registerGRPC registers the public services on the public gRPC server. The
-// peer service is registered by build: on the same server, or on the peer
-// port's.
-func (n *Node) registerGRPC(s *grpc.Server) {
+// registerGRPC registers the public services on the public gRPC server:
+// RateLimiter and Envoy's RateLimitService v3. The peer service is
+// registered by build: on the same server, or on the peer port's.
+func (n *Node) registerGRPC(s *grpc.Server) error {
 	s.RegisterService(&rateLimiterDesc, grpcAPI{n: n})
+	return n.registerEnvoy(s)
 }
 
 // The gRPC servers' keepalive policy. A client may ping at most every
@@ -268,6 +296,7 @@ func (n *Node) grpcOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(newServerCodec()),
 		grpc.MaxRecvMsgSize(c.MaxRecvMsgBytes),
+		grpc.NumStreamWorkers(64),
 		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
 		grpc.MaxHeaderListSize(uint32(min(int64(c.MaxHeaderBytes), math.MaxUint32))),
 		grpc.ConnectionTimeout(c.ReadHeaderTimeout),
@@ -334,15 +363,29 @@ func (n *Node) tickLoop() {
 
 // onMembers is the cluster's membership callback: peers' addresses first,
 // then the core's and the status ring's membership.
+//
+// The core is told which departed members failed (crash, partition) rather
+// than left: it keeps them in its quorum baseline, so that a node cut off
+// from most of the cluster decides their keys by the partition policy
+// instead of taking them over (sync/quorum.go). The status ring holds the
+// live members.
 func (n *Node) onMembers(ms []peer.Member) {
+	defer n.firstMembers.Do(func() { close(n.membersIn) })
 	n.tr.SetPeers(ms)
 	names := peer.Names(ms)
-	n.core.SetMembers(n.clock.Now(), names)
+	failed := n.cl.Failed()
+	n.core.SetMembership(n.clock.Now(), names, failed)
 	if _, err := n.ring.SetMembers(names); err != nil {
 		n.log.Error("ring update failed", "members", names, "err", err)
 		return
 	}
-	n.log.Info("membership changed", "members", names)
+	q := n.core.Quorum()
+	if q.Minority {
+		n.log.Warn("membership changed: minority side, the lost members' keys go by the partition policy",
+			"members", names, "lost", q.Lost, "baseline", q.Baseline)
+		return
+	}
+	n.log.Info("membership changed", "members", names, "failed", failed)
 }
 
 // GRPCAddr returns the address the gRPC server is bound to.
@@ -368,6 +411,11 @@ func (n *Node) Ready() bool { return n.notReady() == "" }
 
 // notReady returns why the node is not ready, or "".
 func (n *Node) notReady() string {
+	select {
+	case <-n.membersIn:
+	default:
+		return "no membership yet"
+	}
 	switch {
 	case n.leaving.Load() || n.gate.isClosed():
 		return "shutting down"

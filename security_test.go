@@ -77,8 +77,8 @@ func TestPublicTLS(t *testing.T) {
 	n := startNode(t, cfg)
 	waitMembers(t, []*Node{n}, []string{"solo"})
 
-	trusting := &tls.Config{RootCAs: ca.pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12}
-	distrusting := &tls.Config{RootCAs: other.pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12}
+	trusting := &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12}
+	distrusting := &tls.Config{RootCAs: other.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12}
 	if err := grpcCheck(t, n.GRPCAddr(), credentials.NewTLS(trusting)); err != nil {
 		t.Errorf("gRPC over TLS with a client trusting the CA: %v", err)
 	}
@@ -121,7 +121,7 @@ func TestPublicTLSClientCertificates(t *testing.T) {
 	waitMembers(t, []*Node{n}, []string{"solo"})
 
 	client := func(certs ...tls.Certificate) *tls.Config {
-		return &tls.Config{RootCAs: ca.pool(), ServerName: "localhost", Certificates: certs, MinVersion: tls.VersionTLS12}
+		return &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", Certificates: certs, MinVersion: tls.VersionTLS12}
 	}
 	good, bad := client(clients.issue(t, "app").Certificate), client(other.issue(t, "app").Certificate)
 	for _, tt := range []struct {
@@ -213,7 +213,7 @@ func TestClusterOverMutualTLS(t *testing.T) {
 		return err
 	}
 	asPeer := func(ca *testCA, cert issued) credentials.TransportCredentials {
-		return credentials.NewTLS(&tls.Config{RootCAs: ca.pool(), ServerName: "n1", Certificates: []tls.Certificate{cert.Certificate}, MinVersion: tls.VersionTLS12})
+		return credentials.NewTLS(&tls.Config{RootCAs: ca.Pool(), ServerName: "n1", Certificates: []tls.Certificate{cert.Certificate}, MinVersion: tls.VersionTLS12})
 	}
 	if err := deliver(asPeer(ca, ca.issue(t, "n2", "n2"))); err != nil {
 		t.Errorf("Deliver with n2's certificate: %v", err)

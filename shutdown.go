@@ -16,8 +16,8 @@ import (
 //  3. it tells the cluster it leaves (gossip), waiting at most
 //     Config.LeaveTimeout, so the others drop it at once instead of
 //     detecting a failure;
-//  4. it stops the servers, the links to the peers and every goroutine, and
-//     waits for them.
+//  4. it stops the servers (giving the peers' streams to it streamGrace to
+//     end), the links to the peers and every goroutine, and waits for them.
 //
 // When ctx ends first, the remaining steps are cut short and the servers are
 // stopped at once; Shutdown still waits for every goroutine and returns
@@ -47,6 +47,12 @@ func (n *Node) Close() error {
 	})
 	return n.stopErr
 }
+
+// streamGrace bounds how long Shutdown waits, after leaving, for the
+// servers' calls and streams to end by themselves: public calls were drained
+// already, and the peers close their streams to a node once they see it
+// leave, within a gossip round.
+const streamGrace = 2 * time.Second
 
 func (n *Node) shutdown(ctx context.Context) error {
 	n.log.Info("shutting down")
@@ -88,15 +94,21 @@ func (n *Node) shutdown(ctx context.Context) error {
 			_ = n.httpSrv.Close()
 		}
 	}
+	// Peers' streams end when they see this node leave; one that missed the
+	// leave (cut off) would hold GracefulStop, so it gets streamGrace.
+	grace := time.NewTimer(streamGrace)
+	defer grace.Stop()
 	select {
 	case <-stopped:
 	case <-ctx.Done():
-		n.grpcSrv.Stop()
-		if n.peerSrv != nil {
-			n.peerSrv.Stop()
-		}
-		<-stopped
+	case <-grace.C:
+		n.log.Warn("shutdown: peer streams still open; closing them", "after", streamGrace)
 	}
+	n.grpcSrv.Stop() // no-ops once GracefulStop is done
+	if n.peerSrv != nil {
+		n.peerSrv.Stop()
+	}
+	<-stopped
 	err := n.teardown()
 	n.log.Info("stopped", "took", time.Since(start))
 	if ctx.Err() != nil {

@@ -48,6 +48,7 @@ type item struct {
 	policy                  int64
 	countRejected, release  bool
 	lease                   string
+	rule                    string // a rule's name; resolved by applyRule before request
 	err                     error
 }
 

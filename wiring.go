@@ -36,6 +36,12 @@ func (n *Node) clusterConfig() peer.ClusterConfig {
 		cc.AdvertiseAddr, cc.AdvertisePort = splitHostPort(n.cfg.GossipAdvertiseAddr)
 	}
 	cc.Seeds = n.cfg.Seeds
+	if n.cfg.GossipReconnectInterval != 0 {
+		cc.ReconnectInterval = n.cfg.GossipReconnectInterval
+	}
+	if n.cfg.GossipReconnectTimeout != 0 {
+		cc.ReconnectTimeout = n.cfg.GossipReconnectTimeout
+	}
 	cc.GRPCAddr = n.peerAddr
 	cc.SecretKey = n.cfg.GossipKey
 	cc.SecondaryKeys = n.cfg.GossipSecondaryKeys

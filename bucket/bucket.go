@@ -148,6 +148,40 @@ func Decode(b []byte) (Bucket, error) {
 	return bk, nil
 }
 
+// DecodeInto is Decode that may reuse dst's storage: when dst is a token
+// bucket and b holds one, dst is overwritten and returned, saving an
+// allocation; otherwise it returns Decode(b). dst is unchanged on error. The
+// caller must hold the only reference to dst (a Clone, say).
+func DecodeInto(dst Bucket, b []byte) (Bucket, error) {
+	tb, ok := dst.(*tokenBucket)
+	if !ok {
+		return Decode(b)
+	}
+	r := reader{buf: b}
+	l := r.limit()
+	if r.err != nil {
+		return nil, r.err
+	}
+	if l.Algorithm != TokenBucket {
+		return Decode(b)
+	}
+	if l != tb.l { // dst's limit was validated: a state under it needs no check
+		if err := l.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+	}
+	var t tokenBucket
+	err := t.decode(l, &r)
+	if err == nil && r.off != len(r.buf) {
+		err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.buf)-r.off)
+	}
+	if err != nil {
+		return nil, err
+	}
+	*tb = t
+	return tb, nil
+}
+
 // Semaphore is the Bucket of the Concurrency algorithm, which also acquires
 // and releases permits by lease id. Take acquires anonymous permits that are
 // only released by their timeout.

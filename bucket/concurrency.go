@@ -334,16 +334,7 @@ func (c *concurrency) Refund(now time.Time, hits int64) error {
 		return ErrNegativeHits
 	}
 	c.advance(nanos(now))
-	for hits > 0 && c.anon.size > 0 {
-		e := c.anon.back()
-		take := min(e.n, hits)
-		e.n -= take
-		c.held -= take
-		hits -= take
-		if e.n == 0 {
-			c.anon.popBack()
-		}
-	}
+	c.held -= c.anon.takeNewest(hits)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -11,9 +12,16 @@ import (
 // algorithm's layout changes, and keep decoding the old one.
 const stateVersion = 1
 
+// encodedGuess is the room appendLimit makes for a whole state: enough for
+// the header and the state of the small algorithms.
+const encodedGuess = 48
+
 // appendLimit writes the header shared by every state: version, algorithm and
 // the limit's fields.
 func appendLimit(b []byte, l Limit) []byte {
+	// One allocation for the header and a small state (a token bucket's is
+	// about 30 bytes), instead of one per field as the buffer grows.
+	b = slices.Grow(b, encodedGuess)
 	var flags byte
 	if l.CountRejected {
 		flags |= 1

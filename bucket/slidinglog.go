@@ -64,6 +64,22 @@ func (r *slRing) popFront() {
 
 func (r *slRing) popBack() { r.size-- }
 
+// takeNewest removes up to n hits from the newest runs, emptied runs
+// included, and returns how many it removed.
+func (r *slRing) takeNewest(n int64) int64 {
+	taken := int64(0)
+	for taken < n && r.size > 0 {
+		e := r.back()
+		k := min(e.n, n-taken)
+		e.n -= k
+		taken += k
+		if e.n == 0 {
+			r.popBack()
+		}
+	}
+	return taken
+}
+
 // push appends e. The caller ensures size < limit; the buffer doubles (up to
 // limit) when full.
 func (r *slRing) push(e slEntry, limit int) {
@@ -353,16 +369,7 @@ func (b *slidingLog) Refund(now time.Time, hits int64) error {
 		return ErrNegativeHits
 	}
 	b.advance(nanos(now))
-	for hits > 0 && b.log.size > 0 {
-		e := b.log.back()
-		take := min(e.n, hits)
-		e.n -= take
-		b.sum -= take
-		hits -= take
-		if e.n == 0 {
-			b.log.popBack()
-		}
-	}
+	b.sum -= b.log.takeNewest(hits)
 	return nil
 }
 

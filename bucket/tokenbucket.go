@@ -46,17 +46,27 @@ func decodeTokenBucket(l Limit, r *reader) (Bucket, error) {
 }
 
 func decodeTokenState(l Limit, r *reader) (*tokenBucket, error) {
-	b := &tokenBucket{l: l}
-	b.whole = r.varint("tokens")
-	b.frac = r.int63("token fraction")
-	b.last = r.varint("last")
-	if r.err != nil {
-		return nil, r.err
-	}
-	if b.whole < tokenFloor || b.whole > b.l.Capacity() || b.frac >= int64(l.Period) || (b.whole == b.l.Capacity() && b.frac != 0) {
-		return nil, fmt.Errorf("%w: %v tokens %d+%d/%d out of range", ErrCorrupt, l.Algorithm, b.whole, b.frac, l.Period)
+	b := new(tokenBucket)
+	if err := b.decode(l, r); err != nil {
+		return nil, err
 	}
 	return b, nil
+}
+
+// decode reads a token state of limit l into b; b is unchanged on error.
+func (b *tokenBucket) decode(l Limit, r *reader) error {
+	t := tokenBucket{l: l}
+	t.whole = r.varint("tokens")
+	t.frac = r.int63("token fraction")
+	t.last = r.varint("last")
+	if r.err != nil {
+		return r.err
+	}
+	if t.whole < tokenFloor || t.whole > t.l.Capacity() || t.frac >= int64(l.Period) || (t.whole == t.l.Capacity() && t.frac != 0) {
+		return fmt.Errorf("%w: %v tokens %d+%d/%d out of range", ErrCorrupt, l.Algorithm, t.whole, t.frac, l.Period)
+	}
+	*b = t
+	return nil
 }
 
 // refill advances the bucket to t, adding the tokens earned since last. A t

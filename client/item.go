@@ -11,8 +11,17 @@ import (
 // Item is one rate-limit check. The bucket is identified cluster-wide by
 // (Name, Key): Name is the limit ("api"), Key the client ("user:42"). Limit
 // and Period are required; every other zero field means the node's default.
-// Item is the Go form of ringlimitv1.CheckItem.
+// Or Rule names a rule of the node's rules file, which supplies the limit:
+// Name and the limit fields are then left zero, and the bucket is
+// (Rule, Key). Item is the Go form of ringlimitv1.CheckItem.
 type Item struct {
+	// Rule names a rule of the node's rules file ("edge/remote_address",
+	// see docs/rules.md) instead of spelling out the limit. With Rule set,
+	// Name, Limit, Period, Burst, Algorithm, MaxWait, MinGap, CountRejected
+	// and WarmUp must be zero (the node answers an item that sets them with
+	// an error naming the field); Mode and Policy, when set, override the
+	// rule's. An unknown rule is an item error.
+	Rule string
 	// Name is the limit's name; it must not contain a NUL byte.
 	Name string
 	// Key identifies the client within the limit (the wire's unique_key).
@@ -102,6 +111,7 @@ func (it *Item) proto() *ringlimitv1.CheckItem {
 		WarmUp:        protoDuration(it.WarmUp),
 		Lease:         it.Lease,
 		Release:       it.Release,
+		Rule:          it.Rule,
 	}
 }
 

@@ -53,11 +53,16 @@ func WithTimeout(d time.Duration) Option {
 	return func(o *options) { o.timeout = d }
 }
 
-// WithLimit registers the limit Allow applies to it.Name: Allow(ctx, name,
-// key) checks it with Key set to key and, when it.Hits is zero, one hit. A
-// later WithLimit of the same name replaces an earlier one.
+// WithLimit registers the limit Allow applies to it.Name (or, for an item
+// that names a rule and no Name, to it.Rule): Allow(ctx, name, key) checks
+// it with Key set to key and, when it.Hits is zero, one hit. A later
+// WithLimit of the same name replaces an earlier one.
 func WithLimit(it Item) Option {
-	return func(o *options) { o.limits[it.Name] = it }
+	name := it.Name
+	if name == "" {
+		name = it.Rule
+	}
+	return func(o *options) { o.limits[name] = it }
 }
 
 // WithDialOptions appends gRPC dial options (interceptors, keepalive,

@@ -55,7 +55,8 @@ func TestSplit(t *testing.T) {
 	if abAll.Broken > 0 {
 		t.Errorf("minority %v: %d degraded answers for the majority's keys broke their policy", c.names(minority), abAll.Broken)
 	}
-	ab := checkPolicy(c, recs, items, "b", sentTo(minority, cutAt.Add(cutCmd+noticeGrace), healAt))
+	notice := noticeAfter(t, cutCmd, split)
+	ab := checkPolicy(c, recs, items, "b", sentTo(minority, cutAt.Add(notice), healAt))
 	if ab.NotDegraded > 0 {
 		t.Errorf("minority %v: %d of %d answers for keys owned across the split were not degraded (decided as if it owned them), e.g. %v",
 			c.names(minority), ab.NotDegraded, ab.Answers, ab.examples)
@@ -84,7 +85,7 @@ func TestSplit(t *testing.T) {
 		split.Round(time.Millisecond), views, healed.Round(time.Millisecond))
 	t.Logf("failed calls: %d", nfail)
 	t.Logf("minority, majority's keys: %d answers, %d degraded, %d against policy; from %v after the split: %d answers, %d not degraded, %d fail-closed admitted",
-		abAll.Answers, abAll.Degraded, abAll.Broken, noticeGrace, ab.Answers, ab.NotDegraded, ab.ClosedAdmitted)
+		abAll.Answers, abAll.Degraded, abAll.Broken, notice, ab.Answers, ab.NotDegraded, ab.ClosedAdmitted)
 	t.Logf("majority, minority's keys: %d answers, %d degraded, %d not degraded, %d against policy, %d fail-closed admitted",
 		ba.Answers, ba.Degraded, ba.NotDegraded, ba.Broken, ba.ClosedAdmitted)
 	t.Logf("spent keys (limit %d per %v, 2 per side): %d admitted under load on the minority's, %d on the majority's (bound %d per key)",

@@ -9,7 +9,7 @@
 // the Checker in one batch. The wiring:
 //
 //	st, _ := rules.NewStore(rules.DefaultStoreConfig("/etc/ringlimit/rules"))
-//	srv, err := envoy.New(node, st, envoy.DefaultConfig()) // node implements Checker
+//	srv, err := envoy.New(node.Checker(), st, envoy.DefaultConfig()) // or a client.Checker
 //	if err != nil { ... }
 //	srv.Register(grpcServer)
 //

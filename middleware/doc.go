@@ -8,7 +8,7 @@
 // Checker: an embedded node, or a client of a node cluster. The caller's
 // side:
 //
-//	mw, err := middleware.RateLimit(node, middleware.Options{
+//	mw, err := middleware.RateLimit(node.Checker(), middleware.Options{
 //		Name:  "http",
 //		Limit: bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 100, Period: time.Minute, Burst: 20},
 //		Key:   middleware.ClientIP(1), // behind one load balancer

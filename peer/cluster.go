@@ -35,7 +35,9 @@ type Cluster struct {
 	ready    atomic.Bool // joined (or alone by design)
 	gone     atomic.Bool // left or closed
 	self     atomic.Pointer[Member]
-	wg       sync.WaitGroup
+	// failed holds the failed members of the list last given to onChange.
+	failed atomic.Pointer[[]string]
+	wg     sync.WaitGroup
 
 	mu sync.Mutex // guards the fields below; held across Leave
 	// ml is the running memberlist, nil before Start.
@@ -122,6 +124,9 @@ func (c *Cluster) Start(ctx context.Context) error {
 	}
 	c.d.signal() // deliver the first list even if memberlist's events came before
 	c.wg.Go(func() { c.run(runCtx) })
+	if c.cfg.reconnectInterval() > 0 {
+		c.wg.Go(func() { c.reconnect(runCtx, ml, seeds) })
+	}
 	return nil
 }
 
@@ -148,9 +153,13 @@ func (c *Cluster) join(ctx context.Context, ml *memberlist.Memberlist, seeds []s
 	}
 }
 
-// run calls onChange with every new member list until ctx ends.
+// run calls onChange with every new member list (or set of failed
+// members) until ctx ends.
 func (c *Cluster) run(ctx context.Context) {
-	var last []Member
+	var (
+		last       []Member
+		lastFailed []string
+	)
 	first := true
 	for {
 		select {
@@ -158,14 +167,27 @@ func (c *Cluster) run(ctx context.Context) {
 			return
 		case <-c.d.changed:
 		}
-		ms := c.d.members()
-		if !first && slices.Equal(ms, last) {
+		ms, failed := c.d.snapshot()
+		if !first && slices.Equal(ms, last) && slices.Equal(failed, lastFailed) {
 			continue
 		}
-		first, last = false, ms
-		c.log.Debug("membership changed", "members", Names(ms))
+		first, last, lastFailed = false, ms, failed
+		c.log.Debug("membership changed", "members", Names(ms), "failed", failed)
+		c.failed.Store(&failed)
 		c.onChange(slices.Clone(ms))
 	}
+}
+
+// Failed returns the names of the members that failed (crashed, or out of
+// reach: memberlist declared them dead without a leave) less than
+// ReconnectTimeout ago and are not live again, sorted, as of the list last
+// given to onChange: called from onChange, those that go with its list.
+// A member that left gracefully (Leave) is not among them.
+func (c *Cluster) Failed() []string {
+	if p := c.failed.Load(); p != nil {
+		return slices.Clone(*p)
+	}
+	return nil
 }
 
 // otherSeeds returns seeds without the node's own gossip addresses.
@@ -197,10 +219,13 @@ func (c *Cluster) Self() Member {
 // before Start.
 func (c *Cluster) GossipAddr() string { return c.Self().GossipAddr }
 
-// Leave tells the cluster that this node is leaving, waiting at most timeout
-// for the news to reach another member, so that the others drop it at once
-// instead of detecting a failure. Call it before Close. The node keeps
-// answering gossip until Close.
+// Leave tells the cluster that this node is leaving, so that the others
+// drop it at once instead of detecting a failure, and count it as gone
+// gracefully (not among their Failed members, not reconnected). It first
+// marks its metadata as leaving and waits (at most half of timeout) for
+// that update to go out, then sends memberlist's leave and waits at most
+// the rest of timeout for it to reach another member. Call it before Close.
+// The node keeps answering gossip until Close, and stops reconnecting.
 func (c *Cluster) Leave(timeout time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -211,7 +236,12 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 		return ErrNotStarted
 	}
 	c.gone.Store(true)
-	if err := c.ml.Leave(timeout); err != nil {
+	start := time.Now()
+	c.d.setLeaving()
+	if err := c.ml.UpdateNode(timeout / 2); err != nil {
+		c.log.Warn("announcing the leave in the metadata timed out; the others may count it as a failure", "err", err)
+	}
+	if err := c.ml.Leave(max(timeout-time.Since(start), timeout/2)); err != nil {
 		return fmt.Errorf("peer: leaving the cluster: %w", err)
 	}
 	return nil

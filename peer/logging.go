@@ -37,9 +37,27 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// transientErrors begin the texts of memberlist (v0.7.0)'s errors about one
+// exchange with one peer (a probe, a gossip send, a push/pull): the failure
+// detector retries them and reports what it concludes (a member suspected or
+// failed) on its own, so they are logged as warnings, not errors that call
+// for an operator.
+var transientErrors = []string{
+	"Failed fallback TCP ping",
+	"Failed to send gossip",
+	"Failed to send indirect ping",
+	"Failed to send indirect UDP ping",
+	"Failed to send UDP ping",
+	"Failed to send UDP compound ping",
+	"Failed to send ack",
+	"Failed to send nack",
+	"Push/Pull with",
+}
+
 // parseMemberlistLine splits a memberlist log line into its level and its
 // text, without the level and the "memberlist: " prefixes. Lines without a
-// known level prefix are logged at Info.
+// known level prefix are logged at Info; transient errors (transientErrors)
+// at Warn.
 func parseMemberlistLine(line []byte) (slog.Level, string) {
 	line = bytes.TrimSpace(line)
 	level := slog.LevelInfo
@@ -50,5 +68,13 @@ func parseMemberlistLine(line []byte) (slog.Level, string) {
 		}
 	}
 	line, _ = bytes.CutPrefix(line, []byte("memberlist: "))
+	if level == slog.LevelError {
+		for _, p := range transientErrors {
+			if bytes.HasPrefix(line, []byte(p)) {
+				level = slog.LevelWarn
+				break
+			}
+		}
+	}
 	return level, string(line)
 }

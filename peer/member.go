@@ -56,31 +56,46 @@ type wireMeta struct {
 	V int `json:"v"`
 	// GRPC is the node's gRPC address.
 	GRPC string `json:"grpc"`
+	// Leaving is set by a node about to leave gracefully (Cluster.Leave), so
+	// that the others count its departure as a leave, not a failure
+	// (memberlist does not tell its event delegate which it was).
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // encodeMeta returns the gossip metadata of a node speaking protocol v with
 // its gRPC server at grpcAddr.
 func encodeMeta(v int, grpcAddr string) []byte {
-	b, err := json.Marshal(wireMeta{V: v, GRPC: grpcAddr})
+	return encodeWireMeta(wireMeta{V: v, GRPC: grpcAddr})
+}
+
+// encodeWireMeta returns m encoded.
+func encodeWireMeta(m wireMeta) []byte {
+	b, err := json.Marshal(m)
 	if err != nil {
-		panic("peer: encoding metadata: " + err.Error()) // broken invariant: a struct of an int and a string always encodes
+		panic("peer: encoding metadata: " + err.Error()) // broken invariant: a struct of an int, a string and a bool always encodes
 	}
 	return b
 }
 
 // decodeMeta parses gossip metadata: the protocol version and gRPC address.
 func decodeMeta(b []byte) (protocol int, grpcAddr string, err error) {
+	m, err := decodeWireMeta(b)
+	return m.V, m.GRPC, err
+}
+
+// decodeWireMeta parses and checks gossip metadata.
+func decodeWireMeta(b []byte) (wireMeta, error) {
 	var m wireMeta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return 0, "", fmt.Errorf("%w: %v", errBadMeta, err)
+		return wireMeta{}, fmt.Errorf("%w: %v", errBadMeta, err)
 	}
 	if m.V < 1 {
-		return 0, "", fmt.Errorf("%w: protocol version %d", errBadMeta, m.V)
+		return wireMeta{}, fmt.Errorf("%w: protocol version %d", errBadMeta, m.V)
 	}
 	if _, _, err := net.SplitHostPort(m.GRPC); err != nil {
-		return 0, "", fmt.Errorf("%w: gRPC address %q: %v", errBadMeta, m.GRPC, err)
+		return wireMeta{}, fmt.Errorf("%w: gRPC address %q: %v", errBadMeta, m.GRPC, err)
 	}
-	return m.V, m.GRPC, nil
+	return m, nil
 }
 
 // advertisedGRPCAddr returns addr with an empty or unspecified host replaced

@@ -99,6 +99,11 @@ func TestParseMemberlistLine(t *testing.T) {
 		{"[INFO] memberlist: Marking b as failed", slog.LevelInfo, "Marking b as failed"},
 		{"[WARN] memberlist: Was able to connect", slog.LevelWarn, "Was able to connect"},
 		{"[ERR] memberlist: Failed to send", slog.LevelError, "Failed to send"},
+		{"[ERR] memberlist: Failed fallback TCP ping: timeout 200ms", slog.LevelWarn, "Failed fallback TCP ping: timeout 200ms"},
+		{"[ERR] memberlist: Failed to send gossip to 127.0.0.1:7948: use of closed network connection", slog.LevelWarn,
+			"Failed to send gossip to 127.0.0.1:7948: use of closed network connection"},
+		{"[ERR] memberlist: Push/Pull with b failed: EOF", slog.LevelWarn, "Push/Pull with b failed: EOF"},
+		{"[ERR] memberlist: Failed to decode message", slog.LevelError, "Failed to decode message"},
 		{"[ERROR] something", slog.LevelError, "something"},
 		{"no level", slog.LevelInfo, "no level"},
 	}

@@ -2,9 +2,11 @@ package peer
 
 import (
 	"context"
+	"io"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -28,24 +30,56 @@ type server struct {
 	t *Transport
 }
 
-// Deliver hands each acceptable envelope of req to the Handler, in order. It
-// rejects, one by one and counted, envelopes that are nil, not addressed to
-// this node, not from a current member, larger than MaxEnvelopeBytes, or
-// refused by Authorize; the call still succeeds, since the sender's peer is
-// reachable (a member that just joined may not be known here yet; package
-// sync retries). A request of more than MaxRecvEnvelopes envelopes fails with
-// InvalidArgument; before Start or after Close, calls fail with Unavailable.
+// Deliver hands each acceptable envelope of req to the Handler, in order
+// (see receive). Senders use Stream; Deliver serves senders that predate it
+// or fall back to it.
 func (s *server) Deliver(ctx context.Context, req *peerv1.DeliverRequest) (*peerv1.DeliverResponse, error) {
-	t := s.t
-	envs := req.GetEnvelopes()
+	if err := s.t.receive(ctx, req.GetEnvelopes()); err != nil {
+		return nil, err
+	}
+	return &peerv1.DeliverResponse{}, nil
+}
+
+// Stream receives batches on one long-lived stream, each as Deliver would,
+// in the order they were sent, until the sender closes the stream (then it
+// answers) or a batch fails (then the stream fails with that batch's error).
+func (s *server) Stream(st peerv1.Peer_StreamServer) error {
+	// The header tells the sender at once that this node serves Stream.
+	if err := st.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
+	ctx := st.Context()
+	for {
+		req, err := st.Recv()
+		if err == io.EOF {
+			return st.SendAndClose(&peerv1.DeliverResponse{})
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.t.receive(ctx, req.GetEnvelopes()); err != nil {
+			return err
+		}
+	}
+}
+
+// receive hands each acceptable envelope of one batch to the Handler, in
+// order. It rejects, one by one and counted, envelopes that are nil, not
+// addressed to this node, not from a current member, larger than
+// MaxEnvelopeBytes, or refused by Authorize (asked with ctx, the call's);
+// the batch still succeeds, since the sender's peer is reachable (a member
+// that just joined may not be known here yet; package sync retries). A batch
+// of more than MaxRecvEnvelopes envelopes fails with InvalidArgument; before
+// Start or after Close, batches fail with Unavailable.
+func (t *Transport) receive(ctx context.Context, envs []*peerv1.Envelope) error {
 	if len(envs) > t.cfg.MaxRecvEnvelopes {
-		return nil, status.Errorf(codes.InvalidArgument, "peer: %d envelopes in one Deliver, at most %d", len(envs), t.cfg.MaxRecvEnvelopes)
+		return status.Errorf(codes.InvalidArgument, "peer: %d envelopes in one batch, at most %d", len(envs), t.cfg.MaxRecvEnvelopes)
 	}
 	t.mu.RLock()
 	h, members, closed := t.handler, t.members, t.closed
 	t.mu.RUnlock()
 	if h == nil || closed {
-		return nil, status.Error(codes.Unavailable, "peer: transport not running")
+		return status.Error(codes.Unavailable, "peer: transport not running")
 	}
 	now := t.clock.Now()
 	accepted := 0
@@ -59,7 +93,7 @@ func (s *server) Deliver(ctx context.Context, req *peerv1.DeliverRequest) (*peer
 		accepted++
 	}
 	t.metrics.received.Add(float64(accepted))
-	return &peerv1.DeliverResponse{}, nil
+	return nil
 }
 
 // reject returns why env must be rejected, or "" to accept it. members is

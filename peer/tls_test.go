@@ -90,7 +90,7 @@ func TestMutualTLSRejects(t *testing.T) {
 	impostor.SetPeers([]Member{{Name: "a", GRPCAddr: "127.0.0.1:1"}, {Name: "b", GRPCAddr: impostor.addr}})
 	impostor.start(t)
 
-	noCert := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: ca.pool(), ServerName: "b"})
+	noCert := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: ca.Pool(), ServerName: "b"})
 	tests := []struct {
 		name     string
 		creds    credentials.TransportCredentials
@@ -214,7 +214,7 @@ func TestLoadMutualTLS(t *testing.T) {
 	}
 	certFile := write("a.pem", &pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
 	keyFile := write("a.key", &pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-	caFile := write("ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})
+	caFile := write("ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})
 	junk := write("junk.pem", &pem.Block{Type: "NOTHING", Bytes: []byte("x")})
 	if _, err := LoadMutualTLS(certFile, keyFile, caFile); err != nil {
 		t.Fatalf("LoadMutualTLS: %v", err)
@@ -229,7 +229,7 @@ func TestLoadMutualTLS(t *testing.T) {
 			t.Errorf("%s: LoadMutualTLS = %v, want ErrInvalidConfig", tt.name, err)
 		}
 	}
-	if _, err := NewMutualTLS(tls.Certificate{}, ca.pool()); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := NewMutualTLS(tls.Certificate{}, ca.Pool()); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("NewMutualTLS without a certificate = %v, want ErrInvalidConfig", err)
 	}
 }

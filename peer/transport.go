@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -45,15 +46,23 @@ var (
 // It keeps one gRPC connection per peer, dialled at the address the peer
 // advertises in its gossip metadata (SetPeers), and one bounded send queue
 // drained by one sender goroutine per peer, so a slow or dead peer delays no
-// other. Each sender coalesces what is queued into one Deliver RPC of up to
-// MaxBatch envelopes, under a deadline of RPCTimeout. Envelopes to one peer
-// are delivered in the order they were sent, or dropped.
+// other. Each sender coalesces what is queued into one batch of up to
+// MaxBatch envelopes and sends it as one message of a long-lived Stream RPC
+// to the peer: batches are pipelined (a sender does not wait for the peer to
+// process one before sending the next) and cost no call set-up each. A Send
+// that does not complete within RPCTimeout (no flow-control window: the peer
+// is stuck) fails. A peer that does not serve Stream is sent one Deliver RPC
+// per batch instead. Envelopes to one peer are delivered in the order they
+// were sent, or dropped.
 //
-// A failed Deliver is not retried: its batch is dropped and the Handler is
-// told the peer is Unreachable. Retrying here would be unsafe, because a call
-// that timed out may have been delivered, and a second delivery of a
-// non-idempotent message (a flush of hits) would count them twice; package
-// sync retries, on Tick, what must be retried, with its own sequence numbers.
+// A failed batch is not retried: it is dropped, the stream is closed (the
+// next batch opens a new one) and the Handler is told the peer is
+// Unreachable. Batches sent on a stream just before it broke are lost
+// without notice. Retrying here would be unsafe, because a batch that failed
+// may have been delivered, and a second delivery of a non-idempotent message
+// (a flush of hits) would count them twice; package sync retries, on Tick,
+// what must be retried, with its own sequence numbers, and times out what
+// goes unanswered.
 //
 // A Transport is safe for concurrent use.
 type Transport struct {
@@ -91,6 +100,17 @@ type link struct {
 	// stop ends the link's sender; nil until it is started (under
 	// Transport.mu).
 	stop context.CancelFunc
+
+	// The fields below belong to the link's sender goroutine.
+
+	// stream is the open Stream RPC, nil when none is; cancelStream ends it.
+	stream       peerv1.Peer_StreamClient
+	cancelStream context.CancelFunc
+	// watchdog cancels the stream when a Send outlasts RPCTimeout.
+	watchdog *time.Timer
+	// unary is set once the peer answered Stream with Unimplemented: every
+	// batch then goes in a Deliver RPC of its own.
+	unary bool
 }
 
 // NewTransport returns a Transport for cfg. It starts nothing and dials
@@ -265,6 +285,7 @@ func (t *Transport) startLocked(l *link) {
 // sender delivers l's queue in batches until ctx ends, then closes l.
 func (t *Transport) sender(ctx context.Context, l *link, h Handler) {
 	defer t.closeLink(l)
+	defer t.closeStream(l)
 	batch := make([]*peerv1.Envelope, 0, t.cfg.MaxBatch)
 	var next *peerv1.Envelope // taken from the queue but over the last batch's bytes
 	failing := false
@@ -311,15 +332,13 @@ func (t *Transport) fill(queue <-chan *peerv1.Envelope, batch []*peerv1.Envelope
 	return batch, nil
 }
 
-// deliver sends batch to l in one Deliver RPC and reports whether it
-// succeeded. On failure the batch is dropped, not retried (see Transport),
-// and h learns that the peer is unreachable, unless ctx ended: then the peer
-// left or the transport closed.
+// deliver sends batch to l (see send) and reports whether it succeeded. On
+// failure the batch is dropped, not retried (see Transport), and h learns
+// that the peer is unreachable, unless ctx ended: then the peer left or the
+// transport closed.
 func (t *Transport) deliver(ctx context.Context, l *link, h Handler, batch []*peerv1.Envelope) bool {
 	start := t.clock.Now()
-	callCtx, cancel := context.WithTimeout(ctx, t.cfg.RPCTimeout)
-	_, err := l.client.Deliver(callCtx, &peerv1.DeliverRequest{Envelopes: batch})
-	cancel()
+	err := t.send(ctx, l, &peerv1.DeliverRequest{Envelopes: batch})
 	now := t.clock.Now()
 	l.duration.Observe(now.Sub(start).Seconds())
 	t.metrics.batchSize.Observe(float64(len(batch)))
@@ -335,11 +354,86 @@ func (t *Transport) deliver(ctx context.Context, l *link, h Handler, batch []*pe
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 		t.log.Debug("deliver failed", "peer", l.name, "envelopes", len(batch), "err", err)
-	default: // the peer answered, but refused the call: a bug or a misconfiguration
+	default: // the peer answered, but refused the batch: a bug or a misconfiguration
 		t.log.Error("deliver refused", "peer", l.name, "envelopes", len(batch), "err", err)
 	}
 	h.Unreachable(now, l.name)
 	return false
+}
+
+// send sends req to l as the next message of l's stream, opening one when
+// none is open, or in a Deliver RPC of its own when the peer has no Stream.
+// It fails when the stream cannot be opened or the message not handed to
+// gRPC within RPCTimeout, or when the stream has failed; the stream is then
+// closed. Only l's sender calls it.
+func (t *Transport) send(ctx context.Context, l *link, req *peerv1.DeliverRequest) error {
+	if l.unary {
+		callCtx, cancel := context.WithTimeout(ctx, t.cfg.RPCTimeout)
+		defer cancel()
+		_, err := l.client.Deliver(callCtx, req)
+		return err
+	}
+	var err error
+	if l.stream == nil {
+		sctx, cancel := context.WithCancel(ctx)
+		l.cancelStream = cancel
+		l.watchdog = time.AfterFunc(t.cfg.RPCTimeout, cancel)
+		l.stream, err = l.client.Stream(sctx)
+		if err == nil {
+			err = t.awaitHeader(l.stream)
+		}
+		if err == nil {
+			err = l.stream.Send(req)
+		}
+	} else {
+		l.watchdog.Reset(t.cfg.RPCTimeout)
+		err = l.stream.Send(req)
+	}
+	fired := !l.watchdog.Stop()
+	if err == io.EOF { // the stream ended: its status says why
+		_, err = l.stream.CloseAndRecv()
+		if err == nil {
+			err = status.Error(codes.Unavailable, "peer: the peer ended the stream")
+		}
+	}
+	if err == nil && !fired {
+		return nil
+	}
+	t.closeStream(l)
+	if err == nil {
+		return nil // sent, but the watchdog fired meanwhile: the next batch opens a new stream
+	}
+	if status.Code(err) == codes.Unimplemented {
+		// A node without Stream refused the stream before reading anything:
+		// this batch was not delivered, so it may go again, by Deliver.
+		t.log.Info("peer has no Stream RPC: sending it one Deliver per batch", "peer", l.name)
+		l.unary = true
+		return t.send(ctx, l, req)
+	}
+	return err
+}
+
+// awaitHeader waits for the header that a node serving Stream sends as it
+// opens the stream, so that a node without Stream (which ends the stream
+// with Unimplemented and no header) is known before a batch is lost on it.
+func (t *Transport) awaitHeader(st peerv1.Peer_StreamClient) error {
+	md, err := st.Header()
+	if err == nil && md == nil { // ended without a header: the status says why
+		if _, err = st.CloseAndRecv(); err == nil {
+			err = status.Error(codes.Unavailable, "peer: the peer ended the stream")
+		}
+	}
+	return err
+}
+
+// closeStream ends l's stream, if one is open. Only l's sender calls it.
+func (t *Transport) closeStream(l *link) {
+	if l.stream == nil {
+		return
+	}
+	l.watchdog.Stop()
+	l.cancelStream()
+	l.stream, l.cancelStream = nil, nil
 }
 
 // closeLink closes l's connection and drops (and counts) what is left in its

@@ -91,8 +91,6 @@ type Cluster struct {
 	met    *metrics
 	acts   []actionState
 
-	// ref holds the ideal limiter's bucket of each key, made on first use.
-	ref []bucket.Bucket
 	// pend holds every pending-request record; free those not in use.
 	pend, free []*pending
 	busy       int
@@ -135,7 +133,6 @@ func NewCluster(sc Scenario, v Variant, seed uint64) (*Cluster, error) {
 		rngNet: rand.New(rand.NewPCG(seed, streamNetwork)),
 		rngMem: rand.New(rand.NewPCG(seed, streamMembers)),
 		byName: make(map[string]int32),
-		ref:    make([]bucket.Bucket, sc.Workload.Keys),
 	}
 	c.stop = c.end + 2*int64(time.Second) + 2*int64(cfg.RequestTimeout)
 	windows := int((sc.Duration + sc.Window - 1) / sc.Window)
@@ -259,13 +256,18 @@ func (c *Cluster) dispatch(e *event) {
 // once, the load balancer hands it to a node, and the next arrival is
 // scheduled.
 func (c *Cluster) arrive() {
-	key, hits, node := c.wl.key(), c.wl.hits(), c.wl.node(c.nodes)
+	key := c.wl.key()
+	// Read the key's two cold lines (its netting slots and reference
+	// bucket, its name) first, so that their cache misses overlap each
+	// other and the draws below instead of coming one after the other.
+	ks, name := &c.met.keys[key], c.wl.keys[key]
+	b := ks.ref
+	hits, node := c.wl.hits(), c.wl.node(c.nodes)
 	w := c.met.win(c.now)
 	now := c.time()
-	b := c.ref[key]
 	if b == nil {
 		b, _ = bucket.New(c.limit, now) // the limit was validated
-		c.ref[key] = b
+		ks.ref = b
 	}
 	d, err := b.Take(now, hits)
 	if err != nil {
@@ -278,7 +280,7 @@ func (c *Cluster) arrive() {
 	} else {
 		p := c.acquire()
 		p.node, p.gen, p.key, p.win, p.hits = int32(node), c.nodes[node].gen, int32(key), int32(w), hits
-		p.reqs[0] = rlsync.Request{Key: c.wl.keys[key], Hits: hits, Limit: c.limit}
+		p.reqs[0] = rlsync.Request{Key: name, Hits: hits, Limit: c.limit}
 		c.nodes[node].n.Check(now, p.reqs, p.resps, p.done)
 	}
 	if t := c.wl.next(); t < c.end {

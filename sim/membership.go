@@ -93,7 +93,7 @@ func (c *Cluster) startNode(i int32) error {
 		s.believed[j], s.target[j] = a, a
 		s.pairGen[j]++
 	}
-	s.n.SetMembers(c.time(), c.view(s))
+	s.n.SetMembership(c.time(), c.view(s), c.failedView(s))
 	ev := c.q.newEvent()
 	ev.at, ev.kind, ev.a, ev.gen = c.now+c.rngMem.Int64N(c.tick), evTick, i, s.gen
 	c.q.push(ev)
@@ -211,7 +211,7 @@ func (c *Cluster) viewChange(ev *event) {
 	}
 	s.believed[ev.b] = s.target[ev.b]
 	c.met.viewChanges++
-	s.n.SetMembers(c.time(), c.view(s))
+	s.n.SetMembership(c.time(), c.view(s), c.failedView(s))
 }
 
 // view returns the members s believes in, itself included.
@@ -223,6 +223,19 @@ func (c *Cluster) view(s *simNode) []string {
 		}
 	}
 	return v
+}
+
+// failedView returns the nodes s does not believe in that did not leave
+// gracefully: crashed, or out of its reach (a cut). The Node keeps those
+// it had seen in its quorum baseline; a graceful leave is not a failure.
+func (c *Cluster) failedView(s *simNode) []string {
+	var f []string
+	for j, b := range s.believed {
+		if o := c.nodes[j]; !b && j != int(s.idx) && !(o.graceful && !o.present()) {
+			f = append(f, o.name)
+		}
+	}
+	return f
 }
 
 // owner returns the index of the node that owns key 0 on the ring of the

@@ -3,6 +3,7 @@ package sim
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
@@ -86,5 +87,13 @@ func TestConvergence(t *testing.T) {
 			t.Errorf("%s: got %v %v %v, want %v %v %v", tt.name, time.Duration(got), conv, ok,
 				time.Duration(tt.want), tt.converged, tt.ok)
 		}
+	}
+}
+
+// TestKeyStatLine: a key's netting slots and reference bucket fill one
+// 64-byte cache line exactly (see keyStat).
+func TestKeyStatLine(t *testing.T) {
+	if got := unsafe.Sizeof(keyStat{}); got != 64 {
+		t.Errorf("keyStat is %d bytes, want 64", got)
 	}
 }

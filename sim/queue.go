@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"container/heap"
-
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -33,27 +31,54 @@ type event struct {
 	env  *peerv1.Envelope
 }
 
-// eventHeap orders events by time, then by insertion sequence: two events at
-// the same instant fire in the order they were scheduled, which keeps a run
-// deterministic.
+// eventHeap is a binary min-heap of events ordered by time, then by
+// insertion sequence: two events at the same instant fire in the order they
+// were scheduled, which keeps a run deterministic. It is written out for the
+// event type (no container/heap interface calls): the queue is the
+// simulator's innermost loop.
 type eventHeap []*event
 
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+// before reports whether a fires before b.
+func before(a, b *event) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return h[i].seq < h[j].seq
+	return a.seq < b.seq
 }
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(*event)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	n := len(old) - 1
-	e := old[n]
-	old[n] = nil
-	*h = old[:n]
-	return e
+
+// up restores the heap order from index i towards the root.
+func (h eventHeap) up(i int) {
+	e := h[i]
+	for i > 0 {
+		p := (i - 1) / 2
+		if !before(e, h[p]) {
+			break
+		}
+		h[i] = h[p]
+		i = p
+	}
+	h[i] = e
+}
+
+// down restores the heap order from index i towards the leaves.
+func (h eventHeap) down(i int) {
+	n := len(h)
+	e := h[i]
+	for {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if r := c + 1; r < n && before(h[r], h[c]) {
+			c = r
+		}
+		if !before(h[c], e) {
+			break
+		}
+		h[i] = h[c]
+		i = c
+	}
+	h[i] = e
 }
 
 // queue is the simulator's agenda: a heap of events plus a free list.
@@ -77,15 +102,24 @@ func (q *queue) newEvent() *event {
 func (q *queue) push(e *event) {
 	q.seq++
 	e.seq = q.seq
-	heap.Push(&q.h, e)
+	q.h = append(q.h, e)
+	q.h.up(len(q.h) - 1)
 }
 
 // pop removes and returns the earliest event, or nil when the queue is empty.
 func (q *queue) pop() *event {
-	if len(q.h) == 0 {
+	n := len(q.h) - 1
+	if n < 0 {
 		return nil
 	}
-	return heap.Pop(&q.h).(*event)
+	e := q.h[0]
+	q.h[0] = q.h[n]
+	q.h[n] = nil
+	q.h = q.h[:n]
+	if n > 0 {
+		q.h.down(0)
+	}
+	return e
 }
 
 // peek returns the earliest event's time; ok is false when the queue is empty.

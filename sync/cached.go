@@ -68,7 +68,7 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Reques
 	// Sync at once on first sight, and early once the hits the owner has
 	// not seen reach the sync threshold.
 	urgent := fresh && !e.has(flagSynced) || r.Hits > 0 && e.n1 >= t && !p.urgent.Load()
-	full := n.markDirtyLocked(s, r.Key, e, p)
+	full := n.markRoutedLocked(s, r.Key, e, p, v)
 	s.mu.Unlock()
 	if urgent || full {
 		n.flushSoon(now, p)
@@ -86,11 +86,21 @@ func satAdd32(a uint32, b int64) uint32 {
 // markDirtyLocked lists a cached entry for the next flush to p, and reports
 // whether p's batch is full.
 func (n *Node) markDirtyLocked(s *shard, key string, e *entry, p *peer) bool {
+	return n.markRoutedLocked(s, key, e, p, nil)
+}
+
+// markRoutedLocked is markDirtyLocked for a p known to be the key's owner
+// under view v (see route).
+func (n *Node) markRoutedLocked(s *shard, key string, e *entry, p *peer, v *view) bool {
 	if e.has(flagDirty) {
 		return false
 	}
 	e.set(flagDirty)
-	s.dirty = append(s.dirty, key)
+	r := route{e: e, p: p, v: v}
+	if v != nil && v.peers[p.name] != p {
+		r.v = nil // not one of v's peers (a stand-in): routed again on flush
+	}
+	n.st.listDirtyLocked(s, key, r)
 	return p.dirty.Add(1) >= int64(n.cfg.MaxBatch)
 }
 
@@ -102,7 +112,7 @@ func (n *Node) flushSoon(now time.Time, p *peer) {
 	defer n.mu.Unlock()
 	if p.flight == nil && !p.gone {
 		v := n.view.Load()
-		n.flushLocked(now, v, map[*peer]*peerv1.Flush{p: {}})
+		n.flushOneLocked(now, v, p)
 	}
 }
 
@@ -121,64 +131,96 @@ type flight struct {
 // with hits, demand or a lease request bound for that peer, up to MaxBatch
 // items. Keys for other peers, or beyond a full batch, stay listed.
 func (n *Node) flushLocked(now time.Time, v *view, batches map[*peer]*peerv1.Flush) {
-	for p := range batches {
-		p.urgent.Store(false)
+	n.flushToLocked(now, v, flushTargets{many: batches})
+}
+
+// flushOneLocked is flushLocked to the one peer p.
+func (n *Node) flushOneLocked(now time.Time, v *view, p *peer) {
+	n.flushToLocked(now, v, flushTargets{one: p, oneF: &peerv1.Flush{}})
+}
+
+// flushTargets is the set of peers a flush pass builds batches for: one
+// peer, without the cost of a map, or many.
+type flushTargets struct {
+	one  *peer
+	oneF *peerv1.Flush
+	many map[*peer]*peerv1.Flush
+}
+
+// batch returns the flush being built for p, if p is a target.
+func (t *flushTargets) batch(p *peer) (*peerv1.Flush, bool) {
+	if t.many == nil {
+		return t.oneF, p == t.one
 	}
+	f, ok := t.many[p]
+	return f, ok
+}
+
+func (n *Node) flushToLocked(now time.Time, v *view, t flushTargets) {
+	var a msgAlloc
+	hint := 0
+	count := func(p *peer) {
+		p.urgent.Store(false)
+		hint += int(min(max(p.dirty.Load(), 0), int64(n.cfg.MaxBatch)))
+	}
+	if t.many == nil {
+		count(t.one)
+	}
+	for p := range t.many {
+		count(p)
+	}
+	a.reserve(hint)
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
+		if n.st.dirtyShards.Load()&s.bit == 0 {
+			continue
+		}
 		s.mu.Lock()
-		keep := s.dirty[:0]
-		for _, key := range s.dirty {
-			e := s.m[key]
-			if e == nil || e.has(flagOwned) || !e.has(flagDirty) {
-				if e != nil {
-					e.clear(flagDirty)
-				}
+		k := 0
+		for j, key := range s.dirty {
+			e, p, ok := s.resolveLocked(j, v)
+			if !ok {
 				continue
 			}
-			p := v.peers[v.owner(key)]
-			if p == nil {
-				// The key is this node's now, or the ring is empty.
-				e.clear(flagDirty)
-				continue
-			}
-			f, ok := batches[p]
+			f, ok := t.batch(p)
 			if !ok || len(f.Items) >= n.cfg.MaxBatch {
-				keep = append(keep, key)
+				s.dirty[k], s.routes[k] = key, route{e: e, p: p, v: v}
+				k++
 				continue
 			}
-			f.Items = append(f.Items, n.flushItemLocked(s, key, e, now))
+			if f.Items == nil {
+				f.Items = make([]*peerv1.FlushItem, 0, min(max(p.dirty.Load(), 1), int64(n.cfg.MaxBatch)))
+			}
+			f.Items = append(f.Items, n.flushItemLocked(s, key, e, now, &a))
 			e.clear(flagDirty)
 			p.dirty.Add(-1)
 		}
-		clear(s.dirty[len(keep):])
-		s.dirty = keep
+		n.st.keepDirtyLocked(s, k)
 		s.mu.Unlock()
 	}
 	for _, name := range v.names {
 		p := v.peers[name]
-		f := batches[p]
-		if f == nil || len(f.Items) == 0 {
+		f, ok := t.batch(p)
+		if !ok || f == nil || len(f.Items) == 0 {
 			continue
 		}
 		p.seq++
 		f.Seq = p.seq
 		p.flight = &flight{msg: f, first: now, sentAt: now}
-		n.send(p.name, flushBody{clone(f)})
+		n.send(p.name, flushBody{f}) // kept in flight, never modified again: shared
 		n.metrics.FlushesSent.Add(1)
 	}
 }
 
 // flushItemLocked moves a cached entry's pending hits, demand and lease
 // traffic into a flush item.
-func (n *Node) flushItemLocked(s *shard, key string, e *entry, now time.Time) *peerv1.FlushItem {
-	it := &peerv1.FlushItem{
-		Key:    key,
-		Limit:  limitToWire(e.b.Config()),
-		Hits:   e.n1,
-		Demand: int64(e.u),
-		Rate:   e.dem * decayFactor(ageOf(coarse(now), e.used())),
-	}
+func (n *Node) flushItemLocked(s *shard, key string, e *entry, now time.Time, a *msgAlloc) *peerv1.FlushItem {
+	it := a.flushItem()
+	it.Key = key
+	it.Limit = a.limitWire(e.b.Config())
+	it.Hits = e.n1
+	it.Demand = int64(e.u)
+	it.Rate = e.dem * decayFactor(ageOf(coarse(now), e.used()))
 	if e.has(flagMoved) {
 		it.View, _ = e.b.AppendBinary(nil)
 	}
@@ -214,7 +256,7 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 		n.installAck(now, c, v, p, it, ks, f.first)
 	}
 	if p.urgent.Load() || p.dirty.Load() >= int64(n.cfg.MaxBatch) {
-		n.flushLocked(now, v, map[*peer]*peerv1.Flush{p: {}})
+		n.flushOneLocked(now, v, p)
 	}
 }
 
@@ -238,7 +280,7 @@ func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, it *peerv1.
 			l.unfill(it)
 		}
 		if dp := v.peers[v.owner(it.Key)]; dp != nil {
-			n.markDirtyLocked(s, it.Key, e, dp)
+			n.markRoutedLocked(s, it.Key, e, dp, v)
 		}
 		return
 	}
@@ -249,11 +291,12 @@ func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, it *peerv1.
 			l.grant(now, ks.LeaseGranted, first, n.cfg.LeaseTTL, &n.metrics)
 		}
 	}
-	b, ok := n.decodeShared(ks)
+	reported := len(it.View) > 0
+	b, ok := n.decodeSharedFor(e, ks, reported)
 	if !ok {
 		return
 	}
-	n.installLocked(e, b, ks.Share, e.n1+e.n2, now, c, len(it.View) > 0)
+	n.installLocked(e, b, ks.Share, e.n1+e.n2, now, c, reported)
 }
 
 // installLocked replaces a cached view with the owner's state b, then takes
@@ -299,6 +342,31 @@ func (n *Node) decodeState(ks *peerv1.KeyState) (bucket.Bucket, bool) {
 	return b, true
 }
 
+// decodeStateInto is decodeState that may decode into spare, a bucket the
+// caller holds the only reference to (nil: none), as bucket.DecodeInto
+// does; spare is unchanged when it reports false.
+func (n *Node) decodeStateInto(spare bucket.Bucket, ks *peerv1.KeyState) (bucket.Bucket, bool) {
+	if spare == nil {
+		return n.decodeState(ks)
+	}
+	if ks == nil || len(ks.State) == 0 {
+		if ks != nil && !ks.NotOwner {
+			n.metrics.Malformed.Add(1)
+		}
+		return nil, false
+	}
+	if !finite(ks.Demand) || ks.LeaseGranted < 0 {
+		n.metrics.Malformed.Add(1)
+		return nil, false
+	}
+	b, err := bucket.DecodeInto(spare, ks.State)
+	if err != nil {
+		n.metrics.Malformed.Add(1)
+		return nil, false
+	}
+	return b, true
+}
+
 // decodeShared is decodeState for an owner's answer or push, which also
 // carries the receiver's share.
 func (n *Node) decodeShared(ks *peerv1.KeyState) (bucket.Bucket, bool) {
@@ -308,6 +376,24 @@ func (n *Node) decodeShared(ks *peerv1.KeyState) (bucket.Bucket, bool) {
 		return nil, false
 	}
 	return b, ok
+}
+
+// decodeSharedFor is decodeShared for a state to be installed in e by
+// installLocked(..., reported): it decodes into e's bucket, saving an
+// allocation, unless installLocked still needs the old bucket to merge.
+func (n *Node) decodeSharedFor(e *entry, ks *peerv1.KeyState, reported bool) (bucket.Bucket, bool) {
+	if e.has(flagMoved) && !reported {
+		return n.decodeShared(ks)
+	}
+	if ks == nil || len(ks.State) == 0 || !finite(ks.Demand) || ks.LeaseGranted < 0 || !(ks.Share > 0 && ks.Share <= 1) {
+		return n.decodeShared(ks) // invalid: counted there, nothing decoded
+	}
+	b, err := bucket.DecodeInto(e.b, ks.State)
+	if err != nil {
+		n.metrics.Malformed.Add(1)
+		return nil, false
+	}
+	return b, true
 }
 
 // finite reports whether f is a finite, non-negative count.
@@ -332,13 +418,15 @@ func (n *Node) onPush(now time.Time, v *view, p *peer, push *peerv1.Push) {
 		if ks == nil || v.owner(ks.Key) != p.name {
 			continue
 		}
-		b, ok := n.decodeShared(ks)
-		if !ok {
-			continue
-		}
 		s := n.st.shardOf(ks.Key)
 		s.mu.Lock()
-		if e := s.m[ks.Key]; e != nil && !e.has(flagOwned) {
+		e := s.m[ks.Key]
+		if e == nil || e.has(flagOwned) {
+			n.decodeShared(ks) // counted if malformed, else unused
+			s.mu.Unlock()
+			continue
+		}
+		if b, ok := n.decodeSharedFor(e, ks, false); ok {
 			since := e.n1
 			if inflight {
 				since += e.n2

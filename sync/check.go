@@ -30,6 +30,26 @@ type asyncs struct {
 	fwd  []*fwdItem
 }
 
+// callItem is a Check's call allocated together with its first forwarded
+// check, the common case of a Check of one item: one allocation, not two.
+type callItem struct {
+	c  call
+	it fwdItem
+}
+
+// item registers one more answer that will be written later and returns a
+// forwarded check to fill in, whose c is set.
+func (a *asyncs) item() *fwdItem {
+	if a.c != nil {
+		return &fwdItem{c: a.wait()}
+	}
+	x := &callItem{c: call{done: a.done}}
+	x.c.n.Store(1)
+	a.c = &x.c
+	x.it.c = a.wait()
+	return &x.it
+}
+
 // wait registers one more answer that will be written later.
 func (a *asyncs) wait() *call {
 	if a.c == nil {
@@ -55,12 +75,16 @@ func (a *asyncs) wait() *call {
 func (n *Node) Check(now time.Time, reqs []Request, resps []Response, done func()) {
 	v := n.view.Load()
 	a := asyncs{done: done}
+	var one [1]*fwdItem // room for the forward of a Check of one item, on the stack
+	fwd := one[:0]
 	c := coarse(now)
 	for i := range min(len(reqs), len(resps)) {
-		n.checkOne(now, c, v, &reqs[i], &resps[i], &a)
+		if it := n.checkOne(now, c, v, &reqs[i], &resps[i], &a); it != nil {
+			fwd = append(fwd, it)
+		}
 	}
-	if len(a.fwd) > 0 {
-		n.enqueueForwards(now, v, a.fwd)
+	if len(fwd) > 0 {
+		n.enqueueForwards(now, v, fwd)
 	}
 	if a.c == nil {
 		done()
@@ -99,18 +123,20 @@ func semaphoreOp(r *Request) bool {
 	return r.Limit.Algorithm == bucket.Concurrency && (r.Lease != "" || r.Release)
 }
 
-func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Response, a *asyncs) {
+// checkOne decides r into resp, or returns the check to forward (registered
+// in a) when it waits on the network.
+func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Response, a *asyncs) *fwdItem {
 	mode, pol, err := n.resolve(r)
 	if err != nil {
 		*resp = Response{Mode: mode, Err: err}
 		n.record(resp)
-		return
+		return nil
 	}
 	*resp = Response{Mode: mode}
 	if mode == ModeLocal {
 		n.decideLocal(now, c, r, resp)
 		n.record(resp)
-		return
+		return nil
 	}
 	owner := v.owner(r.Key)
 	if owner == "" {
@@ -119,32 +145,43 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 			resp.Err = ErrLeaving
 		}
 		n.record(resp)
-		return
+		return nil
 	}
 	resp.Owner = owner
 	if semaphoreOp(r) {
 		mode = ModeOwner
 		resp.Mode = mode
 	}
+	if len(v.lost) > 0 && (mode != ModeLeased || owner == n.cfg.Self) {
+		// On a minority side every key goes by its policy: the majority
+		// takes over the keys of this side's members too, so deciding them
+		// here as well would give them a second bucket (quorum.go). Leased
+		// mode spends the lease it holds first, then goes by the policy.
+		n.degrade(now, c, v, r, resp, pol)
+		n.record(resp)
+		return nil
+	}
 	if owner == n.cfg.Self {
 		if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
 			resp.Owner = prev
-			a.fwd = append(a.fwd, &fwdItem{c: a.wait(), resp: resp, req: *r, pol: pol, here: true})
-			return
+			it := a.item()
+			it.resp, it.req, it.pol, it.here = resp, *r, pol, true
+			return it
 		}
 		n.decideOwned(now, c, v, r, resp, mode == ModeCached)
 		n.record(resp)
-		return
+		return nil
 	}
-	p := v.peers[owner]
+	p := v.peerOf(owner) // a member lost to a partition is never reachable
 	switch mode {
 	case ModeOwner:
 		if p.down(now) {
 			n.degrade(now, c, v, r, resp, pol)
 			break
 		}
-		a.fwd = append(a.fwd, &fwdItem{c: a.wait(), resp: resp, req: *r, pol: pol})
-		return
+		it := a.item()
+		it.resp, it.req, it.pol = resp, *r, pol
+		return it
 	case ModeCached:
 		if p.down(now) {
 			n.degrade(now, c, v, r, resp, pol)
@@ -153,11 +190,13 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 		n.decideCached(now, c, v, p, r, resp)
 	case ModeLeased:
 		if n.decideLeased(now, c, v, p, r, resp, pol) {
-			a.fwd = append(a.fwd, &fwdItem{c: a.wait(), resp: resp, req: *r, pol: pol})
-			return
+			it := a.item()
+			it.resp, it.req, it.pol = resp, *r, pol
+			return it
 		}
 	}
 	n.record(resp)
+	return nil
 }
 
 func (n *Node) isLeaving() bool {
@@ -292,6 +331,7 @@ func (n *Node) decideOwnedLocked(now time.Time, c uint32, v *view, r *Request, r
 // markChangedLocked notes that an owned entry changed: every interested
 // node but except (a member bit, or 0) now holds a stale copy, to be pushed.
 func (n *Node) markChangedLocked(s *shard, key string, e *entry, except uint32) {
+	markBackupLocked(s, key, e) // backup.go: the next backup round sends it
 	in := e.interest()
 	st := e.stale() | in&^except
 	if st == e.stale() {
@@ -300,7 +340,7 @@ func (n *Node) markChangedLocked(s *shard, key string, e *entry, except uint32) 
 	e.setSets(in, st)
 	if !e.has(flagChanged) {
 		e.set(flagChanged)
-		s.changed = append(s.changed, key)
+		n.st.listChangedLocked(s, key, e)
 	}
 }
 

@@ -88,6 +88,18 @@ type Config struct {
 	// in Metrics.HandoffsDropped (or FlushItemsDropped). Default 4: a leave
 	// finishes within 5 x RequestTimeout even when a peer is gone.
 	MaxRetries int
+	// FailedMemberTTL is how long a member that failed (crashed, or cut off
+	// by a partition) still counts in this node's quorum baseline, the
+	// members it expects to see (see quorum.go). While the live members are
+	// no more than half the baseline, this node is on a minority side and
+	// decides the keys of the members it lost by the partition policy,
+	// degraded, instead of taking them over. Past this time a failed member
+	// is forgotten, so that members that crashed for good do not keep the
+	// survivors degraded. Default 2m: longer than a network blip or a
+	// restart, short enough to bound that degradation. Zero turns the
+	// quorum rule off: every departure counts as a leave, and a node cut off
+	// takes over every key (the behaviour before the rule).
+	FailedMemberTTL time.Duration
 }
 
 // DefaultConfig returns the defaults documented on each field. Self is empty
@@ -112,6 +124,7 @@ func DefaultConfig() Config {
 		SweepInterval:    5 * time.Second,
 		HandoffWait:      time.Second,
 		MaxRetries:       4,
+		FailedMemberTTL:  2 * time.Minute,
 	}
 }
 
@@ -154,6 +167,8 @@ func (c Config) Validate() error {
 		return errors.New("sync: config: SweepInterval must be positive")
 	case c.MaxRetries < 0:
 		return errors.New("sync: config: MaxRetries must not be negative")
+	case c.FailedMemberTTL < 0:
+		return errors.New("sync: config: FailedMemberTTL must not be negative")
 	}
 	return c.Ring.Validate()
 }

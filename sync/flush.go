@@ -27,7 +27,7 @@ func (n *Node) tickFlushesLocked(now time.Time, v *view) {
 			} else {
 				f.retries++
 				f.sentAt = now
-				n.send(p.name, flushBody{clone(f.msg)})
+				n.send(p.name, flushBody{f.msg})
 				n.metrics.FlushesRetried.Add(1)
 			}
 		}
@@ -92,11 +92,12 @@ func (n *Node) dropDirtyLocked(v *view, p *peer, excess int64) {
 		}
 		s := &n.st.shards[i]
 		s.mu.Lock()
-		keep := s.dirty[:0]
-		for _, key := range s.dirty {
+		k := 0
+		for j, key := range s.dirty {
 			e := s.m[key]
 			if excess <= 0 || e == nil || e.has(flagOwned) || !e.has(flagDirty) || v.peers[v.owner(key)] != p {
-				keep = append(keep, key)
+				s.dirty[k], s.routes[k] = key, s.routes[j]
+				k++
 				continue
 			}
 			e.n1, e.u = 0, 0
@@ -105,8 +106,7 @@ func (n *Node) dropDirtyLocked(v *view, p *peer, excess int64) {
 			excess--
 			n.metrics.FlushItemsDropped.Add(1)
 		}
-		clear(s.dirty[len(keep):])
-		s.dirty = keep
+		n.st.keepDirtyLocked(s, k)
 		s.mu.Unlock()
 	}
 }

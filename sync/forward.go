@@ -17,6 +17,12 @@ type fwdItem struct {
 	// while its hand-off is awaited (see awaitFrom): when that owner says it
 	// is no longer owner, or does not answer, the check is decided here.
 	here bool
+	// relay marks a check another node forwarded to this one (see
+	// serveForward): its answer goes back to that node, which counts it.
+	relay bool
+	// rerouted is set once the check was sent again to a new owner (see
+	// rerouteLocked): it is not sent a third time.
+	rerouted bool
 }
 
 // fwdBatch is a Forward message in flight.
@@ -24,7 +30,17 @@ type fwdBatch struct {
 	id     uint64
 	items  []*fwdItem
 	sentAt time.Time
+	// msg is the message, kept to be sent again (resendForwardsLocked);
+	// resentAt is when it last was, unheard whether the receiver had ever
+	// sent this node anything by then.
+	msg      *peerv1.Forward
+	resentAt time.Time
+	unheard  bool
 }
+
+// forwardResends is how many times per RequestTimeout a forward to a peer
+// that has never been heard from is sent again (see resendForwardsLocked).
+const forwardResends = 10
 
 // enqueueForwards queues the owner-mode checks of one Check on their owners'
 // queues and sends what may go now: a batch goes at once when none is in
@@ -33,7 +49,8 @@ type fwdBatch struct {
 func (n *Node) enqueueForwards(now time.Time, v *view, items []*fwdItem) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var touched []*peer
+	var buf [4]*peer // on the stack for a Check of a few items
+	touched := buf[:0]
 	c := coarse(now)
 	for _, it := range items {
 		p := v.peers[it.resp.Owner]
@@ -67,13 +84,16 @@ func (n *Node) sendForwardsLocked(now time.Time, p *peer, force bool) {
 		p.fwdSince = now
 		p.fwdOut = append(p.fwdOut, b)
 		msg := &peerv1.Forward{Id: b.id, Items: make([]*peerv1.ForwardItem, k)}
+		b.msg, b.resentAt, b.unheard = msg, now, p.seenInc.Load() == 0
+		var a msgAlloc // alloc.go: one allocation for the items
+		a.reserve(k)
 		for i, it := range b.items {
-			msg.Items[i] = &peerv1.ForwardItem{
-				Key: it.req.Key, Limit: limitToWire(it.req.Limit), Hits: it.req.Hits,
-				Lease: it.req.Lease, Release: it.req.Release,
-			}
+			fi := a.forwardItem()
+			fi.Key, fi.Limit, fi.Hits = it.req.Key, a.limitWire(it.req.Limit), it.req.Hits
+			fi.Lease, fi.Release, fi.Relayed = it.req.Lease, it.req.Release, it.relay || it.here
+			msg.Items[i] = fi
 		}
-		n.send(p.name, forwardBody{msg})
+		n.send(p.name, forwardBody{msg}) // kept in b, never modified again: shared (see Transport)
 		n.metrics.Forwarded.Add(int64(k))
 		n.metrics.ForwardBatches.Add(1)
 	}
@@ -110,47 +130,144 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 			continue
 		}
 		d, err := decisionFromWire(rep.Items[i])
+		if errors.Is(err, ErrLeaving) && !p.gone {
+			// The answer is an announcement of p's leave (see leave.go).
+			n.departLocked(now, p, p.seenInc.Load())
+		}
 		if errors.Is(err, ErrNotOwner) || errors.Is(err, ErrLeaving) {
-			n.degradeForwardLocked(now, c, v, it)
+			if it.here {
+				// The previous owner answered: whatever state it had for
+				// the key was handed off before, on the same queue.
+				n.decideHereLocked(now, c, v, it)
+				continue
+			}
+			if !n.rerouteLocked(now, c, n.view.Load(), p, it) {
+				n.degradeForwardLocked(now, c, v, it)
+			}
 			continue
 		}
 		it.resp.Decision, it.resp.Err = d, err
-		n.record(it.resp)
-		it.c.finish()
+		n.completeLocked(it)
 	}
 	n.sendForwardsLocked(now, p, false)
+}
+
+// decideHereLocked decides a probe (fwdItem.here) on this node's owned
+// state of the key. If the ring gave the key to another node meanwhile, a
+// probe relayed for another node is answered not-owner and one of this
+// node's clients is decided by its partition policy.
+func (n *Node) decideHereLocked(now time.Time, c uint32, v *view, it *fwdItem) {
+	if v.owner(it.req.Key) != n.cfg.Self {
+		it.here = false
+		n.degradeForwardLocked(now, c, v, it)
+		return
+	}
+	it.resp.Owner = n.cfg.Self
+	var push bool // a push is an optimisation: the next Tick sends it
+	n.decideOwnedLocked(now, c, v, &it.req, it.resp, it.resp.Mode == ModeCached, &push)
+	n.completeLocked(it)
+}
+
+// completeLocked finishes an answered forwarded check.
+func (n *Node) completeLocked(it *fwdItem) {
+	if !it.relay {
+		n.record(it.resp)
+	}
+	it.c.finish()
+}
+
+// rerouteLocked sends a forwarded check that from could not decide (from
+// left the ring, or says it does not own the key) to the key's owner in v,
+// once, and reports whether it did. When v gives the key to this node, the
+// check is decided here, or sent to the previous owner while its hand-off
+// is awaited. It reports false, leaving the check to the partition policy,
+// when the check was already sent again, is a hand-off probe (here), was
+// passed on for another node and v gives the key to a third, or v still
+// names from (or no reachable member) as the owner.
+func (n *Node) rerouteLocked(now time.Time, c uint32, v *view, from *peer, it *fwdItem) bool {
+	owner := v.owner(it.req.Key)
+	if it.rerouted || it.here || owner == "" || owner == from.name {
+		return false
+	}
+	if it.relay && owner != n.cfg.Self {
+		return false // passed on once already: decided here or not at all
+	}
+	if owner == n.cfg.Self {
+		it.rerouted = true
+		if prev, ok := n.awaitingOwner(now, v, it.req.Key); ok {
+			it.here = true
+			it.resp.Owner = prev
+			if q := v.peers[prev]; q != nil && q != from && !q.gone {
+				n.queueForwardLocked(now, q, it)
+			} else {
+				n.degradeForwardLocked(now, c, v, it) // parks it
+			}
+			return true
+		}
+		n.decideHereLocked(now, c, v, it)
+		return true
+	}
+	q := v.peers[owner]
+	if q == nil || q.gone || q.down(now) {
+		return false
+	}
+	it.rerouted = true
+	it.resp.Owner = owner
+	n.queueForwardLocked(now, q, it)
+	return true
+}
+
+// queueForwardLocked queues one check for q and sends what may go now.
+func (n *Node) queueForwardLocked(now time.Time, q *peer, it *fwdItem) {
+	if len(q.fwdQ) == 0 {
+		q.fwdSince = now
+	}
+	q.fwdQ = append(q.fwdQ, it)
+	n.sendForwardsLocked(now, q, false)
 }
 
 // degradeForwardLocked decides a forwarded check by its partition policy.
 func (n *Node) degradeForwardLocked(now time.Time, c uint32, v *view, it *fwdItem) {
 	if it.here {
-		it.resp.Owner = n.cfg.Self
-		var push bool // a push is an optimisation: the next Tick sends it
-		n.decideOwnedLocked(now, c, v, &it.req, it.resp, it.resp.Mode == ModeCached, &push)
-		n.record(it.resp)
-		it.c.finish()
+		if !n.parkLocked(now, v, it) {
+			n.decideHereLocked(now, c, v, it)
+		}
 		return
 	}
 	n.metrics.ForwardTimeouts.Add(1)
+	if it.relay {
+		// Passed on for another node: it applies its own policy.
+		it.resp.Err = ErrNotOwner
+		n.completeLocked(it)
+		return
+	}
 	n.degrade(now, c, v, &it.req, it.resp, it.pol)
-	n.record(it.resp)
-	it.c.finish()
+	n.completeLocked(it)
 }
 
 // failForwardsLocked decides every check queued for or in flight to p by
-// the partition policy (p is unreachable or gone).
+// the partition policy (p is unreachable), or, when p left the ring, sends
+// each to the key's new owner (rerouteLocked): a member that left answers
+// nothing any more, and one that announced its leave had handed its keys
+// off first, so the new owner decides on the handed-off state.
 func (n *Node) failForwardsLocked(now time.Time, p *peer) {
 	v := n.view.Load()
 	c := coarse(now)
-	for _, b := range p.fwdOut {
-		for _, it := range b.items {
+	out, q := p.fwdOut, p.fwdQ
+	p.fwdOut, p.fwdQ = nil, nil
+	fail := func(it *fwdItem) {
+		if !p.gone || !n.rerouteLocked(now, c, v, p, it) {
 			n.degradeForwardLocked(now, c, v, it)
 		}
 	}
-	for _, it := range p.fwdQ {
-		n.degradeForwardLocked(now, c, v, it)
+	for _, b := range out {
+		for _, it := range b.items {
+			fail(it)
+		}
 	}
-	p.fwdOut, p.fwdQ = nil, nil
+	for _, it := range q {
+		fail(it)
+	}
 }
 
 // tickForwardsLocked sends batches whose window passed and decides batches
@@ -169,17 +286,67 @@ func (n *Node) tickForwardsLocked(now time.Time, v *view) {
 			n.failForwardsLocked(now, p)
 			continue
 		}
+		n.resendForwardsLocked(now, p)
 		n.sendForwardsLocked(now, p, false)
 	}
 }
 
-// serveForward decides forwarded owner-mode checks as their owner, exactly.
+// resendForwardsLocked sends again, every RequestTimeout/forwardResends,
+// the forwards in flight that were sent to a peer this node had never
+// received anything from, until one such send follows a message from it.
+// Such a peer may not know this node yet: this node has just started (or
+// restarted) and the peer's membership has not caught up, so it drops what
+// this node sends. Without the resend, checks sent in that window wait for
+// RequestTimeout and fall to the partition policy, although the owner
+// learns of this node well within it. The receiver answers each
+// (incarnation, id) once (forwardSeenLocked).
+func (n *Node) resendForwardsLocked(now time.Time, p *peer) {
+	every := n.cfg.RequestTimeout / forwardResends
+	for _, b := range p.fwdOut {
+		if b.unheard && b.msg != nil && now.Sub(b.resentAt) >= every {
+			b.resentAt, b.unheard = now, p.seenInc.Load() == 0
+			n.send(p.name, forwardBody{clone(b.msg)})
+		}
+	}
+}
+
+// serveForward decides forwarded owner-mode checks as their owner, exactly,
+// and answers them in one reply.
+//
+// A check of a key whose partition this node has just gained from a live
+// previous owner, and holds no state for (see awaitFrom), is not decided on
+// a fresh bucket: it is relayed to that previous owner like a check of this
+// node's own client, and the reply waits for it. This is what keeps a
+// restarted owner from answering the others' forwards from full buckets
+// before its keys are handed back.
+//
+// A check of a key this node does not own is answered ErrNotOwner; if this
+// node holds a backup of the key (backup.go), the state is first handed to
+// the asking node, which is then the key's owner or about to be, on the
+// same ordered queue as the answer.
 func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peerv1.Forward) {
+	n.mu.Lock()
+	dup := n.forwardSeenLocked(p.name, inc, f.Id)
+	leaving := n.leaving
+	n.mu.Unlock()
+	if dup {
+		return // sent again while the answer was on its way
+	}
 	rep := &peerv1.ForwardReply{Id: f.Id, ForwardIncarnation: inc, Items: make([]*peerv1.Decision, len(f.Items))}
+	// Each item's answer and its wire form come from one slab.
+	items := make([]servedItem, len(f.Items))
+	a := asyncs{done: func() {
+		for i := range items {
+			x := &items[i]
+			decisionIntoWire(&x.dec, x.resp.Decision, x.resp.Err)
+			rep.Items[i] = &x.dec
+		}
+		n.send(p.name, forwardReplyBody{rep})
+	}}
 	c := coarse(now)
-	leaving := n.isLeaving()
+	var restore []*peerv1.KeyState
 	for i, it := range f.Items {
-		var resp Response
+		resp := &items[i].resp
 		switch l, err := limitFromWire(it.GetLimit()); {
 		case err != nil || it.Key == "" || len(it.Key) > n.cfg.MaxKeyLen || it.Hits < 0:
 			n.metrics.Malformed.Add(1)
@@ -192,11 +359,80 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 		case v.owner(it.Key) != n.cfg.Self:
 			n.metrics.NotOwner.Add(1)
 			resp.Err = ErrNotOwner
+			if it.Relayed {
+				// Passed on, or a probe from a node that sees itself as
+				// the owner: give it the backup held here, if any.
+				if ks := n.heldState(it.Key); ks != nil {
+					restore = append(restore, ks)
+				}
+				continue
+			}
+			owner := v.owner(it.Key)
+			if q := v.peers[owner]; q != nil && q != p && !q.gone && !q.down(now) {
+				// The rings disagree: pass it on to the owner this node
+				// knows (which it may have just handed the key to).
+				resp.Err, resp.Owner = nil, owner
+				r := Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
+				a.fwd = append(a.fwd, &fwdItem{c: a.wait(), resp: resp, req: r, relay: true})
+			}
 		default:
 			r := Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
-			n.decideOwned(now, c, v, &r, &resp, false)
+			if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
+				resp.Owner = prev
+				a.fwd = append(a.fwd, &fwdItem{c: a.wait(), resp: resp, req: r, pol: n.cfg.Policy, here: true, relay: true})
+				continue
+			}
+			n.decideOwned(now, c, v, &r, resp, false)
 		}
-		rep.Items[i] = decisionToWire(resp.Decision, resp.Err)
 	}
-	n.send(p.name, forwardReplyBody{rep})
+	if len(restore) > 0 {
+		n.mu.Lock()
+		n.sendHandoffsLocked(now, v, map[*peer][]*peerv1.KeyState{p: restore})
+		n.mu.Unlock()
+	}
+	if len(a.fwd) > 0 {
+		n.enqueueForwards(now, v, a.fwd)
+	}
+	if a.c == nil {
+		a.done()
+		return
+	}
+	a.c.finish()
+}
+
+// servedItem is one forwarded check being served: its answer, and the
+// answer's wire form.
+type servedItem struct {
+	resp Response
+	dec  peerv1.Decision
+}
+
+// recentForwards remembers the ids of the last forwards answered for one
+// peer incarnation.
+type recentForwards struct {
+	inc  uint64
+	ids  [32]uint64
+	next int
+}
+
+// forwardSeenLocked reports whether the forward id of from's incarnation
+// inc was answered already, and records it otherwise.
+func (n *Node) forwardSeenLocked(from string, inc, id uint64) bool {
+	d := &n.dur
+	if d.forwards == nil {
+		d.forwards = map[string]*recentForwards{}
+	}
+	r := d.forwards[from]
+	if r == nil || r.inc != inc {
+		r = &recentForwards{inc: inc}
+		d.forwards[from] = r
+	}
+	for _, x := range r.ids {
+		if x == id && id != 0 {
+			return true
+		}
+	}
+	r.ids[r.next] = id
+	r.next = (r.next + 1) % len(r.ids)
+	return false
 }

@@ -163,7 +163,7 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Reques
 		}
 	}
 	urgent := l.want && !l.zero
-	full := n.markDirtyLocked(s, r.Key, e, p)
+	full := n.markRoutedLocked(s, r.Key, e, p, v)
 	spent := !forward && !resp.Allowed && resp.RetryAfter != bucket.MaxRetry
 	s.mu.Unlock()
 	if (urgent || full) && !down {
@@ -210,7 +210,7 @@ func (n *Node) markReturnsLocked(s *shard, v *view, keys []string) {
 	slices.Sort(keys)
 	for _, key := range keys {
 		if p, e := v.peers[v.owner(key)], s.m[key]; p != nil && e != nil {
-			n.markDirtyLocked(s, key, e, p)
+			n.markRoutedLocked(s, key, e, p, v)
 		}
 	}
 }

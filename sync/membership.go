@@ -35,11 +35,13 @@ type handoffBatch struct {
 //
 // An invalid membership (an empty name, more members than partitions) is
 // ignored, the previous one kept, and counted in Metrics.MembershipRejected.
+//
+// Every member gone from members counts as having left gracefully; a driver
+// that can tell a failure from a leave calls SetMembership instead, which
+// keeps a cut-off minority from taking over the keys of the members it
+// lost (quorum.go).
 func (n *Node) SetMembers(now time.Time, members []string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.members = slices.Clone(members)
-	n.applyMembersLocked(now)
+	n.SetMembership(now, members, nil)
 }
 
 // Leave starts a graceful leave: this node takes itself off its ring, so
@@ -55,6 +57,7 @@ func (n *Node) Leave(now time.Time) {
 	n.leaving = true
 	n.applyMembersLocked(now)
 	v := n.view.Load()
+	n.announceLeaveLocked(now, v) // leave.go: after the hand-offs, before the flushes
 	n.returnLeasesLocked(v)
 	n.flushAllLocked(now, v, true)
 }
@@ -93,12 +96,11 @@ func (n *Node) HandedOff() bool {
 }
 
 // applyMembersLocked builds the view of n.members (without this node once
-// leaving), publishes it and moves the keys.
+// leaving; on a minority side, of the quorum baseline, see quorum.go),
+// publishes it and moves the keys.
 func (n *Node) applyMembersLocked(now time.Time) {
-	names := slices.Clone(n.members)
-	if n.leaving {
-		names = slices.DeleteFunc(names, func(s string) bool { return s == n.cfg.Self })
-	}
+	names, lost := n.ringMembersLocked()
+	names = n.withoutDepartedLocked(names) // leave.go: announced leaves
 	old := n.view.Load()
 	var (
 		r   *ring.Ring
@@ -113,16 +115,22 @@ func (n *Node) applyMembersLocked(now time.Time) {
 		n.metrics.MembershipRejected.Add(1)
 		return
 	}
-	if r == old.ring {
+	if r == old.ring && old.sameLost(lost) {
 		return
 	}
 	nv := &view{ring: r, names: r.Members(), index: map[string]int{}, peers: map[string]*peer{}}
+	for _, name := range lost {
+		if nv.lost == nil {
+			nv.lost = map[string]*peer{}
+		}
+		nv.lost[name] = lostPeer(name)
+	}
 	if !n.leaving && r.Has(n.cfg.Self) {
 		nv.await = n.gainedPartitions(now, old.await, old.ring, r)
 	}
 	for i, name := range nv.names {
 		nv.index[name] = i
-		if name == n.cfg.Self {
+		if name == n.cfg.Self || nv.lost[name] != nil {
 			continue
 		}
 		p := old.peers[name]
@@ -131,6 +139,7 @@ func (n *Node) applyMembersLocked(now time.Time) {
 		}
 		nv.peers[name] = p
 	}
+	n.restoreBackupsLocked(now, old, nv) // backup.go: before checks see nv
 	n.view.Store(nv)
 	n.moveKeysLocked(now, old, nv)
 	for _, name := range old.names {
@@ -138,6 +147,7 @@ func (n *Node) applyMembersLocked(now time.Time) {
 			n.abandonLocked(now, nv, p)
 		}
 	}
+	n.rebackupLocked(old, nv)
 }
 
 // moveKeysLocked hands off the owned keys that moved and converts the
@@ -274,6 +284,11 @@ func (n *Node) onHandoff(now time.Time, v *view, p *peer, inc uint64, h *peerv1.
 		}
 	}
 	n.metrics.HandoffsReceived.Add(1)
+	if h.Leaving {
+		n.mu.Lock()
+		n.departLocked(now, p, inc) // leave.go
+		n.mu.Unlock()
+	}
 	n.send(p.name, handoffAckBody{&peerv1.HandoffAck{Seq: h.Seq, HandoffIncarnation: inc}})
 }
 
@@ -293,6 +308,7 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 		if mine {
 			e.makeOwned()
 			e.dem = demand
+			markBackupLocked(s, key, e)
 		} else {
 			e.makeCached(true)
 		}

@@ -49,4 +49,13 @@ type Metrics struct {
 	// PeerRestarts counts peers seen with a new incarnation;
 	// MembershipRejected memberships SetMembers could not use.
 	PeerRestarts, MembershipRejected atomic.Int64
+	// BackupsSent and BackupKeys count the backup messages this node sent as
+	// owner and the key states they carried; BackupsRetried the batches not
+	// acknowledged in time (their keys go again with the next round).
+	// BackupsReceived counts backup messages kept for other owners,
+	// BackupKeysDropped states not kept because MaxKeys were held, and
+	// BackupKeysRestored held states given to a key's new owner after their
+	// owner left without handing off, or restarted (backup.go).
+	BackupsSent, BackupKeys, BackupsRetried                atomic.Int64
+	BackupsReceived, BackupKeysDropped, BackupKeysRestored atomic.Int64
 }

@@ -105,6 +105,10 @@ func bodyName(env *peerv1.Envelope) string {
 		return "handoff"
 	case *peerv1.Envelope_HandoffAck:
 		return "handoffack"
+	case *peerv1.Envelope_Backup:
+		return "backup"
+	case *peerv1.Envelope_BackupAck:
+		return "backupack"
 	}
 	return "?"
 }

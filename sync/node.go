@@ -40,6 +40,10 @@ type Node struct {
 	members []string
 	// leaving is set by Leave: this node is no longer on its own ring.
 	leaving bool
+	// quorum holds the failed members of the quorum baseline (quorum.go).
+	quorum quorum
+	// dur holds the backups and the announced leaves (backup.go, leave.go).
+	dur durability
 	// nextFlush and nextPush are when the next scheduled flush and push are
 	// due; zero before the first Tick.
 	nextFlush, nextPush time.Time
@@ -64,6 +68,9 @@ type view struct {
 	// await marks the partitions gained from a live previous owner whose
 	// hand-off may still be on its way (see awaitFrom); nil when none.
 	await map[int]awaitFrom
+	// lost holds, on a minority side, the members of the ring lost to a
+	// failure, as never-reachable stand-ins (see quorum.go); nil otherwise.
+	lost map[string]*peer
 }
 
 // owner returns key's owner, or "" on an empty ring.
@@ -161,8 +168,8 @@ func (n *Node) Config() Config { return n.cfg }
 
 // send hands body to the transport, addressed to peer to.
 func (n *Node) send(to string, body isBody) {
-	env := &peerv1.Envelope{From: n.cfg.Self, To: to, Incarnation: n.cfg.Incarnation}
-	body.set(env)
+	env := envelopeOf(body) // envelope.go
+	env.From, env.To, env.Incarnation = n.cfg.Self, to, n.cfg.Incarnation
 	n.tr.Send(to, env)
 }
 
@@ -176,6 +183,8 @@ type forwardBody struct{ *peerv1.Forward }
 type forwardReplyBody struct{ *peerv1.ForwardReply }
 type handoffBody struct{ *peerv1.Handoff }
 type handoffAckBody struct{ *peerv1.HandoffAck }
+type backupBody struct{ *peerv1.Backup }
+type backupAckBody struct{ *peerv1.BackupAck }
 
 func (b flushBody) set(e *peerv1.Envelope) {
 	e.Body = &peerv1.Envelope_Flush{Flush: b.Flush}
@@ -196,6 +205,10 @@ func (b handoffBody) set(e *peerv1.Envelope) {
 func (b handoffAckBody) set(e *peerv1.Envelope) {
 	e.Body = &peerv1.Envelope_HandoffAck{HandoffAck: b.HandoffAck}
 }
+func (b backupBody) set(e *peerv1.Envelope) { e.Body = &peerv1.Envelope_Backup{Backup: b.Backup} }
+func (b backupAckBody) set(e *peerv1.Envelope) {
+	e.Body = &peerv1.Envelope_BackupAck{BackupAck: b.BackupAck}
+}
 
 // clone returns a deep copy of m, for messages kept to be sent again (the
 // transport owns what it is given).
@@ -211,6 +224,9 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 	}
 	v := n.view.Load()
 	p := v.peers[env.From]
+	if p == nil && env.To == n.cfg.Self {
+		v, p = n.fromDeparted(now, v, env) // leave.go: a member that announced its leave
+	}
 	if p == nil || env.To != n.cfg.Self {
 		n.metrics.EnvelopesDropped.Add(1)
 		return
@@ -220,6 +236,7 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		if p.seenInc.CompareAndSwap(prev, env.Incarnation) {
 			if prev != 0 {
 				n.peerRestarted(v, p)
+				n.backupsPeerRestarted(now, v, p)
 			}
 			break
 		}
@@ -239,6 +256,10 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		n.onHandoff(now, v, p, env.Incarnation, b.Handoff)
 	case *peerv1.Envelope_HandoffAck:
 		n.onHandoffAck(p, b.HandoffAck)
+	case *peerv1.Envelope_Backup:
+		n.onBackup(now, p, env.Incarnation, b.Backup)
+	case *peerv1.Envelope_BackupAck:
+		n.onBackupAck(p, b.BackupAck)
 	default:
 		n.metrics.Malformed.Add(1)
 	}
@@ -292,10 +313,15 @@ func (n *Node) Unreachable(now time.Time, peer string) {
 func (n *Node) Tick(now time.Time) {
 	v := n.view.Load()
 	n.mu.Lock()
+	if n.expireFailedLocked(now) {
+		v = n.view.Load()
+	}
 	n.tickForwardsLocked(now, v)
 	n.tickFlushesLocked(now, v)
 	n.tickPushesLocked(now, v, false)
 	n.tickHandoffsLocked(now, v)
+	n.tickBackupsLocked(now, v)
+	n.tickParkedLocked(now, v)
 	i, sweep := n.sweepDueLocked(now)
 	n.mu.Unlock()
 	if sweep {

@@ -25,7 +25,7 @@ func (n *Node) serveFlush(now time.Time, v *view, p *peer, inc uint64, f *peerv1
 	if f.Seq <= p.inSeq {
 		n.metrics.FlushDuplicates.Add(1)
 		if f.Seq == p.inSeq && p.lastAck != nil {
-			n.send(p.name, flushAckBody{clone(p.lastAck)})
+			n.send(p.name, flushAckBody{p.lastAck})
 		}
 		return
 	}
@@ -33,11 +33,13 @@ func (n *Node) serveFlush(now time.Time, v *view, p *peer, inc uint64, f *peerv1
 	ack := &peerv1.FlushAck{Seq: f.Seq, FlushIncarnation: inc, Items: make([]*peerv1.KeyState, len(f.Items))}
 	bit := v.bit(p.name)
 	c := coarse(now)
+	var a msgAlloc
+	a.reserve(len(f.Items))
 	for i, it := range f.Items {
-		ack.Items[i] = n.applyFlushItem(now, c, v, bit, it)
+		ack.Items[i] = n.applyFlushItem(now, c, v, bit, it, &a)
 	}
 	p.lastAck = ack
-	n.send(p.name, flushAckBody{clone(ack)})
+	n.send(p.name, flushAckBody{ack})
 }
 
 // validItem reports whether a flush item can be applied.
@@ -53,7 +55,7 @@ func (n *Node) validItem(it *peerv1.FlushItem) (bucket.Limit, bool) {
 // applyFlushItem applies one flushed key as its owner: merges a view from a
 // previous owner (rebuild), drains the hits, counts the demand, refunds
 // returned lease tokens and grants a lease; it returns the answer.
-func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *peerv1.FlushItem) *peerv1.KeyState {
+func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *peerv1.FlushItem, a *msgAlloc) *peerv1.KeyState {
 	l, ok := n.validItem(it)
 	if !ok {
 		n.metrics.Malformed.Add(1)
@@ -97,8 +99,9 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *
 	if it.Hits > 0 || it.LeaseReturn > 0 || granted > 0 || len(it.View) > 0 {
 		n.markChangedLocked(s, it.Key, e, bit)
 	}
-	state, _ := e.b.AppendBinary(nil)
-	return &peerv1.KeyState{Key: it.Key, State: state, Demand: e.dem, Share: activeShare(e), LeaseGranted: granted}
+	ks := a.keyState()
+	ks.Key, ks.State, ks.Demand, ks.Share, ks.LeaseGranted = it.Key, a.state(e.b), e.dem, activeShare(e), granted
+	return ks
 }
 
 // ownActiveMin is the owner's decayed demand (hits) above which it counts
@@ -158,20 +161,24 @@ func (n *Node) tickPushesLocked(now time.Time, v *view, force bool) {
 	if len(v.peers) == 0 {
 		return
 	}
-	// byBit lists the members of each of the 32 bits.
-	var byBit [32][]*peer
+	// peers holds the peer at each member index (nil for this node), and
+	// out the states to push to it.
+	peers := make([]*peer, len(v.names))
 	for i, name := range v.names {
-		if p := v.peers[name]; p != nil {
-			byBit[i%32] = append(byBit[i%32], p)
-		}
+		peers[i] = v.peers[name]
 	}
-	out := map[*peer][]*peerv1.KeyState{}
+	out := make([][]*peerv1.KeyState, len(v.names))
+	var a msgAlloc
+	a.reserve(16)
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
+		if n.st.changedShards.Load()&s.bit == 0 {
+			continue
+		}
 		s.mu.Lock()
-		for _, key := range s.changed {
-			e := s.m[key]
-			if e == nil || !e.has(flagOwned) || !e.has(flagChanged) {
+		for j, key := range s.changed {
+			e := s.changedLocked(j)
+			if e == nil {
 				continue
 			}
 			e.clear(flagChanged)
@@ -181,23 +188,24 @@ func (n *Node) tickPushesLocked(now time.Time, v *view, force bool) {
 			if stale == 0 {
 				continue
 			}
-			state, _ := e.b.AppendBinary(nil)
-			ks := &peerv1.KeyState{Key: key, State: state, Demand: e.dem, Share: activeShare(e)}
+			ks := a.keyState()
+			ks.Key, ks.State, ks.Demand, ks.Share = key, a.state(e.b), e.dem, activeShare(e)
 			for stale != 0 {
 				b := bits.TrailingZeros32(stale)
 				stale &^= 1 << b
-				for _, p := range byBit[b] {
-					out[p] = append(out[p], ks)
+				// The members whose bit is b: b, b+32, ...
+				for j := b; j < len(peers); j += 32 {
+					if peers[j] != nil {
+						out[j] = append(out[j], ks)
+					}
 				}
 			}
 		}
-		clear(s.changed)
-		s.changed = s.changed[:0]
+		n.st.clearChangedLocked(s)
 		s.mu.Unlock()
 	}
-	for _, name := range v.names {
-		p := v.peers[name]
-		items := out[p]
+	for i, p := range peers {
+		items := out[i]
 		for len(items) > 0 {
 			k := min(len(items), n.cfg.MaxBatch)
 			n.send(p.name, pushBody{&peerv1.Push{AppliedSeq: p.inSeq, AppliedIncarnation: p.inInc, Items: items[:k:k]}})

@@ -13,8 +13,11 @@ import (
 //   - fail-closed rejects, retry after UnreachableAfter;
 //   - local-share decides on a local bucket whose limit (and burst) is the
 //     key's divided by the number of members this node sees, started from
-//     this node's view of the key when it has one (so a partition does not
-//     hand out a fresh share of a bucket known to be spent).
+//     this node's view of the key when it has one, or else from the backup
+//     of the key's state it holds for the owner (owner mode: the member that
+//     takes the key over if its owner fails), so that a partition, or the
+//     time it takes to detect a crash, does not hand out a fresh share of a
+//     bucket known to be spent.
 //
 // In cached mode the hits admitted under local-share are also kept as
 // pending hits of the key, flushed to the owner once it is back: its bucket
@@ -49,7 +52,24 @@ func (n *Node) decideShare(now time.Time, c uint32, v *view, r *Request, resp *R
 	l := shareLimit(r.Limit, v.size())
 	s := n.st.shardOf(r.Key)
 	s.mu.Lock()
+	if s.share[r.Key] == nil && s.m[r.Key] == nil {
+		// A new share with no view to start from: a held backup may be one.
+		// It is read without the shard's lock (see durability.mu).
+		s.mu.Unlock()
+		held := n.heldBucket(r.Key)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n.decideShareLocked(now, c, v, s, r, resp, l, held)
+		return
+	}
 	defer s.mu.Unlock()
+	n.decideShareLocked(now, c, v, s, r, resp, l, nil)
+}
+
+// decideShareLocked is decideShare with s, the key's shard, locked; held is
+// a backup of the key's state to start a new share from when this node has
+// no view of the key, or nil.
+func (n *Node) decideShareLocked(now time.Time, c uint32, v *view, s *shard, r *Request, resp *Response, l bucket.Limit, held bucket.Bucket) {
 	e := s.share[r.Key]
 	if e == nil {
 		var err error
@@ -57,11 +77,12 @@ func (n *Node) decideShare(now time.Time, c uint32, v *view, r *Request, resp *R
 			resp.Err = err
 			return
 		}
-		if base := s.m[r.Key]; base != nil && base.b.Config().Algorithm == l.Algorithm {
-			b := base.b.Clone()
-			if b.Reconfigure(now, l) == nil {
-				e.b = b
-			}
+		from := held
+		if base := s.m[r.Key]; base != nil {
+			from = base.b.Clone()
+		}
+		if from != nil && from.Config().Algorithm == l.Algorithm && from.Reconfigure(now, l) == nil {
+			e.b = from
 		}
 		n.st.insertLocked(s, s.share, r.Key, e, c)
 	} else if err := configure(e, l, now); err != nil {

@@ -6,20 +6,24 @@ import (
 	"time"
 )
 
+// policyCases are what each partition policy admits of 50 checks of a key
+// of 90 a minute, decided by one of 3 members without the key's owner.
+var policyCases = []struct {
+	pol  Policy
+	want int // admitted of 50
+}{
+	{PolicyFailOpen, 50},
+	{PolicyFailClosed, 0},
+	{PolicyLocalShare, 30},
+}
+
 // TestPartitionPolicies: with the owner unreachable, every mode and policy
 // decides at once, flagged Degraded: fail-open admits everything,
 // fail-closed nothing, local-share the limit divided by the members (90/3 =
 // 30 a minute here). Leased mode first spends its lease.
 func TestPartitionPolicies(t *testing.T) {
 	for _, mode := range []Mode{ModeOwner, ModeCached, ModeLeased} {
-		for _, tc := range []struct {
-			pol  Policy
-			want int // admitted of 50
-		}{
-			{PolicyFailOpen, 50},
-			{PolicyFailClosed, 0},
-			{PolicyLocalShare, 30},
-		} {
+		for _, tc := range policyCases {
 			t.Run(fmt.Sprintf("%v/%v", mode, tc.pol), func(t *testing.T) {
 				nw := newTestNet(t, func(c *Config) { c.Policy = tc.pol }, "a", "b", "c")
 				a := nw.nodes["a"]

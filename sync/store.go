@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	stdsync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -132,8 +133,60 @@ type shard struct {
 	// dirty lists cached keys with something to flush (flagDirty set);
 	// changed lists owned keys with stale interested nodes (flagChanged).
 	dirty, changed []string
+	// routes holds, at the same index as dirty, the entry of the key and
+	// the peer it was routed to when listed (see route); changedE the entry
+	// of each changed key (trusted while it is owned and flagChanged: an
+	// entry removed from m loses its flags).
+	routes   []route
+	changedE []*entry
+	// backup lists owned keys changed since their last backup (flagBackup
+	// set, see backup.go).
+	backup []string
 	// top is the hottest keys of the shard at its last sweep.
 	top []HotKey
+	// bit is the shard's bit in the store's masks.
+	bit uint64
+}
+
+// route is a dirty key's entry and its owner's peer under view v, noted when
+// the key is listed, so that a flush pass that does not send to that peer
+// skips the key without looking it up or hashing it again. It is trusted
+// only while e is still a dirty cached entry (a dirty entry is never removed
+// from the store, so e is then the key's entry) and v is the current view;
+// otherwise the key is looked up and routed again. v is nil when unknown.
+type route struct {
+	e *entry
+	p *peer
+	v *view
+}
+
+// resolveLocked returns the entry of s.dirty[j] and the peer it is to be
+// flushed to under v, or ok false when it is to be dropped from the list
+// (its entry is gone, owned or no longer dirty, or it has no owner to go
+// to; its flagDirty is then cleared).
+func (s *shard) resolveLocked(j int, v *view) (e *entry, p *peer, ok bool) {
+	r := s.routes[j]
+	e = r.e
+	if e == nil || !e.has(flagDirty) || e.has(flagOwned) {
+		e = s.m[s.dirty[j]]
+	}
+	if e == nil || e.has(flagOwned) || !e.has(flagDirty) {
+		if e != nil {
+			e.clear(flagDirty)
+		}
+		return nil, nil, false
+	}
+	p = r.p
+	if r.v != v || r.e != e {
+		key := s.dirty[j]
+		p = v.peers[v.owner(key)]
+	}
+	if p == nil {
+		// The key is this node's now, or the ring is empty.
+		e.clear(flagDirty)
+		return nil, nil, false
+	}
+	return e, p, true
 }
 
 // store is the striped keyed store of a Node.
@@ -143,12 +196,81 @@ type store struct {
 	// counts them.
 	maxKeys int64
 	metrics *Metrics
+	// dirtyShards and changedShards have shard i's bit set while its dirty
+	// (changed) list is not empty, so that flushes and pushes visit only
+	// those shards. They change under the shard's lock.
+	dirtyShards, changedShards atomic.Uint64
+	// inserts counts the keys inserted (insertLocked), so that a pass over
+	// the parked probes can tell that none of their keys came (see
+	// Node.parkedDueLocked).
+	inserts atomic.Uint64
+}
+
+// listDirtyLocked appends key, routed by r, to s's dirty list.
+func (st *store) listDirtyLocked(s *shard, key string, r route) {
+	if len(s.dirty) == 0 {
+		st.dirtyShards.Or(s.bit)
+	}
+	s.dirty = append(s.dirty, key)
+	s.routes = append(s.routes, r)
+}
+
+// keepDirtyLocked truncates s's dirty list to its first k keys, once a pass
+// has moved the keys it keeps to the front.
+func (st *store) keepDirtyLocked(s *shard, k int) {
+	clear(s.dirty[k:])
+	clear(s.routes[k:])
+	s.dirty, s.routes = s.dirty[:k], s.routes[:k]
+	if k == 0 {
+		st.dirtyShards.And(^s.bit)
+	}
+}
+
+// listChangedLocked appends key, whose entry is e, to s's changed list.
+func (st *store) listChangedLocked(s *shard, key string, e *entry) {
+	if len(s.changed) == 0 {
+		st.changedShards.Or(s.bit)
+	}
+	s.changed = append(s.changed, key)
+	s.changedE = append(s.changedE, e)
+}
+
+// changedLocked returns the entry of s.changed[j] if it is still an owned,
+// changed entry of s.m, or nil.
+func (s *shard) changedLocked(j int) *entry {
+	e := s.changedE[j]
+	if !e.has(flagOwned) || !e.has(flagChanged) {
+		e = s.m[s.changed[j]]
+	}
+	if e == nil || !e.has(flagOwned) || !e.has(flagChanged) {
+		return nil
+	}
+	return e
+}
+
+// clearChangedLocked empties s's changed list.
+func (st *store) clearChangedLocked(s *shard) {
+	clear(s.changed)
+	clear(s.changedE)
+	s.changed, s.changedE = s.changed[:0], s.changedE[:0]
+	st.changedShards.And(^s.bit)
+}
+
+// remove deletes key, whose entry is e, from m, and clears e's flags: a
+// list that still holds e (see route and shard.changedE) then looks the key
+// up again.
+func (st *store) remove(m map[string]*entry, key string, e *entry) {
+	delete(m, key)
+	e.meta &^= flagMask
+	st.metrics.Evicted.Add(1)
+	st.metrics.Keys.Add(-1)
 }
 
 func newStore(maxKeys int, m *Metrics) *store {
 	st := &store{maxKeys: int64(maxKeys), metrics: m}
 	for i := range st.shards {
 		s := &st.shards[i]
+		s.bit = 1 << i
 		s.m = make(map[string]*entry)
 		s.local = make(map[string]*entry)
 		s.share = make(map[string]*entry)
@@ -173,6 +295,7 @@ func (st *store) insertLocked(s *shard, into map[string]*entry, key string, e *e
 	}
 	into[strings.Clone(key)] = e // never pin a caller's larger buffer
 	st.metrics.Keys.Add(1)
+	st.inserts.Add(1)
 }
 
 // newEntry returns an entry for a fresh bucket of l at now, or the bucket's
@@ -212,6 +335,7 @@ func (st *store) evictLocked(s *shard, c uint32) {
 	type cand struct {
 		age uint32
 		key string
+		e   *entry
 		m   map[string]*entry
 	}
 	cands := make([]cand, 0, s.sizeLocked())
@@ -219,11 +343,11 @@ func (st *store) evictLocked(s *shard, c uint32) {
 		if e.has(flagDirty) || !e.has(flagOwned) && e.n2 != 0 || s.leases[k] != nil {
 			continue
 		}
-		cands = append(cands, cand{ageOf(c, e.used()), k, s.m})
+		cands = append(cands, cand{ageOf(c, e.used()), k, e, s.m})
 	}
 	for _, m := range []map[string]*entry{s.local, s.share} {
 		for k, e := range m {
-			cands = append(cands, cand{ageOf(c, e.used()), k, m})
+			cands = append(cands, cand{ageOf(c, e.used()), k, e, m})
 		}
 	}
 	slices.SortFunc(cands, func(a, b cand) int {
@@ -231,9 +355,7 @@ func (st *store) evictLocked(s *shard, c uint32) {
 	})
 	n := max(1, len(cands)/8)
 	for _, cd := range cands[:min(n, len(cands))] {
-		delete(cd.m, cd.key)
-		st.metrics.Evicted.Add(1)
-		st.metrics.Keys.Add(-1)
+		st.remove(cd.m, cd.key, cd.e)
 	}
 }
 
@@ -251,11 +373,11 @@ func (st *store) sweepLocked(s *shard, now time.Time, c, grace, interestTTL uint
 				e.setSets(0, 0)
 			}
 			if age >= grace && e.interest() == 0 && !e.has(flagChanged) && e.b.Idle(now) {
-				st.drop(s.m, k)
+				st.remove(s.m, k, e)
 				continue
 			}
 		} else if age >= grace && !e.has(flagDirty) && e.n1 == 0 && e.n2 == 0 && s.leases[k] == nil && e.b.Idle(now) {
-			st.drop(s.m, k)
+			st.remove(s.m, k, e)
 			continue
 		}
 		s.noteHot(k, e, c)
@@ -263,16 +385,10 @@ func (st *store) sweepLocked(s *shard, now time.Time, c, grace, interestTTL uint
 	for _, m := range []map[string]*entry{s.local, s.share} {
 		for k, e := range m {
 			if ageOf(c, e.used()) >= grace && e.b.Idle(now) {
-				st.drop(m, k)
+				st.remove(m, k, e)
 			}
 		}
 	}
-}
-
-func (st *store) drop(m map[string]*entry, k string) {
-	delete(m, k)
-	st.metrics.Evicted.Add(1)
-	st.metrics.Keys.Add(-1)
 }
 
 // hotPerShard is how many hot keys a shard remembers between sweeps.

@@ -20,8 +20,12 @@ import (
 //	                        about, at most once per FlushInterval
 //	Forward{id, items}   -> owner-mode checks, batched
 //	ForwardReply{id}     <- their decisions
-//	Handoff{seq, items}  -> states of keys whose owner changed
+//	Handoff{seq, items}  -> states of keys whose owner changed; with
+//	                        leaving, the sender's leave (leave.go)
 //	HandoffAck{seq}      <- merged
+//	Backup{seq, items}   -> an owner's changed states, to the member that
+//	                        takes its keys over if it fails (backup.go)
+//	BackupAck{seq}       <- kept
 //
 // One flush per pair is in flight at a time (stop-and-wait); it is sent
 // again with the same seq after RequestTimeout, and the owner applies each
@@ -69,15 +73,13 @@ func limitFromWire(m *peerv1.Limit) (bucket.Limit, error) {
 	return l, nil
 }
 
-// decisionToWire converts an answer to its message.
-func decisionToWire(d bucket.Decision, err error) *peerv1.Decision {
-	m := &peerv1.Decision{
-		Allowed:      d.Allowed,
-		Limit:        d.Limit,
-		Remaining:    d.Remaining,
-		RetryAfterNs: int64(d.RetryAfter),
-		WaitNs:       int64(d.Wait),
-	}
+// decisionIntoWire writes an answer's message into m, a new (zero) message.
+func decisionIntoWire(m *peerv1.Decision, d bucket.Decision, err error) {
+	m.Allowed = d.Allowed
+	m.Limit = d.Limit
+	m.Remaining = d.Remaining
+	m.RetryAfterNs = int64(d.RetryAfter)
+	m.WaitNs = int64(d.Wait)
 	if !d.ResetAt.IsZero() {
 		m.ResetAtNs = d.ResetAt.UnixNano()
 	}
@@ -94,7 +96,6 @@ func decisionToWire(d bucket.Decision, err error) *peerv1.Decision {
 	if err != nil {
 		m.Allowed = false
 	}
-	return m
 }
 
 // remoteError is an error reported by the owner of a forwarded check.

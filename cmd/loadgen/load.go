@@ -37,6 +37,7 @@ type config struct {
 	callTimeout time.Duration
 	json        bool
 	cpuProfile  string
+	baseline    bool // drive an in-process baseline server instead of targets
 }
 
 // class is how an item was answered, as the load generator sees it.
@@ -155,8 +156,11 @@ func worker(ctx context.Context, cfg *config, clients []ringlimitv1.RateLimiterC
 		resp, err := client.Check(cctx, req)
 		lat := time.Since(t0)
 		cancel()
-		if ctx.Err() != nil {
-			return // the run ended during the call: do not count it
+		if ctx.Err() != nil || (err != nil && runOver(ctx)) {
+			// The run ended during the call: do not count it. (The call's
+			// own context, which shares the run's deadline, may report it
+			// an instant before the run's context does.)
+			return
 		}
 		st.calls++
 		if err != nil {
@@ -183,4 +187,10 @@ func worker(ctx context.Context, cfg *config, clients []ringlimitv1.RateLimiterC
 			}
 		}
 	}
+}
+
+// runOver reports whether the run's deadline has passed.
+func runOver(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }

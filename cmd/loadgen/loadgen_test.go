@@ -165,3 +165,18 @@ func TestRunAgainstOneNode(t *testing.T) {
 		}
 	}
 }
+
+// TestBaseline: --baseline drives the in-process server that answers every
+// item under limit, and reports every call.
+func TestBaseline(t *testing.T) {
+	var out, errOut bytes.Buffer
+	args := []string{"--baseline", "--max-calls", "300", "--duration", "30s", "--concurrency", "4", "--items", "3", "--json"}
+	if code := mainErr(t.Context(), args, &out, &errOut); code != 0 {
+		t.Fatalf("exit code %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{`"calls": 300`, `"rpc_errors": 0`, `"decisions": 900`, `"under_limit": 900`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %s:\n%s", want, out.String())
+		}
+	}
+}

@@ -51,6 +51,15 @@ func mainErr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if cfg.baseline {
+		addr, stop, err := startBaseline()
+		if err != nil {
+			fmt.Fprintln(stderr, "loadgen:", err)
+			return 1
+		}
+		defer stop()
+		cfg.targets = []string{addr}
+	}
 	st, elapsed, err := run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "loadgen:", err)
@@ -92,6 +101,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.StringVar(&cfg.name, "name", "loadgen", "limit name of every item")
 	fs.DurationVar(&cfg.callTimeout, "call-timeout", 5*time.Second, "deadline of each call")
 	fs.BoolVar(&cfg.json, "json", false, "print the report as JSON")
+	fs.BoolVar(&cfg.baseline, "baseline", false, "instead of --targets, drive an in-process gRPC server that answers every item under limit without deciding: the machine's ceiling for the same calls")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

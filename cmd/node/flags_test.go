@@ -45,9 +45,14 @@ func TestParseFlags(t *testing.T) {
 				"--mode", "owner", "--policy", "fail-closed", "--flush-interval", "50ms", "--forward-window", "2ms",
 				"--max-batch", "64", "--tick-interval", "1ms", "--request-timeout", "1s", "--max-check-items", "10",
 				"--max-key-len", "100", "--max-body-bytes", "4096", "--shutdown-timeout", "3s",
-				"--log-level", "debug", "--log-format", "json"},
+				"--log-level", "debug", "--log-format", "json",
+				"--gossip-reconnect-interval", "-1s", "--gossip-reconnect-timeout", "1m", "--failed-member-ttl", "30s"},
 			check: func(t *testing.T, o options) {
 				c := o.cfg
+				if c.GossipReconnectInterval != -time.Second || c.GossipReconnectTimeout != time.Minute || c.Sync.FailedMemberTTL != 30*time.Second {
+					t.Errorf("reconnect interval %v, timeout %v, failed-member TTL %v; want -1s, 1m, 30s",
+						c.GossipReconnectInterval, c.GossipReconnectTimeout, c.Sync.FailedMemberTTL)
+				}
 				got := []any{c.Name, c.GRPCAddr, c.HTTPAddr, c.GossipAddr, c.GossipAdvertiseAddr, c.GossipProfile,
 					c.Sync.Mode, c.Sync.Policy, c.Sync.FlushInterval, c.Sync.ForwardWindow, c.Sync.MaxBatch,
 					c.Sync.TickInterval, c.Sync.RequestTimeout, c.MaxBatchItems, c.MaxKeyLen, c.MaxBodyBytes,
@@ -91,6 +96,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "unknown policy", args: []string{"--policy", "open"}, wantErr: `--policy "open"`},
 		{name: "bad duration", args: []string{"--flush-interval", "soon"}, wantErr: "flush-interval"},
 		{name: "zero flush interval", args: []string{"--flush-interval", "0s"}, wantErr: "FlushInterval"},
+		{name: "negative reconnect timeout", args: []string{"--gossip-reconnect-timeout", "-1s"}, wantErr: "GossipReconnectTimeout"},
 		{name: "bad address", args: []string{"--grpc-addr", "nope"}, wantErr: "GRPCAddr"},
 		{name: "bad seed", args: []string{"--seeds", "a:1,b"}, wantErr: "Seeds"},
 		{name: "bad profile", args: []string{"--gossip-profile", "wan"}, wantErr: "GossipProfile"},

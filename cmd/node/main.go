@@ -17,14 +17,36 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/rules"
 )
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stderr))
 }
 
+// rulesReloader is the part of a node that SIGHUP drives.
+type rulesReloader interface {
+	ReloadRules() error
+}
+
+// waitAndReload reloads the rules on every value of hup until ctx ends. The
+// node logs the outcome of each reload; a node without rules says so here.
+func waitAndReload(ctx context.Context, hup <-chan os.Signal, n rulesReloader, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if err := n.ReloadRules(); errors.Is(err, ringlimit.ErrNoRules) {
+				log.Warn("SIGHUP: nothing to reload", "err", err)
+			}
+		}
+	}
+}
+
 // run starts a node and stops it gracefully on SIGTERM or SIGINT (a second
-// signal kills the process). It returns the exit code.
+// signal kills the process); SIGHUP reloads the rules file. It returns the
+// exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
 	o, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -50,10 +72,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer stop()
 	n, err := ringlimit.Start(ctx, o.cfg)
 	if err != nil {
+		var list rules.ErrorList
+		if errors.As(err, &list) {
+			// One line per problem, as a compiler prints them.
+			for _, p := range list {
+				fmt.Fprintln(stderr, p.Error())
+			}
+		}
 		log.Error("start failed", "err", err)
 		return 1
 	}
-	<-ctx.Done()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	waitAndReload(ctx, hup, n, log)
 	stop() // a second signal now kills the process
 	log.Info("signal received; shutting down", "timeout", o.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)

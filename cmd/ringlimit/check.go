@@ -24,9 +24,12 @@ type checkOptions struct {
 const usageCheck = `ringlimit check: decide one item on a node and print the answer.
 
 Usage: ringlimit check --name NAME --key KEY --limit N --period DURATION [flags]
+       ringlimit check --rule RULE --key KEY [flags]
 
 The bucket is (name, key): --name is the limit ("api"), --key the client
-("alice"). --hits 0 peeks without taking anything. Durations are Go
+("alice"). --rule names a rule of the node's rules file instead
+("edge/remote_address", docs/rules.md), which supplies the limit: then
+--name and the limit flags are not given. --hits 0 peeks without taking anything. Durations are Go
 durations ("500ms", "1m"). Exit code: 0 admitted, 1 over the limit,
 2 bad command line, 3 the node could not be asked or rejected the item.
 
@@ -41,7 +44,8 @@ func parseCheck(args []string, out io.Writer) (checkOptions, error) {
 	fs := newFlagSet("check", usageCheck, out)
 	var addrs, algorithm, mode, policy string
 	fs.StringVar(&addrs, "addr", "127.0.0.1:7101", "gRPC address of the node (host:port); a comma-separated list spreads calls round-robin")
-	fs.StringVar(&it.Name, "name", "", "name of the limit (required)")
+	fs.StringVar(&it.Name, "name", "", "name of the limit (required without --rule)")
+	fs.StringVar(&it.Rule, "rule", "", "name of a rule of the node's rules file, which supplies the limit (instead of --name, --limit, --period, ...)")
 	fs.StringVar(&it.Key, "key", "", "the client's key within the limit (required)")
 	fs.Int64Var(&it.Hits, "hits", 1, "permits to take; 0 peeks")
 	fs.Int64Var(&it.Limit, "limit", 0, "permits per period (required)")
@@ -75,13 +79,18 @@ func parseCheck(args []string, out io.Writer) (checkOptions, error) {
 	switch {
 	case len(o.addrs) == 0:
 		return o, usageErr(out, "check", "--addr is empty")
-	case it.Name == "":
-		return o, usageErr(out, "check", "--name is required")
+	case it.Rule != "" && it.Name != "":
+		return o, usageErr(out, "check", "--rule and --name: give one or the other (the rule names the bucket)")
+	case it.Rule != "" && (it.Limit != 0 || it.Period != 0 || it.Burst != 0 || algorithm != "" ||
+		it.MaxWait != 0 || it.MinGap != 0 || it.CountRejected || it.WarmUp != 0):
+		return o, usageErr(out, "check", "--rule supplies the limit: drop --limit, --period, --burst, --algorithm, --max-wait, --min-gap, --count-rejected and --warm-up")
+	case it.Rule == "" && it.Name == "":
+		return o, usageErr(out, "check", "--name is required (or --rule)")
 	case it.Key == "":
 		return o, usageErr(out, "check", "--key is required")
-	case it.Limit <= 0:
+	case it.Rule == "" && it.Limit <= 0:
 		return o, usageErr(out, "check", "--limit must be positive")
-	case it.Period <= 0:
+	case it.Rule == "" && it.Period <= 0:
 		return o, usageErr(out, "check", "--period must be positive")
 	case it.Hits < 0:
 		return o, usageErr(out, "check", "--hits must not be negative")

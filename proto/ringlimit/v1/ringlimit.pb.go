@@ -369,8 +369,16 @@ type CheckItem struct {
 	WarmUp *durationpb.Duration `protobuf:"bytes,13,opt,name=warm_up,json=warmUp,proto3" json:"warm_up,omitempty"`
 	// lease names the permit holder of a concurrency item; release returns its
 	// permits instead of acquiring.
-	Lease         string `protobuf:"bytes,14,opt,name=lease,proto3" json:"lease,omitempty"`
-	Release       bool   `protobuf:"varint,15,opt,name=release,proto3" json:"release,omitempty"`
+	Lease   string `protobuf:"bytes,14,opt,name=lease,proto3" json:"lease,omitempty"`
+	Release bool   `protobuf:"varint,15,opt,name=release,proto3" json:"release,omitempty"`
+	// rule names a rule of the node's rules file (docs/rules.md) instead of
+	// spelling out the limit: "edge/remote_address", as rules.RuleName builds
+	// it. The rule supplies limit, period, burst, algorithm, max_wait,
+	// min_gap, count_rejected and warm_up, which must then be unset (an item
+	// that sets both is an error naming the field); name must be empty too,
+	// as the bucket is (rule, unique_key). mode and policy, when set,
+	// override the rule's. An unknown rule is an error naming the field.
+	Rule          string `protobuf:"bytes,16,opt,name=rule,proto3" json:"rule,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -508,6 +516,13 @@ func (x *CheckItem) GetRelease() bool {
 		return x.Release
 	}
 	return false
+}
+
+func (x *CheckItem) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
 }
 
 type CheckResponse struct {
@@ -701,7 +716,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
 	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"=\n" +
 	"\fCheckRequest\x12-\n" +
-	"\x05items\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\x05items\"\xb3\x04\n" +
+	"\x05items\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\x05items\"\xc7\x04\n" +
 	"\tCheckItem\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -719,7 +734,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x0ecount_rejected\x18\f \x01(\bR\rcountRejected\x122\n" +
 	"\awarm_up\x18\r \x01(\v2\x19.google.protobuf.DurationR\x06warmUp\x12\x14\n" +
 	"\x05lease\x18\x0e \x01(\tR\x05lease\x12\x18\n" +
-	"\arelease\x18\x0f \x01(\bR\arelease\"T\n" +
+	"\arelease\x18\x0f \x01(\bR\arelease\x12\x12\n" +
+	"\x04rule\x18\x10 \x01(\tR\x04rule\"T\n" +
 	"\rCheckResponse\x12/\n" +
 	"\x05items\x18\x01 \x03(\v2\x19.ringlimit.v1.CheckResultR\x05items\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\"\x85\x03\n" +

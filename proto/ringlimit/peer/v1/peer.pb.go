@@ -180,6 +180,8 @@ type Envelope struct {
 	//	*Envelope_ForwardReply
 	//	*Envelope_Handoff
 	//	*Envelope_HandoffAck
+	//	*Envelope_Backup
+	//	*Envelope_BackupAck
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -306,6 +308,24 @@ func (x *Envelope) GetHandoffAck() *HandoffAck {
 	return nil
 }
 
+func (x *Envelope) GetBackup() *Backup {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Backup); ok {
+			return x.Backup
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetBackupAck() *BackupAck {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_BackupAck); ok {
+			return x.BackupAck
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -339,6 +359,14 @@ type Envelope_HandoffAck struct {
 	HandoffAck *HandoffAck `protobuf:"bytes,16,opt,name=handoff_ack,json=handoffAck,proto3,oneof"`
 }
 
+type Envelope_Backup struct {
+	Backup *Backup `protobuf:"bytes,17,opt,name=backup,proto3,oneof"`
+}
+
+type Envelope_BackupAck struct {
+	BackupAck *BackupAck `protobuf:"bytes,18,opt,name=backup_ack,json=backupAck,proto3,oneof"`
+}
+
 func (*Envelope_Flush) isEnvelope_Body() {}
 
 func (*Envelope_FlushAck) isEnvelope_Body() {}
@@ -352,6 +380,10 @@ func (*Envelope_ForwardReply) isEnvelope_Body() {}
 func (*Envelope_Handoff) isEnvelope_Body() {}
 
 func (*Envelope_HandoffAck) isEnvelope_Body() {}
+
+func (*Envelope_Backup) isEnvelope_Body() {}
+
+func (*Envelope_BackupAck) isEnvelope_Body() {}
 
 // Limit mirrors bucket.Limit: the configuration of one key's bucket.
 type Limit struct {
@@ -903,8 +935,13 @@ type ForwardItem struct {
 	Limit *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	Hits  int64                  `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`
 	// lease and release name a Concurrency permit holder.
-	Lease         string `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
-	Release       bool   `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
+	Lease   string `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	Release bool   `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
+	// relayed: the sender is passing on a check it was forwarded (it does not
+	// own the key, or it asks the previous owner while a hand-off is on its
+	// way). The receiver decides it as owner or answers not-owner; it never
+	// passes it on again.
+	Relayed       bool `protobuf:"varint,6,opt,name=relayed,proto3" json:"relayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -970,6 +1007,13 @@ func (x *ForwardItem) GetLease() string {
 func (x *ForwardItem) GetRelease() bool {
 	if x != nil {
 		return x.Release
+	}
+	return false
+}
+
+func (x *ForwardItem) GetRelayed() bool {
+	if x != nil {
+		return x.Relayed
 	}
 	return false
 }
@@ -1138,9 +1182,15 @@ func (x *Decision) GetErrorMessage() string {
 
 // Handoff carries owned states to their new owner after a membership change.
 type Handoff struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Items         []*KeyState            `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Items []*KeyState            `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	// leaving: the sender is leaving the cluster (a graceful stop) and has
+	// handed off every key it owned, in this and earlier hand-offs to the
+	// receiver. The receiver takes the sender off its ring at once, without
+	// waiting for gossip, and routes again what it had in flight to it. A
+	// leaving hand-off may carry no items.
+	Leaving       bool `protobuf:"varint,3,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1187,6 +1237,13 @@ func (x *Handoff) GetItems() []*KeyState {
 		return x.Items
 	}
 	return nil
+}
+
+func (x *Handoff) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
 }
 
 // HandoffAck acknowledges a Handoff.
@@ -1242,6 +1299,119 @@ func (x *HandoffAck) GetHandoffIncarnation() uint64 {
 	return 0
 }
 
+// Backup carries an owner's states of the keys that changed since its last
+// backup to the member that would own them if the owner failed (the owner of
+// each key on the ring without the sender). The receiver keeps them aside,
+// merged keeping the most consumed, and uses them only when the sender
+// leaves the ring without handing off (a crash) or restarts: then they go
+// to the keys' new owners as a hand-off.
+type Backup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq numbers the sender's backups to this receiver, from 1 per
+	// incarnation; the acknowledgement echoes it.
+	Seq           uint64      `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Items         []*KeyState `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Backup) Reset() {
+	*x = Backup{}
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Backup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Backup) ProtoMessage() {}
+
+func (x *Backup) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Backup.ProtoReflect.Descriptor instead.
+func (*Backup) Descriptor() ([]byte, []int) {
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Backup) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Backup) GetItems() []*KeyState {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// BackupAck acknowledges a Backup.
+type BackupAck struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Seq               uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	BackupIncarnation uint64                 `protobuf:"varint,2,opt,name=backup_incarnation,json=backupIncarnation,proto3" json:"backup_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *BackupAck) Reset() {
+	*x = BackupAck{}
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupAck) ProtoMessage() {}
+
+func (x *BackupAck) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupAck.ProtoReflect.Descriptor instead.
+func (*BackupAck) Descriptor() ([]byte, []int) {
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BackupAck) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *BackupAck) GetBackupIncarnation() uint64 {
+	if x != nil {
+		return x.BackupIncarnation
+	}
+	return 0
+}
+
 var File_ringlimit_peer_v1_peer_proto protoreflect.FileDescriptor
 
 const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
@@ -1249,7 +1419,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x1cringlimit/peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"K\n" +
 	"\x0eDeliverRequest\x129\n" +
 	"\tenvelopes\x18\x01 \x03(\v2\x1b.ringlimit.peer.v1.EnvelopeR\tenvelopes\"\x11\n" +
-	"\x0fDeliverResponse\"\xef\x03\n" +
+	"\x0fDeliverResponse\"\xe3\x04\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12 \n" +
@@ -1262,7 +1432,10 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\rforward_reply\x18\x0e \x01(\v2\x1f.ringlimit.peer.v1.ForwardReplyH\x00R\fforwardReply\x126\n" +
 	"\ahandoff\x18\x0f \x01(\v2\x1a.ringlimit.peer.v1.HandoffH\x00R\ahandoff\x12@\n" +
 	"\vhandoff_ack\x18\x10 \x01(\v2\x1d.ringlimit.peer.v1.HandoffAckH\x00R\n" +
-	"handoffAckB\x06\n" +
+	"handoffAck\x123\n" +
+	"\x06backup\x18\x11 \x01(\v2\x19.ringlimit.peer.v1.BackupH\x00R\x06backup\x12=\n" +
+	"\n" +
+	"backup_ack\x18\x12 \x01(\v2\x1c.ringlimit.peer.v1.BackupAckH\x00R\tbackupAckB\x06\n" +
 	"\x04body\"\xf1\x01\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
@@ -1306,13 +1479,14 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\"O\n" +
 	"\aForward\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x124\n" +
-	"\x05items\x18\x02 \x03(\v2\x1e.ringlimit.peer.v1.ForwardItemR\x05items\"\x93\x01\n" +
+	"\x05items\x18\x02 \x03(\v2\x1e.ringlimit.peer.v1.ForwardItemR\x05items\"\xad\x01\n" +
 	"\vForwardItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
 	"\x04hits\x18\x03 \x01(\x03R\x04hits\x12\x14\n" +
 	"\x05lease\x18\x04 \x01(\tR\x05lease\x12\x18\n" +
-	"\arelease\x18\x05 \x01(\bR\arelease\"\x82\x01\n" +
+	"\arelease\x18\x05 \x01(\bR\arelease\x12\x18\n" +
+	"\arelayed\x18\x06 \x01(\bR\arelayed\"\x82\x01\n" +
 	"\fForwardReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
 	"\x13forward_incarnation\x18\x02 \x01(\x04R\x12forwardIncarnation\x121\n" +
@@ -1325,21 +1499,29 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x0eretry_after_ns\x18\x05 \x01(\x03R\fretryAfterNs\x12\x17\n" +
 	"\await_ns\x18\x06 \x01(\x03R\x06waitNs\x122\n" +
 	"\x05error\x18\a \x01(\x0e2\x1c.ringlimit.peer.v1.ErrorCodeR\x05error\x12#\n" +
-	"\rerror_message\x18\b \x01(\tR\ferrorMessage\"N\n" +
+	"\rerror_message\x18\b \x01(\tR\ferrorMessage\"h\n" +
 	"\aHandoff\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
-	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\"O\n" +
+	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\x12\x18\n" +
+	"\aleaving\x18\x03 \x01(\bR\aleaving\"O\n" +
 	"\n" +
 	"HandoffAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12/\n" +
-	"\x13handoff_incarnation\x18\x02 \x01(\x04R\x12handoffIncarnation*j\n" +
+	"\x13handoff_incarnation\x18\x02 \x01(\x04R\x12handoffIncarnation\"M\n" +
+	"\x06Backup\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
+	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\"L\n" +
+	"\tBackupAck\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12-\n" +
+	"\x12backup_incarnation\x18\x02 \x01(\x04R\x11backupIncarnation*j\n" +
 	"\tErrorCode\x12\x13\n" +
 	"\x0fERROR_CODE_NONE\x10\x00\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_OWNER\x10\x01\x12\x16\n" +
 	"\x12ERROR_CODE_INVALID\x10\x02\x12\x16\n" +
-	"\x12ERROR_CODE_LEAVING\x10\x032X\n" +
+	"\x12ERROR_CODE_LEAVING\x10\x032\xab\x01\n" +
 	"\x04Peer\x12P\n" +
-	"\aDeliver\x12!.ringlimit.peer.v1.DeliverRequest\x1a\".ringlimit.peer.v1.DeliverResponseB?Z=github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1;peerv1b\x06proto3"
+	"\aDeliver\x12!.ringlimit.peer.v1.DeliverRequest\x1a\".ringlimit.peer.v1.DeliverResponse\x12Q\n" +
+	"\x06Stream\x12!.ringlimit.peer.v1.DeliverRequest\x1a\".ringlimit.peer.v1.DeliverResponse(\x01B?Z=github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1;peerv1b\x06proto3"
 
 var (
 	file_ringlimit_peer_v1_peer_proto_rawDescOnce sync.Once
@@ -1354,7 +1536,7 @@ func file_ringlimit_peer_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_peer_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ringlimit_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_ringlimit_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_ringlimit_peer_v1_peer_proto_goTypes = []any{
 	(ErrorCode)(0),          // 0: ringlimit.peer.v1.ErrorCode
 	(*DeliverRequest)(nil),  // 1: ringlimit.peer.v1.DeliverRequest
@@ -1372,6 +1554,8 @@ var file_ringlimit_peer_v1_peer_proto_goTypes = []any{
 	(*Decision)(nil),        // 13: ringlimit.peer.v1.Decision
 	(*Handoff)(nil),         // 14: ringlimit.peer.v1.Handoff
 	(*HandoffAck)(nil),      // 15: ringlimit.peer.v1.HandoffAck
+	(*Backup)(nil),          // 16: ringlimit.peer.v1.Backup
+	(*BackupAck)(nil),       // 17: ringlimit.peer.v1.BackupAck
 }
 var file_ringlimit_peer_v1_peer_proto_depIdxs = []int32{
 	3,  // 0: ringlimit.peer.v1.DeliverRequest.envelopes:type_name -> ringlimit.peer.v1.Envelope
@@ -1382,22 +1566,27 @@ var file_ringlimit_peer_v1_peer_proto_depIdxs = []int32{
 	12, // 5: ringlimit.peer.v1.Envelope.forward_reply:type_name -> ringlimit.peer.v1.ForwardReply
 	14, // 6: ringlimit.peer.v1.Envelope.handoff:type_name -> ringlimit.peer.v1.Handoff
 	15, // 7: ringlimit.peer.v1.Envelope.handoff_ack:type_name -> ringlimit.peer.v1.HandoffAck
-	6,  // 8: ringlimit.peer.v1.Flush.items:type_name -> ringlimit.peer.v1.FlushItem
-	4,  // 9: ringlimit.peer.v1.FlushItem.limit:type_name -> ringlimit.peer.v1.Limit
-	8,  // 10: ringlimit.peer.v1.FlushAck.items:type_name -> ringlimit.peer.v1.KeyState
-	8,  // 11: ringlimit.peer.v1.Push.items:type_name -> ringlimit.peer.v1.KeyState
-	11, // 12: ringlimit.peer.v1.Forward.items:type_name -> ringlimit.peer.v1.ForwardItem
-	4,  // 13: ringlimit.peer.v1.ForwardItem.limit:type_name -> ringlimit.peer.v1.Limit
-	13, // 14: ringlimit.peer.v1.ForwardReply.items:type_name -> ringlimit.peer.v1.Decision
-	0,  // 15: ringlimit.peer.v1.Decision.error:type_name -> ringlimit.peer.v1.ErrorCode
-	8,  // 16: ringlimit.peer.v1.Handoff.items:type_name -> ringlimit.peer.v1.KeyState
-	1,  // 17: ringlimit.peer.v1.Peer.Deliver:input_type -> ringlimit.peer.v1.DeliverRequest
-	2,  // 18: ringlimit.peer.v1.Peer.Deliver:output_type -> ringlimit.peer.v1.DeliverResponse
-	18, // [18:19] is the sub-list for method output_type
-	17, // [17:18] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	16, // 8: ringlimit.peer.v1.Envelope.backup:type_name -> ringlimit.peer.v1.Backup
+	17, // 9: ringlimit.peer.v1.Envelope.backup_ack:type_name -> ringlimit.peer.v1.BackupAck
+	6,  // 10: ringlimit.peer.v1.Flush.items:type_name -> ringlimit.peer.v1.FlushItem
+	4,  // 11: ringlimit.peer.v1.FlushItem.limit:type_name -> ringlimit.peer.v1.Limit
+	8,  // 12: ringlimit.peer.v1.FlushAck.items:type_name -> ringlimit.peer.v1.KeyState
+	8,  // 13: ringlimit.peer.v1.Push.items:type_name -> ringlimit.peer.v1.KeyState
+	11, // 14: ringlimit.peer.v1.Forward.items:type_name -> ringlimit.peer.v1.ForwardItem
+	4,  // 15: ringlimit.peer.v1.ForwardItem.limit:type_name -> ringlimit.peer.v1.Limit
+	13, // 16: ringlimit.peer.v1.ForwardReply.items:type_name -> ringlimit.peer.v1.Decision
+	0,  // 17: ringlimit.peer.v1.Decision.error:type_name -> ringlimit.peer.v1.ErrorCode
+	8,  // 18: ringlimit.peer.v1.Handoff.items:type_name -> ringlimit.peer.v1.KeyState
+	8,  // 19: ringlimit.peer.v1.Backup.items:type_name -> ringlimit.peer.v1.KeyState
+	1,  // 20: ringlimit.peer.v1.Peer.Deliver:input_type -> ringlimit.peer.v1.DeliverRequest
+	1,  // 21: ringlimit.peer.v1.Peer.Stream:input_type -> ringlimit.peer.v1.DeliverRequest
+	2,  // 22: ringlimit.peer.v1.Peer.Deliver:output_type -> ringlimit.peer.v1.DeliverResponse
+	2,  // 23: ringlimit.peer.v1.Peer.Stream:output_type -> ringlimit.peer.v1.DeliverResponse
+	22, // [22:24] is the sub-list for method output_type
+	20, // [20:22] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_peer_v1_peer_proto_init() }
@@ -1413,6 +1602,8 @@ func file_ringlimit_peer_v1_peer_proto_init() {
 		(*Envelope_ForwardReply)(nil),
 		(*Envelope_Handoff)(nil),
 		(*Envelope_HandoffAck)(nil),
+		(*Envelope_Backup)(nil),
+		(*Envelope_BackupAck)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1420,7 +1611,7 @@ func file_ringlimit_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_peer_v1_peer_proto_rawDesc), len(file_ringlimit_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Peer_Deliver_FullMethodName = "/ringlimit.peer.v1.Peer/Deliver"
+	Peer_Stream_FullMethodName  = "/ringlimit.peer.v1.Peer/Stream"
 )
 
 // PeerClient is the client API for Peer service.
@@ -36,6 +37,15 @@ type PeerClient interface {
 	// flush's acknowledgement, a forward's answers) travel as envelopes of their
 	// own in the other direction: the protocol is one-way messages, like raft's.
 	Deliver(ctx context.Context, in *DeliverRequest, opts ...grpc.CallOption) (*DeliverResponse, error)
+	// Stream carries the same batches as Deliver, one request per batch, on one
+	// long-lived stream per pair of nodes: a batch costs one message instead of
+	// one call (no headers, no new HTTP/2 stream), and batches are pipelined
+	// rather than sent one call at a time. Batches on one stream are handled in
+	// the order they were sent. The server answers once the sender closes the
+	// stream; it fails the stream (Unavailable) when it stops, and a sender
+	// whose Send fails drops that batch and opens a new stream. A sender
+	// talking to a node without Stream (Unimplemented) falls back to Deliver.
+	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[DeliverRequest, DeliverResponse], error)
 }
 
 type peerClient struct {
@@ -56,6 +66,19 @@ func (c *peerClient) Deliver(ctx context.Context, in *DeliverRequest, opts ...gr
 	return out, nil
 }
 
+func (c *peerClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[DeliverRequest, DeliverResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_Stream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DeliverRequest, DeliverResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_StreamClient = grpc.ClientStreamingClient[DeliverRequest, DeliverResponse]
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -66,6 +89,15 @@ type PeerServer interface {
 	// flush's acknowledgement, a forward's answers) travel as envelopes of their
 	// own in the other direction: the protocol is one-way messages, like raft's.
 	Deliver(context.Context, *DeliverRequest) (*DeliverResponse, error)
+	// Stream carries the same batches as Deliver, one request per batch, on one
+	// long-lived stream per pair of nodes: a batch costs one message instead of
+	// one call (no headers, no new HTTP/2 stream), and batches are pipelined
+	// rather than sent one call at a time. Batches on one stream are handled in
+	// the order they were sent. The server answers once the sender closes the
+	// stream; it fails the stream (Unavailable) when it stops, and a sender
+	// whose Send fails drops that batch and opens a new stream. A sender
+	// talking to a node without Stream (Unimplemented) falls back to Deliver.
+	Stream(grpc.ClientStreamingServer[DeliverRequest, DeliverResponse]) error
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -78,6 +110,9 @@ type UnimplementedPeerServer struct{}
 
 func (UnimplementedPeerServer) Deliver(context.Context, *DeliverRequest) (*DeliverResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Deliver not implemented")
+}
+func (UnimplementedPeerServer) Stream(grpc.ClientStreamingServer[DeliverRequest, DeliverResponse]) error {
+	return status.Error(codes.Unimplemented, "method Stream not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -118,6 +153,13 @@ func _Peer_Deliver_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServer).Stream(&grpc.GenericServerStream[DeliverRequest, DeliverResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_StreamServer = grpc.ClientStreamingServer[DeliverRequest, DeliverResponse]
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -130,6 +172,12 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Peer_Deliver_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Stream",
+			Handler:       _Peer_Stream_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "ringlimit/peer/v1/peer.proto",
 }

@@ -1,0 +1,51 @@
+package bucket
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+// FuzzDecodeInto checks DecodeInto against Decode: the same state or an
+// error wrapping ErrCorrupt for the same inputs, dst reused only for a token
+// bucket and left unchanged on error.
+func FuzzDecodeInto(f *testing.F) {
+	for _, s := range fzSeeds(f) {
+		f.Add(s)
+	}
+	for _, g := range fzGarbage {
+		f.Add(g)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, a := range []Algorithm{TokenBucket, GCRA} {
+			dst, err := New(ctLimit(a), fzT0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, _ := dst.AppendBinary(nil)
+			want, werr := Decode(b)
+			got, gerr := DecodeInto(dst, b)
+			if (werr == nil) != (gerr == nil) {
+				t.Fatalf("DecodeInto(%v, %x) error %v, Decode error %v", a, b, gerr, werr)
+			}
+			if gerr != nil {
+				if got != nil || !errors.Is(gerr, ErrCorrupt) {
+					t.Fatalf("DecodeInto(%v, %x) = %v, %v; want nil and an error wrapping ErrCorrupt", a, b, got, gerr)
+				}
+				if after, _ := dst.AppendBinary(nil); !bytes.Equal(after, before) {
+					t.Fatalf("DecodeInto(%v, %x) failed but changed dst", a, b)
+				}
+				continue
+			}
+			genc, _ := got.AppendBinary(nil)
+			wenc, _ := want.AppendBinary(nil)
+			if !bytes.Equal(genc, wenc) {
+				t.Fatalf("DecodeInto(%v, %x) decoded %x, Decode %x", a, b, genc, wenc)
+			}
+			reused := got == dst
+			if wantReuse := a == TokenBucket && want.Config().Algorithm == TokenBucket; reused != wantReuse {
+				t.Fatalf("DecodeInto(%v, %x): reused dst %v, want %v", a, b, reused, wantReuse)
+			}
+		}
+	})
+}

@@ -1,0 +1,441 @@
+package ringlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/envoy"
+	"github.com/ringlimit/ringlimit/middleware"
+	"github.com/ringlimit/ringlimit/rules"
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// The rules file (Config.RulesPath) feeds three consumers: Envoy's rate
+// limit service on the gRPC port, nginx's auth_request endpoint on the HTTP
+// port, and the rule field of public checks. The node holds one
+// rules.Store; a poller of its own (rather than the Store's) reads the
+// files every Config.RulesPollInterval, and ReloadRules reads them on
+// demand (SIGHUP), both through reloadRules, which counts and logs each
+// outcome.
+
+// ErrNoRules is returned by ReloadRules when the node has no rules file.
+var ErrNoRules = errors.New("ringlimit: no rules file configured (Config.RulesPath, --rules)")
+
+// ruleSet is the rules of a node: a Store loaded from Config.RulesPath, or
+// none.
+type ruleSet struct {
+	store *rules.Store // nil without RulesPath
+	nginx http.Handler // /v1/nginx/auth
+	log   *slog.Logger
+	m     *rulesMetrics
+
+	mu sync.Mutex   // serialises reloads, so that each one's event is its own
+	ev *rules.Event // set by the store's OnReload during a reload; guarded by mu
+}
+
+// Rules returns the rules in force: empty without a rules file. A Set is
+// immutable and safe for concurrent use. Rules implements envoy.RuleSource
+// and middleware.RuleSource.
+func (s *ruleSet) Rules() *rules.Set {
+	if s.store == nil {
+		return &rules.Set{}
+	}
+	return s.store.Rules()
+}
+
+// validateRules checks the rules settings of c.
+func (c Config) validateRules() error {
+	switch {
+	case c.RulesPollInterval < 0:
+		return configErr("RulesPollInterval", "must not be negative, got %v", c.RulesPollInterval)
+	case c.RulesPath == "" && c.NginxRule != "":
+		return configErr("NginxRule", "needs RulesPath (--rules)")
+	case c.RulesPath == "":
+		return nil
+	case !validHeaderName(c.NginxKeyHeader):
+		return configErr("NginxKeyHeader", "%q is not a header name", c.NginxKeyHeader)
+	case c.NginxRule == "" && !validHeaderName(c.NginxRuleHeader):
+		return configErr("NginxRuleHeader", "%q is not a header name (or set NginxRule)", c.NginxRuleHeader)
+	}
+	return nil
+}
+
+// validHeaderName reports whether s is an HTTP header field name (an RFC
+// 9110 token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// buildRules loads the rules file, registers the rules metrics and, with a
+// poll interval, starts the poller, which teardown stops (it ends when the
+// tick loop's stop channel closes) and waits for. A load error is the
+// rules' ErrorList: one "file:line:column: problem" per line.
+func (n *Node) buildRules() error {
+	cfg := n.cfg
+	s := &ruleSet{log: n.log}
+	if cfg.RulesPath != "" {
+		sc := rules.StoreConfig{Path: cfg.RulesPath, OnReload: s.onReload}
+		st, err := rules.NewStore(sc)
+		if err != nil {
+			return fmt.Errorf("ringlimit: rules %s:\n%w", cfg.RulesPath, err)
+		}
+		s.store = st
+	}
+	m, err := newRulesMetrics(cfg.Registry, func() float64 { return float64(s.Rules().Len()) })
+	if err != nil {
+		return fmt.Errorf("ringlimit: registering metrics: %w", err)
+	}
+	s.m = m
+	n.rules = s
+	if s.nginx, err = n.nginxAuth(); err != nil {
+		return err
+	}
+	if s.store == nil {
+		return nil
+	}
+	n.log.Info("rules loaded", "path", cfg.RulesPath, "rules", s.Rules().Len(), "domains", s.Rules().Domains())
+	if cfg.RulesPollInterval > 0 {
+		newTicker := cfg.RulesTicker
+		if newTicker == nil {
+			newTicker = func(d time.Duration) (<-chan time.Time, func()) {
+				t := time.NewTicker(d)
+				return t.C, t.Stop
+			}
+		}
+		tick, stopTicker := newTicker(cfg.RulesPollInterval)
+		stop := n.stopTick
+		n.wg.Go(func() {
+			defer stopTicker()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick:
+					s.reload(false)
+				}
+			}
+		})
+	}
+	return nil
+}
+
+// onReload is the store's OnReload: it records the event of the reload in
+// progress (reload holds mu).
+func (s *ruleSet) onReload(ev rules.Event) { s.ev = &ev }
+
+// reload reads the rules files again (force) or if they changed (a poll),
+// puts valid rules in force, and logs and counts the outcome: a reload that
+// changed the rules or failed anew, and every forced one. A poll that finds
+// the same invalid content again says nothing more.
+func (s *ruleSet) reload(force bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ev = nil
+	var err error
+	if force {
+		err = s.store.Reload()
+	} else {
+		_, err = s.store.Poll()
+	}
+	ev := s.ev
+	s.ev = nil
+	switch {
+	case err != nil && (ev != nil || force):
+		s.m.reloads[reloadFailed].Inc()
+		var list rules.ErrorList
+		if !errors.As(err, &list) {
+			s.log.Error("rules reload rejected; the rules in force stay", "err", err, "rules", s.Rules().Len())
+			break
+		}
+		s.log.Error("rules reload rejected; the rules in force stay", "problems", len(list), "rules", s.Rules().Len())
+		for _, p := range list {
+			s.log.Error("rules problem", "at", fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Column), "problem", p.Msg)
+		}
+	case err != nil:
+	case ev != nil:
+		s.m.reloads[reloadOK].Inc()
+		c := ev.Changes
+		s.log.Info("rules reloaded", "rules", ev.New.Len(), "added", c.Added, "removed", c.Removed, "changed", c.Changed)
+	case force:
+		s.m.reloads[reloadOK].Inc()
+		s.log.Info("rules reloaded, unchanged", "rules", s.Rules().Len())
+	}
+	return err
+}
+
+// ReloadRules reads the rules files again and puts them in force if they are
+// valid; on error (an ErrorList naming each problem's file and line, or a
+// file error) the rules in force stay. The state of every bucket is kept:
+// buckets are keyed by what they count, not by rule. cmd/node calls it on
+// SIGHUP. It returns ErrNoRules without a rules file.
+func (n *Node) ReloadRules() error {
+	if n.rules.store == nil {
+		return ErrNoRules
+	}
+	return n.rules.reload(true)
+}
+
+// Rules returns the rules in force (empty without a rules file). The Set is
+// immutable; a reload replaces it.
+func (n *Node) Rules() *rules.Set { return n.rules.Rules() }
+
+// registerEnvoy registers Envoy's RateLimitService v3 on s: the rules
+// server, or without a rules file one that fails every call with
+// FailedPrecondition saying so.
+func (n *Node) registerEnvoy(s *grpc.Server) error {
+	if n.rules.store == nil {
+		rlsv3.RegisterRateLimitServiceServer(s, noRulesEnvoy{})
+		return nil
+	}
+	ec := envoy.DefaultConfig()
+	ec.Headers = n.cfg.EnvoyHeaders
+	ec.Clock = n.clock
+	srv, err := envoy.New(n.Checker(), n.rules, ec)
+	if err != nil {
+		return fmt.Errorf("ringlimit: envoy: %w", err)
+	}
+	srv.Register(s)
+	return nil
+}
+
+// noRulesEnvoy answers Envoy on a node without rules.
+type noRulesEnvoy struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+// ShouldRateLimit implements rlsv3.RateLimitServiceServer.
+func (noRulesEnvoy) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return nil, status.Error(codes.FailedPrecondition, "ringlimit: this node has no rules file (--rules), so it has no domains to limit")
+}
+
+// nginxAuth returns the handler of /v1/nginx/auth: middleware.AuthRequest
+// over the node's rules, configured by the Nginx* fields of Config; without
+// a rules file, a handler that answers 404 saying so (nginx turns it into a
+// 500 for @ratelimit_error, which fails open or closed as configured).
+func (n *Node) nginxAuth() (http.Handler, error) {
+	if n.rules.store == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			httpError(w, http.StatusNotFound, "no rules file configured (--rules): /v1/nginx/auth checks rules")
+		}), nil
+	}
+	c := n.cfg
+	o := middleware.Options{
+		Rules:      n.rules,
+		Rule:       c.NginxRule,
+		Key:        middleware.FromHeader(c.NginxKeyHeader),
+		FailClosed: c.NginxFailClosed,
+		Clock:      n.clock,
+		OnError: func(r *http.Request, err error) {
+			n.log.Debug("nginx auth: check failed", "uri", r.Header.Get("X-Original-URI"), "err", err)
+		},
+	}
+	if c.NginxRule == "" {
+		o.RuleOf = middleware.RuleFromHeader(c.NginxRuleHeader)
+	}
+	h, err := middleware.AuthRequest(n.Checker(), o)
+	if err != nil {
+		return nil, fmt.Errorf("ringlimit: nginx auth: %w", err)
+	}
+	return h, nil
+}
+
+// Checker is a Node in the batch form of the coordination core, the form
+// that packages envoy and middleware take (their Checker interfaces):
+//
+//	mw, err := middleware.RateLimit(node.Checker(), opts)
+//
+// It is safe for concurrent use.
+type Checker struct{ n *Node }
+
+// The node serves both front ends.
+var (
+	_ envoy.Checker      = Checker{}
+	_ middleware.Checker = Checker{}
+)
+
+// Checker returns the node as a Checker.
+func (n *Node) Checker() Checker { return Checker{n} }
+
+// Check decides reqs and returns one Response per Request, in order. A
+// request the core rejects (an empty or too long key, an invalid limit) is
+// answered with its error. The error is for the batch: a gRPC status error,
+// Unavailable while shutting down, DeadlineExceeded or Canceled when ctx
+// ends (or Config.CheckTimeout passes) before the core answered.
+func (c Checker) Check(ctx context.Context, reqs []rlsync.Request) ([]rlsync.Response, error) {
+	n := c.n
+	if !n.gate.enter() {
+		return nil, errShuttingDown
+	}
+	defer n.gate.leave()
+	out := make([]rlsync.Response, len(reqs))
+	if len(reqs) == 0 {
+		return out, nil
+	}
+	p := pendingPool.Get().(*pending)
+	p.reqs = append(p.reqs, reqs...)
+	p.resps = append(p.resps[:0], make([]rlsync.Response, len(reqs))...)
+	n.core.Check(n.clock.Now(), p.reqs, p.resps, p.fn)
+	if err := p.wait(ctx, n.cfg.CheckTimeout); err != nil {
+		return nil, err // p is abandoned to the core
+	}
+	copy(out, p.resps)
+	p.release()
+	for i := range out {
+		it := item{algorithm: int64(reqs[i].Limit.Algorithm), mode: int64(reqs[i].Mode)}
+		n.metrics.decision(&it, &out[i])
+	}
+	return out, nil
+}
+
+// errDecidedByRule marks an item answered by its rule alone (unlimited, or
+// denying all): n.check skips it, and applyRuleAnswers writes its answer.
+var errDecidedByRule = errors.New("ringlimit: decided by the rule")
+
+// ruleAnswer is what naming a rule changes in the answer to one item.
+type ruleAnswer struct {
+	idx    int
+	preset *rlsync.Response // the answer, for a rule that needs no bucket
+	shadow bool             // a shadow_mode rule: report over-limit answers as allowed
+}
+
+// resolveRules applies the rule named by each item that names one (see
+// item.applyRule) and returns what the answers need afterwards (nil when
+// no item names a rule).
+func (n *Node) resolveRules(items []item) []ruleAnswer {
+	var out []ruleAnswer
+	var set *rules.Set
+	for i := range items {
+		if items[i].rule == "" {
+			continue
+		}
+		if set == nil {
+			set = n.rules.Rules() // one version of the rules for the whole call
+		}
+		if a := items[i].applyRule(set, n.rules.store != nil, n.cfg.MaxKeyLen); a.preset != nil || a.shadow {
+			a.idx = i
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// applyRuleAnswers writes the answers of rules into out.
+func applyRuleAnswers(ans []ruleAnswer, out []rlsync.Response) {
+	for _, a := range ans {
+		switch r := &out[a.idx]; {
+		case a.preset != nil:
+			*r = *a.preset
+		case a.shadow && r.Err == nil:
+			r.Allowed = true
+		}
+	}
+}
+
+// limitField returns the name of the first limit field it sets, or "".
+func (it *item) limitField() string {
+	switch {
+	case it.limit != 0:
+		return "limit"
+	case it.period != 0:
+		return "period"
+	case it.burst != 0:
+		return "burst"
+	case it.algorithm != 0:
+		return "algorithm"
+	case it.maxWait != 0:
+		return "max_wait"
+	case it.minGap != 0:
+		return "min_gap"
+	case it.countRejected:
+		return "count_rejected"
+	case it.warmUp != 0:
+		return "warm_up"
+	}
+	return ""
+}
+
+// applyRule fills in the limit of an item that names a rule of set, or
+// records why it cannot in it.err. The item must not also set a limit
+// field or a name (an error naming the field, not an override: a check that
+// asks for two limits at once is a mistake); its mode and policy, when set,
+// override the rule's. The bucket is (rule name, unique_key), the one the
+// middleware and the nginx endpoint use for the same rule. A rule that
+// admits or denies everything needs no bucket: its answer is returned as
+// the preset. haveRules tells an empty set from no rules file, for the
+// message.
+func (it *item) applyRule(set *rules.Set, haveRules bool, maxKeyLen int) ruleAnswer {
+	if it.err != nil {
+		return ruleAnswer{}
+	}
+	if f := it.limitField(); f != "" {
+		it.err = fieldErr(f, "must not be set with rule: the rule %q sets the limit", it.rule)
+		return ruleAnswer{}
+	}
+	if it.name != "" {
+		it.err = fieldErr("name", "must be empty with rule: the bucket is (rule, unique_key)")
+		return ruleAnswer{}
+	}
+	r, ok := set.Lookup(it.rule)
+	switch {
+	case !ok && !haveRules:
+		it.err = fieldErr("rule", "unknown rule %q: the node has no rules file (--rules)", it.rule)
+		return ruleAnswer{}
+	case !ok:
+		it.err = fieldErr("rule", "unknown rule %q", it.rule)
+		return ruleAnswer{}
+	}
+	it.name = r.Name
+	if it.mode == 0 {
+		it.mode = int64(r.Mode)
+	}
+	if it.policy == 0 {
+		it.policy = int64(r.Policy)
+	}
+	if r.Unlimited || r.DeniesAll() {
+		// Validate the rest of the item as a checked one would be.
+		probe := *it
+		probe.limit, probe.period, probe.algorithm = 1, time.Second, int64(bucket.TokenBucket)
+		if _, err := probe.request(maxKeyLen); err != nil {
+			it.err = err
+			return ruleAnswer{}
+		}
+		it.err = errDecidedByRule
+		it.algorithm = int64(bucket.TokenBucket) // for the metrics' label
+		preset := &rlsync.Response{Mode: rlsync.Mode(it.mode)}
+		if r.Unlimited {
+			preset.Allowed, preset.Remaining = true, math.MaxInt64
+		} else {
+			preset.RetryAfter = bucket.MaxRetry
+		}
+		return ruleAnswer{preset: preset}
+	}
+	l := r.Limit
+	it.limit, it.period, it.burst, it.algorithm = l.Limit, l.Period, l.Burst, int64(l.Algorithm)
+	it.maxWait, it.minGap, it.countRejected, it.warmUp = l.MaxWait, l.MinGap, l.CountRejected, l.WarmUp
+	return ruleAnswer{shadow: r.Shadow}
+}

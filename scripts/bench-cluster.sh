@@ -1,0 +1,75 @@
+#!/bin/sh
+# Side-by-side load runs against a 3-node loopback cluster: single-check and
+# batched calls, owner and cached mode, with the nodes' CPU time per call,
+# after the same calls against the load generator's in-process baseline
+# server (--baseline: gRPC alone, no limiter; the nodes' CPU is idle then).
+# Used by `make bench-cluster`; figures recorded in docs/bench.md.
+#
+# Usage: scripts/bench-cluster.sh NODE_BINARY LOADGEN_BINARY
+#
+# Settings (environment): CALLS (single-check calls per run, default 60000),
+# BATCH_CALLS (calls of 100 checks, default 3000), CONCURRENCY (default 32),
+# NODE_GOMAXPROCS (GOMAXPROCS of each node; empty: Go's default).
+# The cluster runs on the fixed ports of `make run` (scripts/cluster.sh), so
+# stop any `make run` first. Only the processes started here are stopped.
+set -eu
+
+node=${1:-bin/node}
+loadgen=${2:-bin/loadgen}
+calls=${CALLS:-60000}
+batch_calls=${BATCH_CALLS:-3000}
+conc=${CONCURRENCY:-32}
+run_dir=${RUN_DIR:-${TMPDIR:-/tmp}/ringlimit-bench}
+tick=$(getconf CLK_TCK)
+
+[ -x "$node" ] && [ -x "$loadgen" ] || { echo "bench-cluster.sh: build $node and $loadgen first" >&2; exit 2; }
+if curl -s -o /dev/null http://127.0.0.1:8101/healthz 2>/dev/null; then
+	echo "bench-cluster.sh: something already serves 127.0.0.1:8101 (make run?); stop it first" >&2
+	exit 2
+fi
+
+RUN_DIR=$run_dir ${NODE_GOMAXPROCS:+env GOMAXPROCS=$NODE_GOMAXPROCS} scripts/cluster.sh 3 "$node" >"$run_dir.out" 2>&1 &
+cluster=$!
+trap 'kill -TERM $cluster 2>/dev/null; wait $cluster 2>/dev/null || true' EXIT INT TERM
+
+# Ready when every node's ring holds the three members (bounded wait).
+i=0
+until [ "$(curl -s http://127.0.0.1:8103/v1/cluster 2>/dev/null | grep -o '"name"' | wc -l)" -ge 3 ]; do
+	i=$((i + 1))
+	[ $i -le 100 ] || { echo "bench-cluster.sh: the cluster did not form; see $run_dir" >&2; exit 1; }
+	sleep 0.1
+done
+# The nodes are the cluster script's children (it starts them in place).
+node_pids=""
+for p in $(pgrep -P "$cluster"); do
+	case "$(cat /proc/"$p"/comm 2>/dev/null)" in
+	sleep | sh | "") ;;
+	*) node_pids="$node_pids $p" ;;
+	esac
+done
+cpu_ticks() {
+	t=0
+	for p in $node_pids; do
+		t=$((t + $(awk '{print $14 + $15}' /proc/"$p"/stat)))
+	done
+	echo $t
+}
+
+echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), node GOMAXPROCS ${NODE_GOMAXPROCS:-default}, node PIDs$node_pids"
+run() { # label, calls, loadgen flags...
+	label=$1 n=$2
+	shift 2
+	before=$(cpu_ticks)
+	out=$("$loadgen" --duration 60s --max-calls "$n" --concurrency "$conc" "$@")
+	after=$(cpu_ticks)
+	echo
+	echo "== $label: loadgen --concurrency $conc --max-calls $n $*"
+	echo "$out" | sed -n '2,8p'
+	echo "nodes' CPU: $(((after - before) * 1000 / tick)) ms, $(((after - before) * 1000000 / tick / n)) us per call"
+}
+run "baseline: single check, in-process server that decides nothing" "$calls" --baseline --items 1
+run "baseline: 100 checks per call, in-process server that decides nothing" "$batch_calls" --baseline --items 100
+run "single check, owner mode" "$calls" --items 1 --mode owner
+run "100 checks per call, owner mode" "$batch_calls" --items 100 --mode owner
+run "single check, owner mode, zipf keys" "$calls" --items 1 --mode owner --dist zipf
+run "single check, cached mode" "$calls" --items 1 --mode cached

@@ -1,0 +1,105 @@
+package sync
+
+import (
+	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// msgAlloc hands out the parts of the messages one call builds from a few
+// shared allocations instead of one or more per item: items come from slabs
+// sized by the caller's hint, encoded states are carved from one buffer, and
+// a run of items under the same limit shares one wire limit. It saves most of
+// the allocations (and the garbage collection) per coordinated check. What it
+// hands out belongs to the messages being built, which are never modified
+// once sent (see Transport), so nothing is ever reused; a msgAlloc is used by
+// one call and then dropped. The zero value is ready to use.
+type msgAlloc struct {
+	// hint is the number of items the first slab of each kind is made for;
+	// nfi, nks, nfw and nbuf the size of the next one (0: hint).
+	hint                int
+	nfi, nks, nfw, nbuf int
+	fi                  []peerv1.FlushItem
+	ks                  []peerv1.KeyState
+	fw                  []peerv1.ForwardItem
+	buf                 []byte
+	// limit is the limit wire was made from.
+	limit bucket.Limit
+	wire  *peerv1.Limit
+}
+
+// slabMin and slabMax bound the items of one slab; stateRoom is the free
+// room below which the state buffer is replaced (more than a token bucket's
+// state, so that one never outgrows it), and stateGuess the room made per
+// expected state.
+const (
+	slabMin    = 4
+	slabMax    = 1024
+	stateRoom  = 64
+	stateGuess = 40
+)
+
+// reserve sets the number of items the first slabs are made for; each later
+// slab of a kind is twice the size of the previous one (up to slabMax), so
+// a low hint costs a few more allocations and a high one some unused room.
+func (a *msgAlloc) reserve(n int) { a.hint = n }
+
+// grow returns the size of the next slab of a kind whose next size is *next,
+// and doubles the one after.
+func (a *msgAlloc) grow(next *int) int {
+	n := *next
+	if n == 0 {
+		n = a.hint
+	}
+	n = min(max(n, slabMin), slabMax)
+	*next = n * 2
+	return n
+}
+
+// flushItem returns a new, empty flush item.
+func (a *msgAlloc) flushItem() *peerv1.FlushItem {
+	if len(a.fi) == 0 {
+		a.fi = make([]peerv1.FlushItem, a.grow(&a.nfi))
+	}
+	it := &a.fi[0]
+	a.fi = a.fi[1:]
+	return it
+}
+
+// keyState returns a new, empty key state.
+func (a *msgAlloc) keyState() *peerv1.KeyState {
+	if len(a.ks) == 0 {
+		a.ks = make([]peerv1.KeyState, a.grow(&a.nks))
+	}
+	ks := &a.ks[0]
+	a.ks = a.ks[1:]
+	return ks
+}
+
+// forwardItem returns a new, empty forwarded check.
+func (a *msgAlloc) forwardItem() *peerv1.ForwardItem {
+	if len(a.fw) == 0 {
+		a.fw = make([]peerv1.ForwardItem, a.grow(&a.nfw))
+	}
+	it := &a.fw[0]
+	a.fw = a.fw[1:]
+	return it
+}
+
+// limitWire returns the wire form of l, shared with the previous item when
+// its limit was the same.
+func (a *msgAlloc) limitWire(l bucket.Limit) *peerv1.Limit {
+	if a.wire == nil || a.limit != l {
+		a.limit, a.wire = l, limitToWire(l)
+	}
+	return a.wire
+}
+
+// state returns the encoded state of b (as b.AppendBinary(nil) would).
+func (a *msgAlloc) state(b bucket.Bucket) []byte {
+	if cap(a.buf)-len(a.buf) < stateRoom {
+		a.buf = make([]byte, 0, a.grow(&a.nbuf)*stateGuess+stateRoom)
+	}
+	n := len(a.buf)
+	a.buf, _ = b.AppendBinary(a.buf)
+	return a.buf[n:len(a.buf):len(a.buf)]
+}

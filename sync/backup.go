@@ -1,0 +1,566 @@
+package sync
+
+import (
+	"maps"
+	"slices"
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// Backups: the owner's state is replicated to one more node, so that a
+// crashed owner's keys do not restart from full buckets (owner mode keeps
+// no state anywhere else; cached mode also rebuilds from the non-owners'
+// views, leased mode from nothing).
+//
+//   - Target. The backup of an owned key goes to the key's owner on the ring
+//     without this node (the successor ring): the member that takes the key
+//     over if this node fails. After a single failure the new owner is
+//     therefore the node that holds the backup, and it restores the key
+//     locally, with no message, in the same membership change.
+//   - Cadence. Once per FlushInterval (on Tick), only the keys changed since
+//     their last backup (an owned entry marks itself when its state changes,
+//     markBackupLocked), batched by MaxBatch, at most maxBackupFlights
+//     batches unacknowledged per target. A batch not acknowledged within
+//     RequestTimeout is not sent again as it was: its keys are marked again,
+//     so the next round sends their current state.
+//   - Holding. The target keeps the states aside (not in its store), merged
+//     keeping the most consumed, at most MaxKeys of them; states that have
+//     refilled to a fresh bucket's are swept every SweepInterval.
+//   - Restore. When the sender leaves the ring (a crash, or a leave whose
+//     hand-off this node merged already), each held state goes to the key's
+//     owner in the new ring: merged into this node's store if it is the
+//     owner, else sent as a hand-off. A restarted sender (a new incarnation)
+//     gets its states back as a hand-off. A node that asks this one about a
+//     key it holds a backup of (a forward it cannot decide, see
+//     serveForward) gets the state as a hand-off before the answer.
+//   - Membership. When the successor ring changes, the owned keys whose
+//     target changed, and the keys this node has just gained, are marked
+//     again, so every key has a backup on its current target within one
+//     round.
+//
+// Bound: what the owner admitted after its last backup that reached the
+// target, at most one FlushInterval plus one tick and one latency (plus
+// RequestTimeout when a backup is lost), can be admitted again after a
+// crash. docs/consistency.md has the argument and the measurements.
+//
+// Cost: one ring build per membership change (the successor ring), a scan
+// of the owned keys when backup targets change, and per FlushInterval one
+// message per target while keys change.
+
+// flagBackup marks an owned entry changed since its last backup and listed
+// in its shard's backup list. It shares flagMoved's bit, which only cached
+// entries use (makeOwned and makeCached clear every flag when an entry
+// changes role), as entries share their role-specific fields.
+const flagBackup = flagMoved
+
+// maxBackupFlights bounds the backup batches unacknowledged per target;
+// beyond it changed keys wait for the next round.
+const maxBackupFlights = 8
+
+// durability is a Node's state for backups and announced leaves.
+type durability struct {
+	// The fields below up to mu are guarded by Node.mu.
+
+	// nextBackup is when the next backup round is due; nextSweep when the
+	// held states are next swept.
+	nextBackup, nextSweep time.Time
+	// succOf is the ring succ was computed from; succ is that ring without
+	// this node (nil when this node is not on it or alone): its owners are
+	// the targets of this node's backups.
+	succOf, succ *ring.Ring
+	// out holds, per target, the batches not acknowledged yet.
+	out map[string]*backupPeer
+	// departed maps a member that announced its leave (a leaving hand-off,
+	// or ErrLeaving in a forward's answer) to the incarnation that left and
+	// its peer state: it stays off the ring until the driver's membership
+	// drops it or a message from another incarnation of it arrives, and what
+	// it still sends while it finishes its leave is handled (leave.go).
+	departed map[string]departedPeer
+	// forwards holds, per peer, the forwards answered recently (see
+	// forwardSeenLocked).
+	forwards map[string]*recentForwards
+	// awaitEnd caches, for one view, when the last of its awaited
+	// hand-offs stops being awaited (see awaitOver); it is read without
+	// Node.mu.
+	awaitEnd atomic.Pointer[awaitEnd]
+	// parked holds the probes waiting for a hand-off (await.go).
+	parked []parkedCheck
+	// parkDue is the earliest wait among parked at the last pass (or later
+	// park); parkSeen the store's insert count when that pass began (see
+	// parkedDueLocked).
+	parkDue  time.Time
+	parkSeen uint64
+
+	// mu guards held; it is taken after Node.mu, never before, and never
+	// with a shard's lock.
+	mu stdsync.Mutex
+	// held maps a key to the backup this node keeps for another owner.
+	held map[string]*heldBackup
+	// spare is a bucket no one else refers to (a received state that was
+	// merged, or one a newer state replaced), decoded into by the next
+	// received state instead of allocating (bucket.DecodeInto); nil when
+	// there is none.
+	spare bucket.Bucket
+}
+
+// backupPeer is this node's backup traffic to one target.
+type backupPeer struct {
+	seq uint64
+	out []*backupFlight
+}
+
+// backupFlight is a Backup message not yet acknowledged: the keys it
+// carried, marked again if it times out.
+type backupFlight struct {
+	seq    uint64
+	keys   []string
+	sentAt time.Time
+}
+
+// heldBackup is one key's state kept for its owner.
+type heldBackup struct {
+	from string
+	b    bucket.Bucket
+	dem  float32
+}
+
+// markBackupLocked notes that an owned entry's state changed: the next
+// backup round sends it. The caller holds s's lock.
+func markBackupLocked(s *shard, key string, e *entry) {
+	if !e.has(flagOwned) || e.has(flagBackup) {
+		return
+	}
+	e.set(flagBackup)
+	s.backup = append(s.backup, key)
+}
+
+// successorLocked returns the ring of v without this node, nil when this
+// node is not on it or is alone.
+func (n *Node) successorLocked(r *ring.Ring) *ring.Ring {
+	d := &n.dur
+	if r == nil {
+		return nil
+	}
+	if d.succOf == r {
+		return d.succ
+	}
+	d.succOf, d.succ = r, nil
+	if r.Has(n.cfg.Self) && r.Len() > 1 {
+		if s, err := r.WithoutMember(n.cfg.Self); err == nil {
+			d.succ = s
+		}
+	}
+	return d.succ
+}
+
+// tickBackupsLocked runs a backup round when one is due: it retires the
+// batches that timed out (their keys are marked again), then sends the
+// state of every owned key changed since its last backup to the key's
+// target, in batches of MaxBatch.
+func (n *Node) tickBackupsLocked(now time.Time, v *view) {
+	d := &n.dur
+	n.sweepHeldLocked(now)
+	if now.Before(d.nextBackup) {
+		return
+	}
+	d.nextBackup = nextDue(d.nextBackup, now, n.cfg.FlushInterval)
+	succ := n.successorLocked(v.ring)
+	if d.out == nil {
+		d.out = map[string]*backupPeer{}
+	}
+	// Retire timed-out batches, and those to members that left.
+	for _, name := range slices.Sorted(maps.Keys(d.out)) {
+		bp := d.out[name]
+		gone := v.peers[name] == nil
+		bp.out = slices.DeleteFunc(bp.out, func(f *backupFlight) bool {
+			if !gone && now.Sub(f.sentAt) < n.cfg.RequestTimeout {
+				return false
+			}
+			n.metrics.BackupsRetried.Add(1)
+			n.remarkLocked(f.keys)
+			return true
+		})
+		if gone && len(bp.out) == 0 {
+			delete(d.out, name)
+		}
+	}
+	room := map[string]int{}
+	for name, p := range v.peers {
+		if !p.gone {
+			inFlight := 0
+			if bp := d.out[name]; bp != nil {
+				inFlight = len(bp.out)
+			}
+			room[name] = max(0, maxBackupFlights-inFlight) * n.cfg.MaxBatch
+		}
+	}
+	out := map[string][]*peerv1.KeyState{}
+	keys := map[string][]string{}
+	// One allocator for the round's states: the listed keys bound them.
+	var a msgAlloc
+	listed := 0
+	for i := range n.st.shards {
+		listed += len(n.st.shards[i].backup)
+	}
+	a.reserve(listed)
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		s.mu.Lock()
+		list := s.backup
+		k := 0
+		for _, key := range list {
+			e := s.m[key]
+			if e == nil || !e.has(flagOwned) || !e.has(flagBackup) {
+				continue
+			}
+			target := ""
+			if succ != nil {
+				target, _ = succ.Owner(key)
+			}
+			if _, ok := room[target]; !ok {
+				e.clear(flagBackup) // no target: marked again when there is one
+				continue
+			}
+			if len(out[target]) >= room[target] {
+				list[k] = key
+				k++
+				continue
+			}
+			e.clear(flagBackup)
+			ks := a.keyState()
+			ks.Key, ks.State, ks.Demand = key, a.state(e.b), e.dem
+			out[target] = append(out[target], ks)
+			keys[target] = append(keys[target], key)
+		}
+		clear(list[k:])
+		s.backup = list[:k]
+		s.mu.Unlock()
+	}
+	for _, name := range v.names {
+		items, ks := out[name], keys[name]
+		if len(items) == 0 {
+			continue
+		}
+		bp := d.out[name]
+		if bp == nil {
+			bp = &backupPeer{}
+			d.out[name] = bp
+		}
+		for len(items) > 0 {
+			k := min(len(items), n.cfg.MaxBatch)
+			bp.seq++
+			bp.out = append(bp.out, &backupFlight{seq: bp.seq, keys: ks[:k:k], sentAt: now})
+			n.send(name, backupBody{&peerv1.Backup{Seq: bp.seq, Items: items[:k:k]}})
+			n.metrics.BackupsSent.Add(1)
+			n.metrics.BackupKeys.Add(int64(k))
+			items, ks = items[k:], ks[k:]
+		}
+	}
+}
+
+// remarkLocked marks keys for the next backup round again (those still
+// owned).
+func (n *Node) remarkLocked(keys []string) {
+	for _, key := range keys {
+		s := n.st.shardOf(key)
+		s.mu.Lock()
+		if e := s.m[key]; e != nil {
+			markBackupLocked(s, key, e)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// onBackupAck retires an acknowledged backup batch.
+func (n *Node) onBackupAck(p *peer, ack *peerv1.BackupAck) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ack.BackupIncarnation != n.cfg.Incarnation {
+		return
+	}
+	if bp := n.dur.out[p.name]; bp != nil {
+		bp.out = slices.DeleteFunc(bp.out, func(f *backupFlight) bool { return f.seq == ack.Seq })
+	}
+}
+
+// onBackup keeps the states p backed up with this node, merged with what it
+// holds (most consumed; a state from another owner, or of another
+// algorithm, replaces it), and acknowledges them.
+func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
+	n.metrics.BackupsReceived.Add(1)
+	d := &n.dur
+	d.mu.Lock()
+	for _, ks := range b.Items {
+		if ks == nil || ks.Key == "" || len(ks.Key) > n.cfg.MaxKeyLen {
+			n.metrics.Malformed.Add(1)
+			continue
+		}
+		bk, ok := n.decodeStateInto(d.spare, ks)
+		if !ok {
+			continue
+		}
+		if bk == d.spare {
+			d.spare = nil // in use now; what bk no longer needs becomes spare
+		}
+		h := d.held[ks.Key]
+		switch {
+		case h == nil && len(d.held) >= n.cfg.MaxKeys:
+			n.metrics.BackupKeysDropped.Add(1)
+			d.spare = bk
+		case h == nil:
+			if d.held == nil {
+				d.held = map[string]*heldBackup{}
+			}
+			d.held[ks.Key] = &heldBackup{from: p.name, b: bk, dem: ks.Demand}
+		case h.from != p.name || h.b.Merge(now, bk) != nil:
+			d.spare = h.b
+			h.from, h.b, h.dem = p.name, bk, ks.Demand
+		default:
+			h.dem = ks.Demand
+			d.spare = bk
+		}
+	}
+	d.mu.Unlock()
+	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc}})
+}
+
+// sweepHeldLocked drops, once per SweepInterval, the held states that have
+// refilled to a fresh bucket's: they no longer say anything.
+func (n *Node) sweepHeldLocked(now time.Time) {
+	d := &n.dur
+	if now.Before(d.nextSweep) {
+		return
+	}
+	d.nextSweep = now.Add(n.cfg.SweepInterval)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for key, h := range d.held {
+		if h.b.Idle(now) {
+			delete(d.held, key)
+		}
+	}
+}
+
+// takeHeld removes and returns, sorted by key, the held states whose
+// sender keep says to give up.
+func (n *Node) takeHeld(keep func(key string, h *heldBackup) bool) ([]string, []*heldBackup) {
+	d := &n.dur
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var keys []string
+	for key, h := range d.held {
+		if !keep(key, h) {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	hs := make([]*heldBackup, len(keys))
+	for i, key := range keys {
+		hs[i] = d.held[key]
+		delete(d.held, key)
+	}
+	return keys, hs
+}
+
+// heldBucket returns a copy of the bucket this node holds as a backup of
+// key, or nil. It takes the durability lock: never call it with a shard's
+// lock held.
+func (n *Node) heldBucket(key string) bucket.Bucket {
+	d := &n.dur
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if h := d.held[key]; h != nil {
+		return h.b.Clone()
+	}
+	return nil
+}
+
+// heldState returns the state this node holds as a backup of key, or nil.
+func (n *Node) heldState(key string) *peerv1.KeyState {
+	d := &n.dur
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := d.held[key]
+	if h == nil {
+		return nil
+	}
+	state, err := h.b.AppendBinary(nil)
+	if err != nil {
+		return nil
+	}
+	return &peerv1.KeyState{Key: key, State: state, Demand: h.dem}
+}
+
+// restoreLocked gives held states to their keys' owners in nv: merged here
+// as owned states when this node owns the key, else sent as a hand-off.
+func (n *Node) restoreLocked(now time.Time, nv *view, keys []string, hs []*heldBackup) {
+	out := map[*peer][]*peerv1.KeyState{}
+	for i, key := range keys {
+		h := hs[i]
+		owner := nv.owner(key)
+		switch p := nv.peers[owner]; {
+		case owner == n.cfg.Self:
+			n.mergeState(now, nv, key, h.b, h.dem)
+		case p != nil:
+			state, err := h.b.AppendBinary(nil)
+			if err != nil {
+				continue
+			}
+			out[p] = append(out[p], &peerv1.KeyState{Key: key, State: state, Demand: h.dem})
+		default:
+			continue
+		}
+		n.metrics.BackupKeysRestored.Add(1)
+	}
+	n.sendHandoffsLocked(now, nv, out)
+}
+
+// restoreBackupsLocked restores, on a membership change from old to nv,
+// the states held for members that left the ring (see restoreLocked). It
+// runs before nv is published, so no check decides such a key on a fresh
+// bucket in between.
+func (n *Node) restoreBackupsLocked(now time.Time, old, nv *view) {
+	if old.ring == nil || nv.ring == nil {
+		return
+	}
+	left := false
+	for _, name := range old.names {
+		if !nv.ring.Has(name) {
+			left = true
+			break
+		}
+	}
+	if !left {
+		return
+	}
+	keys, hs := n.takeHeld(func(_ string, h *heldBackup) bool { return nv.ring.Has(h.from) })
+	n.restoreLocked(now, nv, keys, hs)
+}
+
+// backupsPeerRestarted hands the states held for p back to it (or to the
+// keys' owners): p restarted faster than the membership noticed and lost
+// them.
+func (n *Node) backupsPeerRestarted(now time.Time, v *view, p *peer) {
+	keys, hs := n.takeHeld(func(_ string, h *heldBackup) bool { return h.from != p.name })
+	if len(keys) == 0 {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.restoreLocked(now, v, keys, hs)
+}
+
+// rebackupLocked marks, after a membership change from old to nv, the
+// owned keys that need a backup on a new target: those whose partition's
+// target changed and those this node has just gained.
+func (n *Node) rebackupLocked(old, nv *view) {
+	if nv.ring == nil || !nv.ring.Has(n.cfg.Self) {
+		return
+	}
+	var oldSucc *ring.Ring
+	if old.ring != nil {
+		oldSucc = n.successorLocked(old.ring)
+	}
+	succ := n.successorLocked(nv.ring)
+	if succ == nil {
+		return
+	}
+	parts := nv.ring.Config().PartitionCount
+	mark := make([]bool, parts)
+	any := false
+	for id := range parts {
+		if o, _ := nv.ring.PartitionOwner(id); o != n.cfg.Self {
+			continue
+		}
+		switch {
+		case old.ring == nil || oldSucc == nil:
+			mark[id] = true
+		default:
+			wasOwner, _ := old.ring.PartitionOwner(id)
+			before, _ := oldSucc.PartitionOwner(id)
+			after, _ := succ.PartitionOwner(id)
+			mark[id] = wasOwner != n.cfg.Self || before != after
+		}
+		any = any || mark[id]
+	}
+	if !any {
+		return
+	}
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		s.mu.Lock()
+		for key, e := range s.m {
+			if e.has(flagOwned) && mark[nv.ring.PartitionOf(key)] {
+				markBackupLocked(s, key, e)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// addParkedLocked parks pc (see parkLocked).
+func (n *Node) addParkedLocked(pc parkedCheck) {
+	d := &n.dur
+	if len(d.parked) == 0 || pc.until.Before(d.parkDue) {
+		d.parkDue = pc.until
+	}
+	d.parked = append(d.parked, pc)
+}
+
+// parkedDueLocked reports whether a pass over the parked probes (see
+// tickParkedLocked) may decide any at now, so that a Tick skips a pass that
+// would decide none: a parked probe waits while its key is not in the
+// store and its wait is not over, and a key enters the store only through
+// store.insertLocked, which counts. If nothing was inserted since the last
+// pass began (a pass that inserts makes the next one run) and no wait is
+// over, every parked probe still waits. When it reports true it notes the
+// count for the next call; parkedPassedLocked must follow the pass.
+func (n *Node) parkedDueLocked(now time.Time) bool {
+	d := &n.dur
+	ins := n.st.inserts.Load()
+	if ins == d.parkSeen && now.Before(d.parkDue) {
+		return false
+	}
+	d.parkSeen = ins
+	return true
+}
+
+// parkedPassedLocked notes, after a pass over the parked probes, the
+// earliest wait among those still parked.
+func (n *Node) parkedPassedLocked() {
+	d := &n.dur
+	d.parkDue = time.Time{}
+	for i, pc := range d.parked {
+		if i == 0 || pc.until.Before(d.parkDue) {
+			d.parkDue = pc.until
+		}
+	}
+}
+
+// awaitEnd is the latest until among a view's awaited partitions.
+type awaitEnd struct {
+	v   *view
+	end time.Time
+}
+
+// awaitOver reports whether no partition of v awaits its hand-off at now
+// any more, so that a check skips looking its key's partition up: every
+// mark's until is past. The latest until is computed once per view.
+func (n *Node) awaitOver(now time.Time, v *view) bool {
+	ae := n.dur.awaitEnd.Load()
+	if ae == nil || ae.v != v {
+		ae = &awaitEnd{v: v}
+		for _, a := range v.await {
+			if a.until.After(ae.end) {
+				ae.end = a.until
+			}
+		}
+		n.dur.awaitEnd.Store(ae)
+	}
+	return !now.Before(ae.end)
+}

@@ -1,0 +1,110 @@
+package sync
+
+import (
+	"slices"
+	"time"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// Announced leaves. A node that leaves gracefully hands its keys to their
+// new owners at once, but the others learn of its leave from gossip only
+// later (about 90 ms on a LAN). In between they would still send it
+// owner-mode checks, which it can no longer decide (its state has moved),
+// and the checks would fall to the partition policy on a fresh share
+// bucket. So the leave is announced in-band, on the same ordered queue as
+// the hand-off:
+//
+//   - Leave sends every peer, after the hand-offs of the keys it owned, a
+//     Handoff with leaving set (acknowledged and retried like any hand-off;
+//     HandedOff waits for it).
+//   - A peer that receives it takes the leaving node off its ring at once
+//     (departLocked): the keys it had just been handed become its own, and
+//     the checks it had in flight to the leaving node are sent again to
+//     their new owners (rerouteLocked), which have the state, since the
+//     hand-off came first on the same queue. A forward answered ErrLeaving
+//     is itself such an announcement.
+//   - The leaving node stays off the peer's ring until the driver's
+//     membership drops it, or a message from another incarnation of it
+//     arrives (it restarted): then the driver's membership applies again.
+
+// announceLeaveLocked sends every peer of v (the view without this node)
+// a leaving hand-off.
+func (n *Node) announceLeaveLocked(now time.Time, v *view) {
+	for _, name := range v.names {
+		p := v.peers[name]
+		if p == nil {
+			continue
+		}
+		p.hoSeq++
+		msg := &peerv1.Handoff{Seq: p.hoSeq, Leaving: true}
+		p.hoOut = append(p.hoOut, &handoffBatch{msg: msg, sentAt: now})
+		n.send(p.name, handoffBody{clone(msg)})
+		n.metrics.HandoffsSent.Add(1)
+	}
+}
+
+// departedPeer is a member that announced its leave.
+type departedPeer struct {
+	inc uint64
+	p   *peer
+}
+
+// departLocked takes p, whose incarnation inc announced its leave, off the
+// ring now.
+func (n *Node) departLocked(now time.Time, p *peer, inc uint64) {
+	d := &n.dur
+	if prev, ok := d.departed[p.name]; ok && prev.inc == inc {
+		return
+	}
+	if d.departed == nil {
+		d.departed = map[string]departedPeer{}
+	}
+	d.departed[p.name] = departedPeer{inc: inc, p: p}
+	n.applyMembersLocked(now)
+}
+
+// withoutDepartedLocked returns names without the members that announced
+// their leave, and forgets the announcements of members the driver's
+// membership no longer lists.
+func (n *Node) withoutDepartedLocked(names []string) []string {
+	d := &n.dur
+	if len(d.departed) == 0 {
+		return names
+	}
+	for name := range d.departed {
+		if !slices.Contains(n.members, name) {
+			delete(d.departed, name)
+		}
+	}
+	return slices.DeleteFunc(names, func(s string) bool {
+		_, gone := d.departed[s]
+		return gone
+	})
+}
+
+// fromDeparted handles an envelope from a sender that is not a member of v
+// and that may have announced its leave. From another incarnation (it
+// restarted) the announcement is forgotten, and the returned view and peer
+// include it again if the driver's membership does. From the incarnation
+// that left, the returned peer is its state as a member: what it sends
+// while it finishes its leave (flushes of its pending hits and returned
+// lease tokens, hand-offs sent again, checks of its clients) is handled as
+// from a member, against a view without it.
+func (n *Node) fromDeparted(now time.Time, v *view, env *peerv1.Envelope) (*view, *peer) {
+	n.mu.Lock()
+	dp, ok := n.dur.departed[env.From]
+	if !ok {
+		n.mu.Unlock()
+		return v, nil
+	}
+	if env.Incarnation != dp.inc {
+		delete(n.dur.departed, env.From)
+		n.applyMembersLocked(now)
+		n.mu.Unlock()
+		v = n.view.Load()
+		return v, v.peers[env.From]
+	}
+	n.mu.Unlock()
+	return v, dp.p
+}

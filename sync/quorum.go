@@ -1,0 +1,233 @@
+package sync
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"time"
+)
+
+// The quorum rule keeps a node cut off from most of the cluster from taking
+// over the keys of the members it can no longer see.
+//
+// Each node keeps a baseline: the members it expects to see. A member that
+// joins enters it; a member that leaves gracefully leaves it at once; a
+// member that fails (crash, or out of reach behind a partition: the driver
+// cannot tell the two apart) stays in it for Config.FailedMemberTTL, then is
+// forgotten. The node is on a minority side while
+//
+//	live * 2 <= baseline
+//
+// (live counts the members it sees, itself included). Then its ring stays
+// the baseline's, and every key is decided by the request's partition
+// policy, degraded, as for an unreachable owner (local-share divides the
+// limit by the baseline's size and starts from this node's state of the
+// key): the keys of the failed members (the lost members), and also those
+// of the members it sees, itself included, because the majority side takes
+// those over too and deciding them here as well would give each a second
+// bucket. (Leased mode spends the lease a node holds before its policy
+// decides; a member of the minority side still grants leases of the keys
+// it owns to the others of its side.) A majority side (live * 2 > baseline)
+// drops the failed members from its ring and takes their keys over: in a
+// cluster of three, losing one leaves two of three.
+//
+// An even split (2 | 2 of 4) leaves both halves in minority: each decides
+// every key by the policy. That is the safe side of the tie: neither half
+// can know the other is not serving, so neither claims a key.
+//
+// A node just started knows only what it has seen since: a node that starts
+// alone behind a partition has no baseline beyond itself and owns every key,
+// as before the rule.
+
+// quorum is a node's baseline beyond its live members. It is guarded by
+// Node.mu.
+type quorum struct {
+	// failed holds the baseline's failed members and when each was first
+	// reported failed.
+	failed map[string]time.Time
+	// forgotten holds members still reported failed but past
+	// FailedMemberTTL: out of the baseline until they are live again.
+	forgotten map[string]bool
+}
+
+// update applies a membership: live members (this node included) and the
+// departed members the driver reports as failed; prev is the previous live
+// membership. A failed member enters the baseline only if this node saw it
+// (it was live or already failed); one no longer reported failed, and not
+// live, left gracefully (or the driver forgot it) and leaves the baseline.
+// It reports whether the baseline changed.
+func (q *quorum) update(now time.Time, ttl time.Duration, prev, live, failed []string) bool {
+	isLive := make(map[string]bool, len(live))
+	for _, m := range live {
+		isLive[m] = true
+	}
+	isFailed := make(map[string]bool, len(failed))
+	for _, m := range failed {
+		if !isLive[m] {
+			isFailed[m] = true
+		}
+	}
+	changed := false
+	for m := range q.failed {
+		if !isFailed[m] {
+			delete(q.failed, m)
+			changed = true
+		}
+	}
+	for m := range q.forgotten {
+		if !isFailed[m] {
+			delete(q.forgotten, m)
+		}
+	}
+	if ttl <= 0 {
+		return changed
+	}
+	for _, m := range failed {
+		if !isFailed[m] || q.forgotten[m] {
+			continue
+		}
+		if _, ok := q.failed[m]; ok || !slices.Contains(prev, m) {
+			continue
+		}
+		if q.failed == nil {
+			q.failed = map[string]time.Time{}
+		}
+		q.failed[m] = now
+		changed = true
+	}
+	return changed
+}
+
+// expire forgets the failed members reported FailedMemberTTL or more
+// before now, and reports whether it forgot any.
+func (q *quorum) expire(now time.Time, ttl time.Duration) bool {
+	changed := false
+	for m, since := range q.failed {
+		if now.Sub(since) >= ttl {
+			delete(q.failed, m)
+			if q.forgotten == nil {
+				q.forgotten = map[string]bool{}
+			}
+			q.forgotten[m] = true
+			changed = true
+		}
+	}
+	return changed
+}
+
+// lost returns the failed members in the baseline, sorted.
+func (q *quorum) lost() []string {
+	return slices.Sorted(maps.Keys(q.failed))
+}
+
+// minority reports whether live members out of a baseline of baseline are
+// a minority: live * 2 <= baseline.
+func minority(live, baseline int) bool {
+	return baseline > 0 && live*2 <= baseline
+}
+
+// Quorum is a node's view of its quorum (see SetMembership).
+type Quorum struct {
+	// Live is the number of members this node sees, itself included.
+	Live int
+	// Baseline is Live plus the failed members not yet forgotten.
+	Baseline int
+	// Minority is Live * 2 <= Baseline: the keys of Lost are decided by the
+	// partition policy, degraded.
+	Minority bool
+	// Lost lists the failed members counted in the baseline, sorted.
+	Lost []string
+}
+
+// Quorum returns this node's quorum: its live members, its baseline and
+// whether it is on a minority side.
+func (n *Node) Quorum() Quorum {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.quorumLocked()
+}
+
+func (n *Node) quorumLocked() Quorum {
+	lost := n.quorum.lost()
+	live := len(n.members)
+	return Quorum{Live: live, Baseline: live + len(lost), Minority: minority(live, live+len(lost)), Lost: lost}
+}
+
+// SetMembership replaces the membership like SetMembers, and tells which
+// of the members that are gone failed (crashed, or out of reach) rather
+// than left gracefully: live lists the members this node sees, itself
+// included; failed lists departed members that failed (names that are live,
+// or that this node never saw, are ignored). A failed member stays in the
+// quorum baseline for Config.FailedMemberTTL; while the live members are no
+// more than half the baseline this node is on a minority side, keeps the
+// baseline's ring and decides the keys of the failed members by the
+// partition policy, degraded (see quorum.go). SetMembers(now, live) is
+// SetMembership(now, live, nil): every departure counts as a leave.
+func (n *Node) SetMembership(now time.Time, live, failed []string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	prev := n.members
+	n.members = slices.Clone(live)
+	n.quorum.update(now, n.cfg.FailedMemberTTL, prev, live, failed)
+	n.applyMembersLocked(now)
+}
+
+// expireFailedLocked forgets the failed members past FailedMemberTTL and,
+// if it forgot any, applies the membership again. It reports whether the
+// view changed.
+func (n *Node) expireFailedLocked(now time.Time) bool {
+	if len(n.quorum.failed) == 0 || !n.quorum.expire(now, n.cfg.FailedMemberTTL) {
+		return false
+	}
+	n.applyMembersLocked(now)
+	return true
+}
+
+// ringMembersLocked returns the names the ring is built of, and the lost
+// members among them: the live members (without this node once leaving),
+// or on a minority side the baseline, the failed members being lost.
+func (n *Node) ringMembersLocked() (names, lost []string) {
+	names = slices.Clone(n.members)
+	if n.leaving {
+		return slices.DeleteFunc(names, func(s string) bool { return s == n.cfg.Self }), nil
+	}
+	q := n.quorumLocked()
+	if !q.Minority {
+		return names, nil
+	}
+	return append(names, q.Lost...), q.Lost
+}
+
+// lostPeer returns a stand-in for a member lost to a partition: never
+// reachable, never sent to (it is not among the view's peers).
+func lostPeer(name string) *peer {
+	p := &peer{name: name, gone: true}
+	p.downUntil.Store(math.MaxInt64)
+	return p
+}
+
+// peerOf returns the peer that stands for member name as an owner: a live
+// member's, or a lost member's unreachable stand-in, so that the keys of a
+// member lost to a partition are decided by the partition policy.
+func (v *view) peerOf(name string) *peer {
+	if p := v.peers[name]; p != nil {
+		return p
+	}
+	if p := v.lost[name]; p != nil {
+		return p
+	}
+	return lostPeer(name)
+}
+
+// sameLost reports whether v's lost members are exactly lost.
+func (v *view) sameLost(lost []string) bool {
+	if len(v.lost) != len(lost) {
+		return false
+	}
+	for _, m := range lost {
+		if v.lost[m] == nil {
+			return false
+		}
+	}
+	return true
+}

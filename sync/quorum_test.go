@@ -1,0 +1,264 @@
+package sync
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// split gives each group the membership of its own nodes, the others
+// reported failed, and cuts every link between the groups.
+func (nw *testNet) split(groups ...[]string) {
+	for _, g := range groups {
+		var failed []string
+		for _, o := range nw.names {
+			if !slices.Contains(g, o) {
+				failed = append(failed, o)
+				for _, m := range g {
+					nw.cut[[2]string{m, o}] = true
+					nw.cut[[2]string{o, m}] = true
+				}
+			}
+		}
+		for _, m := range g {
+			nw.nodes[m].SetMembership(nw.now, g, failed)
+		}
+	}
+}
+
+// rejoin heals every link and gives every node the whole membership.
+func (nw *testNet) rejoin() {
+	nw.heal()
+	for _, m := range nw.names {
+		nw.nodes[m].SetMembership(nw.now, nw.names, nil)
+	}
+}
+
+// admittedOf checks key on n count times, 1ms apart from nw.now, and
+// returns how many were admitted and how many answers were degraded.
+func admittedOf(t *testing.T, nw *testNet, n *Node, count int, r Request) (admitted, degraded int) {
+	t.Helper()
+	for i := range count {
+		resp := check(t, n, nw.now.Add(time.Duration(i)*time.Millisecond), r)
+		if resp.Err != nil {
+			t.Fatalf("%s: check %d of %s: %v", n.cfg.Self, i, r.Key, resp.Err)
+		}
+		if resp.Allowed {
+			admitted++
+		}
+		if resp.Degraded {
+			degraded++
+		}
+	}
+	return admitted, degraded
+}
+
+// TestQuorumMinorityDegrades: a node cut off from the two others is a
+// minority (1 of 3): it keeps the whole ring and decides the keys of the
+// members it lost by their policy, degraded, in every mode: fail-closed
+// rejects, fail-open admits, local-share admits the limit divided by the
+// baseline (90/3 = 30 a minute). Its own keys too: the majority takes them
+// over.
+func TestQuorumMinorityDegrades(t *testing.T) {
+	all := []string{"a", "b", "c"}
+	lostKey := keyOwnedBy(t, "a", all...)
+	ownKey := keyOwnedBy(t, "c", all...)
+	for _, mode := range []Mode{ModeOwner, ModeCached, ModeLeased} {
+		for _, tc := range policyCases {
+			t.Run(fmt.Sprintf("%v/%v", mode, tc.pol), func(t *testing.T) {
+				nw := newTestNet(t, nil, all...)
+				c := nw.nodes["c"]
+				nw.split([]string{"a", "b"}, []string{"c"})
+				q := c.Quorum()
+				if !q.Minority || q.Live != 1 || q.Baseline != 3 || !slices.Equal(q.Lost, []string{"a", "b"}) {
+					t.Fatalf("c's quorum %+v, want minority 1 of 3, lost a and b", q)
+				}
+				r := Request{Key: lostKey, Hits: 1, Limit: perMinute(90), Mode: mode, Policy: tc.pol}
+				admitted, degraded := admittedOf(t, nw, c, 50, r)
+				if admitted != tc.want || degraded != 50 {
+					t.Errorf("a's key on c: admitted %d of 50 (want %d), %d degraded (want 50)", admitted, tc.want, degraded)
+				}
+				if resp := check(t, c, nw.now, r); resp.Owner != "a" {
+					t.Errorf("a's key on c: owner %q, want a (the baseline ring's)", resp.Owner)
+				}
+				own := Request{Key: ownKey, Hits: 1, Limit: perMinute(90), Mode: mode, Policy: tc.pol}
+				admitted, degraded = admittedOf(t, nw, c, 50, own)
+				if admitted != tc.want || degraded != 50 {
+					t.Errorf("c's own key on c: admitted %d of 50 (want %d), %d degraded (want 50)", admitted, tc.want, degraded)
+				}
+			})
+		}
+	}
+}
+
+// TestQuorumMajorityTakesOver: the two nodes that lost the third (2 of 3,
+// a majority) take its keys over, not degraded, as after a crash.
+func TestQuorumMajorityTakesOver(t *testing.T) {
+	all := []string{"a", "b", "c"}
+	nw := newTestNet(t, nil, all...)
+	key := keyMoving(t, "c", "a", all, []string{"a", "b"})
+	nw.split([]string{"a", "b"}, []string{"c"})
+	a, c := nw.nodes["a"], nw.nodes["c"]
+	if q := a.Quorum(); q.Minority || q.Live != 2 || q.Baseline != 3 {
+		t.Fatalf("a's quorum %+v, want a majority, 2 of 3", q)
+	}
+	r := Request{Key: key, Hits: 1, Limit: perMinute(90), Mode: ModeCached, Policy: PolicyFailClosed}
+	resp := check(t, a, nw.now, r)
+	if !resp.Allowed || resp.Degraded || resp.Owner != "a" {
+		t.Errorf("c's key on a: %+v, want admitted by a, its new owner, not degraded", resp)
+	}
+	// c, cut off, still owns it on the baseline ring, but on a minority
+	// side decides it by its policy: only a holds a bucket for it.
+	if resp := check(t, c, nw.now, r); resp.Allowed || !resp.Degraded || resp.Owner != "c" {
+		t.Errorf("the key on c: %+v, want rejected (fail-closed), degraded, owner c on the baseline ring", resp)
+	}
+	// a's own keys, on c, go by the policy.
+	r.Key = keyOwnedBy(t, "a", all...)
+	if resp := check(t, c, nw.now, r); resp.Allowed || !resp.Degraded {
+		t.Errorf("a's key on c: %+v, want rejected, degraded", resp)
+	}
+}
+
+// TestQuorumHeal: once the cut heals, the node that was cut off answers
+// the others' keys normally again, and what it admitted under local-share
+// in cached mode reaches the owner.
+func TestQuorumHeal(t *testing.T) {
+	all := []string{"a", "b", "c"}
+	nw := newTestNet(t, nil, all...)
+	key := keyOwnedBy(t, "a", all...)
+	a, c := nw.nodes["a"], nw.nodes["c"]
+	r := Request{Key: key, Hits: 1, Limit: perMinute(90), Mode: ModeCached, Policy: PolicyLocalShare}
+	check(t, c, nw.now, r) // c holds a view of the key
+	nw.run(200 * time.Millisecond)
+	nw.split([]string{"a", "b"}, []string{"c"})
+	admitted, degraded := admittedOf(t, nw, c, 10, r)
+	if admitted != 10 || degraded != 10 {
+		t.Fatalf("cut off: admitted %d, degraded %d of 10; want 10 and 10 (local-share)", admitted, degraded)
+	}
+	nw.run(time.Second)
+	nw.rejoin()
+	if q := c.Quorum(); q.Minority || q.Baseline != 3 || len(q.Lost) != 0 {
+		t.Fatalf("c's quorum after the heal %+v, want 3 live", q)
+	}
+	nw.run(300 * time.Millisecond)
+	resp := check(t, c, nw.now, r)
+	if resp.Degraded || !resp.Allowed || resp.Owner != "a" {
+		t.Errorf("after the heal, a's key on c: %+v, want admitted from a's state, not degraded", resp)
+	}
+	nw.run(300 * time.Millisecond)
+	// 1 before the cut, 10 under local-share, 1 after: all on a's bucket.
+	if got := remainingOn(a, nw.now, key); got > 90-12+1 {
+		t.Errorf("a's bucket has %d left, want at most %d: the hits admitted while cut off were not charged", got, 90-12+1)
+	}
+}
+
+// TestQuorumLeaveShrinksBaseline: members that leave gracefully leave the
+// baseline at once, so the survivors of later failures can still be a
+// majority; members that fail stay in it.
+func TestQuorumLeaveShrinksBaseline(t *testing.T) {
+	all := []string{"a", "b", "c", "d", "e"}
+	for _, tc := range []struct {
+		name     string
+		failed   []string // how d and e went: nil is a graceful leave
+		minority bool
+	}{
+		{"left", nil, false},
+		{"failed", []string{"d", "e"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nw := newTestNet(t, nil, all...)
+			a := nw.nodes["a"]
+			a.SetMembership(nw.now, []string{"a", "b", "c"}, tc.failed)
+			// Then c fails.
+			a.SetMembership(nw.now, []string{"a", "b"}, append(slices.Clone(tc.failed), "c"))
+			q := a.Quorum()
+			if q.Minority != tc.minority {
+				t.Errorf("a's quorum %+v, want minority %v", q, tc.minority)
+			}
+			key := keyOwnedBy(t, "c", all...)
+			resp := check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: perMinute(90), Mode: ModeCached, Policy: PolicyFailClosed})
+			if resp.Degraded != tc.minority {
+				t.Errorf("c's key on a: %+v, want degraded %v", resp, tc.minority)
+			}
+		})
+	}
+}
+
+// TestQuorumEvenSplit: 2 | 2 of 4 leaves both halves in minority: each
+// decides the other half's keys by the policy.
+func TestQuorumEvenSplit(t *testing.T) {
+	all := []string{"a", "b", "c", "d"}
+	nw := newTestNet(t, nil, all...)
+	nw.split([]string{"a", "b"}, []string{"c", "d"})
+	for _, tc := range []struct{ node, owner string }{{"a", "c"}, {"c", "a"}} {
+		n := nw.nodes[tc.node]
+		if q := n.Quorum(); !q.Minority {
+			t.Errorf("%s: quorum %+v, want minority", tc.node, q)
+		}
+		key := keyOwnedBy(t, tc.owner, all...)
+		resp := check(t, n, nw.now, Request{Key: key, Hits: 1, Limit: perMinute(90), Policy: PolicyFailClosed})
+		if resp.Allowed || !resp.Degraded {
+			t.Errorf("%s's key on %s: %+v, want rejected, degraded", tc.owner, tc.node, resp)
+		}
+	}
+}
+
+// TestQuorumForgetsFailed: a failed member counts for FailedMemberTTL, then
+// is forgotten (on Tick): a node that lost the rest of its cluster for good
+// owns every key again.
+func TestQuorumForgetsFailed(t *testing.T) {
+	all := []string{"a", "b", "c"}
+	nw := newTestNet(t, func(c *Config) { c.FailedMemberTTL = 10 * time.Second }, all...)
+	c := nw.nodes["c"]
+	key := keyOwnedBy(t, "a", all...)
+	r := Request{Key: key, Hits: 1, Limit: perMinute(90), Policy: PolicyFailClosed}
+	nw.split([]string{"a", "b"}, []string{"c"})
+	nw.run(9 * time.Second)
+	if resp := check(t, c, nw.now, r); !resp.Degraded || resp.Allowed {
+		t.Fatalf("9s after the cut: %+v, want rejected, degraded", resp)
+	}
+	nw.run(2 * time.Second)
+	if q := c.Quorum(); q.Minority || q.Baseline != 1 {
+		t.Fatalf("11s after the cut: quorum %+v, want a and b forgotten", q)
+	}
+	if resp := check(t, c, nw.now, r); resp.Degraded || !resp.Allowed || resp.Owner != "c" {
+		t.Errorf("11s after the cut: %+v, want admitted by c as owner", resp)
+	}
+	// Still reported failed: they stay forgotten; live again: they count.
+	c.SetMembership(nw.now, []string{"c"}, []string{"a", "b"})
+	if q := c.Quorum(); q.Minority {
+		t.Errorf("reported failed again after being forgotten: quorum %+v, want no minority", q)
+	}
+	nw.rejoin()
+	if q := c.Quorum(); q.Live != 3 || q.Baseline != 3 {
+		t.Errorf("after the heal: quorum %+v, want 3 of 3", q)
+	}
+}
+
+// TestQuorumOff: FailedMemberTTL 0 turns the rule off: a node cut off
+// takes every key over (the behaviour before the rule).
+func TestQuorumOff(t *testing.T) {
+	all := []string{"a", "b", "c"}
+	nw := newTestNet(t, func(c *Config) { c.FailedMemberTTL = 0 }, all...)
+	nw.split([]string{"a", "b"}, []string{"c"})
+	c := nw.nodes["c"]
+	if q := c.Quorum(); q.Minority || q.Baseline != 1 {
+		t.Errorf("quorum %+v, want no baseline beyond the live members", q)
+	}
+	resp := check(t, c, nw.now, Request{Key: keyOwnedBy(t, "a", all...), Hits: 1, Limit: perMinute(90), Policy: PolicyFailClosed})
+	if resp.Degraded || resp.Owner != "c" {
+		t.Errorf("%+v, want decided by c as owner", resp)
+	}
+}
+
+// TestQuorumIgnoresUnknownFailed: a failed member this node never saw does
+// not enter its baseline.
+func TestQuorumIgnoresUnknownFailed(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a := nw.nodes["a"]
+	a.SetMembership(nw.now, []string{"a", "b"}, []string{"x", "y", "a"})
+	if q := a.Quorum(); q.Baseline != 2 || q.Minority {
+		t.Errorf("quorum %+v, want 2 of 2", q)
+	}
+}
