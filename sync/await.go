@@ -14,8 +14,10 @@ import (
 // is sent to that previous owner rather than decided on a fresh bucket: the
 // previous owner either still sees itself as owner and answers
 // authoritatively, or answers "not owner", by which time its hand-off has
-// arrived (one queue per peer keeps the two in order) and the key is decided
-// here on the handed-off state. This is what keeps a restarted or newly
+// arrived (one queue per peer keeps the two in order, and a hand-off this
+// node dropped before it knew the previous owner is sent again ahead of
+// the answer, see resendHandoffs) and the key is decided here on the
+// handed-off state. This is what keeps a restarted or newly
 // joined owner from starting a spent key at a full bucket.
 type awaitFrom struct {
 	from  string

@@ -1,6 +1,9 @@
 package sync
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // TestJoinedOwnerAsksPreviousOwnerFirst: a node that joins (or restarts) and
 // becomes a key's owner before the previous owner has heard of the join
@@ -53,5 +56,50 @@ func TestJoinedOwnerAsksPreviousOwnerFirst(t *testing.T) {
 				t.Errorf("c remaining %d after the hand-off, want about 0", got)
 			}
 		})
+	}
+}
+
+// TestProbeAnswerFollowsDroppedHandoff is the order seen when a node
+// restarts: the previous owner learns of the new node and hands the key to
+// it before the new node knows the previous owner, so the new node drops
+// the hand-off (it takes nothing from non-members). Then the new node learns
+// the membership and probes the previous owner, which answers "not owner".
+// The hand-off must reach the new node before that answer does, or the new
+// owner decides the spent key on a fresh bucket.
+func TestProbeAnswerFollowsDroppedHandoff(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a := nw.nodes["a"]
+	before, after := []string{"a", "b"}, []string{"a", "b", "c"}
+	key := keyMoving(t, "a", "c", before, after)
+	l := perMinute(60)
+	check(t, a, t0, Request{Key: key, Hits: 60, Limit: l})
+
+	c := nw.add("c", func(cfg *Config) { cfg.HandoffWait = DefaultConfig().HandoffWait })
+	nw.names = after
+	nw.setMembers([]string{"c"}, "c") // c has started: alone on its ring
+	nw.setMembers(after, "a", "b")    // a hands the key to c, which drops it
+	if got := nw.queued("a", "c"); !slices.Contains(got, "handoff") {
+		t.Fatalf("a sent c %v, want a hand-off", got)
+	}
+	nw.settle()
+	if isOwned(c, key) {
+		t.Fatal("c took the hand-off before it knew a: the test no longer covers the drop")
+	}
+	nw.setMembers(after, "c")
+	for _, mode := range []Mode{ModeOwner, ModeCached} {
+		reqs := []Request{{Key: key, Hits: 1, Limit: l, Mode: mode}}
+		resps := make([]Response, 1)
+		done := false
+		c.Check(nw.now, reqs, resps, func() { done = true })
+		nw.settle()
+		if !done {
+			t.Fatalf("%v: check of %q never completed", mode, key)
+		}
+		if resps[0].Err != nil || resps[0].Allowed {
+			t.Errorf("%v: c answered %+v, want a rejection: the key was spent on a", mode, resps[0])
+		}
+	}
+	if got := remainingOn(c, nw.now, key); got > 1 {
+		t.Errorf("c remaining %d after the probe, want about 0", got)
 	}
 }

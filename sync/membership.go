@@ -338,6 +338,34 @@ func (n *Node) onHandoffAck(p *peer, ack *peerv1.HandoffAck) {
 	p.hoOut = slices.DeleteFunc(p.hoOut, func(b *handoffBatch) bool { return b.msg.Seq == ack.Seq })
 }
 
+// resendHandoffs sends p's unacknowledged hand-offs again, at once, when
+// env is the first envelope heard from an incarnation of p. What was sent
+// before may have been dropped: a node that has just started drops what
+// comes from members it does not know yet, and it may learn of this node
+// only after this node has handed it its keys. Sent again now, ahead of
+// the answer to env (one queue per peer), a hand-off reaches p before that
+// answer does: a restarted owner whose probe is answered "not owner"
+// (await.go) then holds the handed-off state. A hand-off merged twice
+// keeps the most consumed state, as once.
+//
+// When env acknowledges a hand-off, p knew this node when that one
+// arrived, and so when every later one did (they arrive in order): only
+// the earlier ones are sent again.
+func (n *Node) resendHandoffs(now time.Time, p *peer, env *peerv1.Envelope) {
+	var before uint64 // resend the batches numbered below, or all when 0
+	if ack := env.GetHandoffAck(); ack != nil && ack.HandoffIncarnation == n.cfg.Incarnation {
+		before = ack.Seq
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, b := range p.hoOut {
+		if before == 0 || b.msg.Seq < before {
+			b.sentAt = now
+			n.send(p.name, handoffBody{clone(b.msg)})
+		}
+	}
+}
+
 // tickHandoffsLocked sends unacknowledged hand-offs again after
 // RequestTimeout, and gives up on one after MaxRetries (the new owner then
 // rebuilds those keys from the non-owners' reports).

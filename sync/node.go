@@ -238,6 +238,7 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 				n.peerRestarted(v, p)
 				n.backupsPeerRestarted(now, v, p)
 			}
+			n.resendHandoffs(now, p, env) // membership.go: before env is answered
 			break
 		}
 	}
