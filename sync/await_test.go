@@ -3,7 +3,24 @@ package sync
 import (
 	"slices"
 	"testing"
+
+	"github.com/ringlimit/ringlimit/bucket"
 )
+
+// spentKeyJoiner returns a network of a and b where a has spent key (its
+// limit l) and a node c, with the hand-off wait on, that the ring of a, b
+// and c (nw.names) gives key to; no node knows c yet.
+func spentKeyJoiner(t *testing.T) (nw *testNet, c *Node, key string, l bucket.Limit) {
+	t.Helper()
+	nw = newTestNet(t, nil, "a", "b")
+	after := []string{"a", "b", "c"}
+	key = keyMoving(t, "a", "c", nw.names, after)
+	l = perMinute(60)
+	check(t, nw.nodes["a"], t0, Request{Key: key, Hits: 60, Limit: l})
+	c = nw.add("c", func(cfg *Config) { cfg.HandoffWait = DefaultConfig().HandoffWait })
+	nw.names = after
+	return nw, c, key, l
+}
 
 // TestJoinedOwnerAsksPreviousOwnerFirst: a node that joins (or restarts) and
 // becomes a key's owner before the previous owner has heard of the join
@@ -15,15 +32,8 @@ func TestJoinedOwnerAsksPreviousOwnerFirst(t *testing.T) {
 		wait bool
 	}{{"forward dropped, hand-off before timeout", false}, {"hand-off arrives first", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			nw := newTestNet(t, nil, "a", "b")
-			a := nw.nodes["a"]
-			before, after := []string{"a", "b"}, []string{"a", "b", "c"}
-			key := keyMoving(t, "a", "c", before, after)
-			l := perMinute(60)
-			check(t, a, t0, Request{Key: key, Hits: 60, Limit: l})
-
-			c := nw.add("c", func(cfg *Config) { cfg.HandoffWait = DefaultConfig().HandoffWait })
-			nw.names = after
+			nw, c, key, l := spentKeyJoiner(t)
+			after := nw.names
 			// c learns of itself first: a still sees itself as the owner.
 			nw.setMembers(after, "c")
 			if tc.wait {
@@ -67,15 +77,8 @@ func TestJoinedOwnerAsksPreviousOwnerFirst(t *testing.T) {
 // The hand-off must reach the new node before that answer does, or the new
 // owner decides the spent key on a fresh bucket.
 func TestProbeAnswerFollowsDroppedHandoff(t *testing.T) {
-	nw := newTestNet(t, nil, "a", "b")
-	a := nw.nodes["a"]
-	before, after := []string{"a", "b"}, []string{"a", "b", "c"}
-	key := keyMoving(t, "a", "c", before, after)
-	l := perMinute(60)
-	check(t, a, t0, Request{Key: key, Hits: 60, Limit: l})
-
-	c := nw.add("c", func(cfg *Config) { cfg.HandoffWait = DefaultConfig().HandoffWait })
-	nw.names = after
+	nw, c, key, l := spentKeyJoiner(t)
+	after := nw.names
 	nw.setMembers([]string{"c"}, "c") // c has started: alone on its ring
 	nw.setMembers(after, "a", "b")    // a hands the key to c, which drops it
 	if got := nw.queued("a", "c"); !slices.Contains(got, "handoff") {
