@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/ring"
@@ -152,8 +153,12 @@ func NewCluster(sc Scenario, v Variant, seed uint64) (*Cluster, error) {
 	}
 	c.scheduleActions()
 	ev := c.q.newEvent()
-	ev.at, ev.kind = c.wl.next(), evArrival
+	ev.at, ev.kind = c.wl.start(), evArrival
 	c.q.push(ev)
+	for i := range lookahead {
+		c.prefetchFar(c.wl.peek(i).key)
+		c.prefetchNear(c.wl.peek(i).key)
+	}
 	return c, nil
 }
 
@@ -256,15 +261,15 @@ func (c *Cluster) dispatch(e *event) {
 // once, the load balancer hands it to a node, and the next arrival is
 // scheduled.
 func (c *Cluster) arrive() {
-	key := c.wl.key()
-	// Read the key's two cold lines (its netting slots and reference
-	// bucket, its name) first, so that their cache misses overlap each
-	// other and the draws below instead of coming one after the other.
+	a := c.wl.take()
+	c.prefetchFar(c.wl.peek(lookahead - 1).key)
+	c.prefetchNear(c.wl.peek(lookahead / 2).key)
+	key, hits := a.key, a.hits
 	ks, name := &c.met.keys[key], c.wl.keys[key]
-	b := ks.ref
-	hits, node := c.wl.hits(), c.wl.node(c.nodes)
+	node := c.wl.node(c.nodes, a.u)
 	w := c.met.win(c.now)
 	now := c.time()
+	b := ks.ref
 	if b == nil {
 		b, _ = bucket.New(c.limit, now) // the limit was validated
 		ks.ref = b
@@ -283,11 +288,37 @@ func (c *Cluster) arrive() {
 		p.reqs[0] = rlsync.Request{Key: name, Hits: hits, Limit: c.limit}
 		c.nodes[node].n.Check(now, p.reqs, p.resps, p.done)
 	}
-	if t := c.wl.next(); t < c.end {
+	if t := a.next; t < c.end {
 		ev := c.q.newEvent()
 		ev.at, ev.kind = t, evArrival
 		c.q.push(ev)
 	}
+}
+
+// With a uniform choice among 100,000 keys or more, nearly every arrival
+// is of a key whose memory has left the caches since its last arrival: its
+// netting slots and reference bucket, its name (which the node hashes and
+// compares) and the slice entry that points to the name. Each is read after
+// the one that points to it, so without help every arrival waits for a
+// chain of cache misses. The workload draws its arrivals lookahead ahead
+// (workload.take), and the simulator prefetches their memory in two steps:
+// the arrival lookahead-1 ahead, the lines whose addresses it can compute
+// (prefetchFar); the one lookahead/2 ahead, the lines those point to, now
+// in the cache (prefetchNear). Prefetching changes no result.
+
+// prefetchFar prefetches key's netting slots and the slice entry of its name.
+func (c *Cluster) prefetchFar(key int) {
+	prefetch(unsafe.Pointer(&c.met.keys[key]))
+	prefetch(unsafe.Pointer(&c.wl.keys[key]))
+}
+
+// prefetchNear prefetches key's reference bucket and the bytes of its name.
+func (c *Cluster) prefetchNear(key int) {
+	if b := c.met.keys[key].ref; b != nil {
+		// The second word of an interface value points to its data.
+		prefetch((*[2]unsafe.Pointer)(unsafe.Pointer(&b))[1])
+	}
+	prefetch(unsafe.Pointer(unsafe.StringData(c.wl.keys[key])))
 }
 
 // acquire returns a free pending record, marked busy.
@@ -297,13 +328,36 @@ func (c *Cluster) acquire() *pending {
 		p = c.free[n-1]
 		c.free = c.free[:n-1]
 	} else {
-		p = &pending{reqs: make([]rlsync.Request, 1), resps: make([]rlsync.Response, 1)}
-		p.done = func() { c.decided(p) }
-		c.pend = append(c.pend, p)
+		c.growPending()
+		n := len(c.free)
+		p = c.free[n-1]
+		c.free = c.free[:n-1]
 	}
 	p.busy = true
 	c.busy++
 	return p
+}
+
+// pendingChunk is how many pending records growPending makes at once.
+const pendingChunk = 64
+
+// growPending adds pendingChunk free records, made from three slabs (the
+// records, their requests, their responses) rather than three allocations
+// each.
+func (c *Cluster) growPending() {
+	ps := make([]pending, pendingChunk)
+	reqs := make([]rlsync.Request, pendingChunk)
+	resps := make([]rlsync.Response, pendingChunk)
+	for i := range ps {
+		p := &ps[i]
+		p.reqs, p.resps = reqs[i:i+1:i+1], resps[i:i+1:i+1]
+		p.done = func() { c.decided(p) }
+		c.pend = append(c.pend, p)
+	}
+	// Free in reverse, so that records are handed out in the order made.
+	for i := len(ps) - 1; i >= 0; i-- {
+		c.free = append(c.free, &ps[i])
+	}
 }
 
 // release returns p to the free list.

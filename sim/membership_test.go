@@ -134,14 +134,14 @@ func TestLoadBalancerRoutesAroundDownNodes(t *testing.T) {
 	c.stopNode(1)
 	counts := make([]int, 3)
 	for range 3000 {
-		counts[c.wl.node(c.nodes)]++
+		counts[c.wl.node(c.nodes, c.wl.rng.Float64())]++
 	}
 	if counts[1] != 0 || counts[2] < 1800 || counts[0] < 800 {
 		t.Errorf("with n2 down: got counts %v, want n2's share on n3", counts)
 	}
 	c.stopNode(0)
 	c.stopNode(2)
-	if got := c.wl.node(c.nodes); got != -1 {
+	if got := c.wl.node(c.nodes, 0.5); got != -1 {
 		t.Errorf("all down: got node %d, want -1", got)
 	}
 }

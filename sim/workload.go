@@ -4,15 +4,39 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 )
 
+// lookahead is how many arrivals the workload draws in advance (a power of
+// two): the simulator reads ahead which keys are coming and prefetches
+// their memory, so the cache misses of a cold key overlap the work of the
+// arrivals before it (see Cluster.prefetch).
+const lookahead = 16
+
+// draw is what the workload draws for one arrival.
+type draw struct {
+	key  int
+	hits int64
+	// u is the load balancer's uniform draw in [0, 1), scaled by the
+	// weights when the arrival comes (nodes may join meanwhile).
+	u float64
+	// next is the time of the following arrival.
+	next int64
+}
+
 // workload generates the client traffic from its own seeded generator, so
-// every mode of one comparison sees the very same arrivals.
+// every mode of one comparison sees the very same arrivals. Nothing else
+// draws from that generator, so drawing lookahead arrivals in advance, in
+// the order they come, gives the same draws as drawing each when it comes.
 type workload struct {
 	spec Workload
 	rng  *rand.Rand
 	zipf *rand.Zipf
+	// keys holds the key names, all slices of one string.
 	keys []string
+	// ahead holds the next lookahead arrivals' draws, the next at head.
+	ahead [lookahead]draw
+	head  int
 	// meanGap is the mean time between arrivals while on, in nanoseconds.
 	meanGap float64
 	// on and cycle describe bursty traffic (cycle zero: steady).
@@ -25,8 +49,18 @@ type workload struct {
 
 func newWorkload(spec Workload, rng *rand.Rand) *workload {
 	w := &workload{spec: spec, rng: rng, meanGap: 1e9 / spec.Rate, keys: make([]string, spec.Keys)}
+	// One string holds every name, so that they are one object to the
+	// garbage collector and packed in memory.
+	var sb strings.Builder
+	ends := make([]int, spec.Keys)
 	for i := range w.keys {
-		w.keys[i] = "k" + strconv.Itoa(i)
+		sb.WriteString("k")
+		sb.WriteString(strconv.Itoa(i))
+		ends[i] = sb.Len()
+	}
+	all, start := sb.String(), 0
+	for i, end := range ends {
+		w.keys[i], start = all[start:end], end
 	}
 	if spec.Dist == "zipf" && spec.Keys > 1 {
 		w.zipf = rand.NewZipf(rng, spec.ZipfS, 1, uint64(spec.Keys-1))
@@ -57,6 +91,40 @@ func (w *workload) reweigh(nodes []*simNode) {
 		w.cum = append(w.cum, sum)
 	}
 }
+
+// start draws the time of the first arrival, and then the draws of the
+// first lookahead arrivals, and returns the first arrival's time.
+func (w *workload) start() int64 {
+	t := w.next()
+	for i := range w.ahead {
+		w.ahead[i] = w.draw()
+	}
+	return t
+}
+
+// draw draws one arrival: its key, its hits, its load balancer draw and
+// the time of the arrival after it, in that order.
+func (w *workload) draw() draw {
+	var d draw
+	d.key = w.key()
+	d.hits = w.hits()
+	d.u = w.rng.Float64()
+	d.next = w.next()
+	return d
+}
+
+// take returns the next arrival's draws and draws the one lookahead
+// arrivals later in its place.
+func (w *workload) take() draw {
+	d := w.ahead[w.head]
+	w.ahead[w.head] = w.draw()
+	w.head = (w.head + 1) & (lookahead - 1)
+	return d
+}
+
+// peek returns the draws of the arrival i arrivals after the next one, for
+// i < lookahead.
+func (w *workload) peek(i int) *draw { return &w.ahead[(w.head+i)&(lookahead-1)] }
 
 // next returns the time of the next arrival, in nanoseconds since the start.
 func (w *workload) next() int64 {
@@ -97,16 +165,17 @@ func (w *workload) hits() int64 {
 	return 1
 }
 
-// node draws the node the load balancer sends a request to: by weight, and
-// when that node is not serving, the next one that is (a load balancer
-// routes around a node whose health check fails). It returns -1 when no
-// node serves.
-func (w *workload) node(nodes []*simNode) int {
+// node returns the node the load balancer sends a request to, for its
+// uniform draw u: by weight, and when that node is not serving, the next
+// one that is (a load balancer routes around a node whose health check
+// fails). It returns -1 when no node serves. (A cluster always has a node:
+// the initial ones stay in nodes, even down.)
+func (w *workload) node(nodes []*simNode, u float64) int {
 	n := len(w.cum)
 	if n == 0 {
 		return -1
 	}
-	u := w.rng.Float64() * w.cum[n-1]
+	u *= w.cum[n-1]
 	lo, hi := 0, n
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)

@@ -13,10 +13,11 @@ import (
 func (n *Node) cachedLocked(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (e *entry, fresh bool, err error) {
 	e = s.m[key]
 	if e == nil {
-		if e, err = newEntry(l, now, c); err != nil {
+		var own string
+		if e, own, err = newKeyedEntry(key, l, now, c); err != nil {
 			return nil, false, err
 		}
-		n.st.insertLocked(s, s.m, key, e, c)
+		n.st.insertOwnLocked(s, s.m, own, e, c)
 		return e, true, nil
 	}
 	return e, false, configure(e, l, now)

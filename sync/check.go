@@ -247,11 +247,12 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) 
 	e := s.local[r.Key]
 	if e == nil {
 		var err error
-		if e, err = newEntry(r.Limit, now, c); err != nil {
+		var own string
+		if e, own, err = newKeyedEntry(r.Key, r.Limit, now, c); err != nil {
 			resp.Err = err
 			return
 		}
-		n.st.insertLocked(s, s.local, r.Key, e, c)
+		n.st.insertOwnLocked(s, s.local, own, e, c)
 	} else if err := configure(e, r.Limit, now); err != nil {
 		resp.Err = err
 		return
@@ -267,11 +268,12 @@ func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, now time.Time, 
 	e := s.m[key]
 	if e == nil {
 		var err error
-		if e, err = newEntry(l, now, c); err != nil {
+		var own string
+		if e, own, err = newKeyedEntry(key, l, now, c); err != nil {
 			return nil, err
 		}
 		e.makeOwned()
-		n.st.insertLocked(s, s.m, key, e, c)
+		n.st.insertOwnLocked(s, s.m, own, e, c)
 		return e, nil
 	}
 	if !e.has(flagOwned) {

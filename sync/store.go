@@ -7,6 +7,7 @@ import (
 	stdsync "sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -39,8 +40,9 @@ const (
 
 // entry is one key of the store. It is kept to 48 bytes (one allocation size
 // class) because a node stores up to Config.MaxKeys of them; the fields that
-// only one role needs share storage, as documented per field. The bucket it
-// points to is the other big allocation (bucket's own).
+// only one role needs share storage, as documented per field. An entry made
+// by newKeyedEntry shares its allocation with the store's copy of its key.
+// The bucket it points to is the other big allocation (bucket's own).
 type entry struct {
 	// b is the authoritative bucket (owned) or the view the node decides on
 	// (cached: the owner's last state with this node's own later hits taken).
@@ -287,13 +289,19 @@ func (st *store) shardOf(key string) *shard {
 // sizeLocked returns the number of keys the shard stores.
 func (s *shard) sizeLocked() int { return len(s.m) + len(s.local) + len(s.share) }
 
-// insertLocked adds e under key to the map into, first evicting the least
-// recently used keys of its shard if the store is full.
+// insertLocked adds e under a copy of key to the map into, first evicting
+// the least recently used keys of its shard if the store is full.
 func (st *store) insertLocked(s *shard, into map[string]*entry, key string, e *entry, c uint32) {
+	st.insertOwnLocked(s, into, strings.Clone(key), e, c) // never pin a caller's larger buffer
+}
+
+// insertOwnLocked is insertLocked for a key that is the store's own copy
+// already (see newKeyedEntry).
+func (st *store) insertOwnLocked(s *shard, into map[string]*entry, key string, e *entry, c uint32) {
 	if st.metrics.Keys.Load() >= st.maxKeys {
 		st.evictLocked(s, c)
 	}
-	into[strings.Clone(key)] = e // never pin a caller's larger buffer
+	into[key] = e
 	st.metrics.Keys.Add(1)
 	st.inserts.Add(1)
 }
@@ -306,6 +314,48 @@ func newEntry(l bucket.Limit, now time.Time, c uint32) (*entry, error) {
 		return nil, err
 	}
 	return &entry{b: b, meta: c << flagBits}, nil
+}
+
+// entryKey16 and entryKey48 are an entry and the bytes of its key, allocated
+// together (64 and 96 bytes, two of Go's allocation size classes): one
+// allocation instead of two, and a lookup that compares the stored key
+// reads the entry's memory, which it reads next anyway, instead of a cache
+// line of its own. Most keys fit in one of them.
+type entryKey16 struct {
+	e entry
+	k [16]byte
+}
+
+type entryKey48 struct {
+	e entry
+	k [48]byte
+}
+
+// newKeyedEntry is newEntry for key, which it also copies: it returns the
+// entry and the copy, to be inserted with insertOwnLocked. A short key's
+// copy shares the entry's allocation (entryKey16, entryKey48); the copy is
+// never modified, and the entry stays allocated while either is in use.
+func newKeyedEntry(key string, l bucket.Limit, now time.Time, c uint32) (*entry, string, error) {
+	b, err := bucket.New(l, now)
+	if err != nil {
+		return nil, "", err
+	}
+	var e *entry
+	var k []byte
+	switch {
+	case len(key) <= len(entryKey16{}.k):
+		x := new(entryKey16)
+		e, k = &x.e, x.k[:len(key)]
+	case len(key) <= len(entryKey48{}.k):
+		x := new(entryKey48)
+		e, k = &x.e, x.k[:len(key)]
+	default:
+		e = &entry{b: b, meta: c << flagBits}
+		return e, strings.Clone(key), nil
+	}
+	*e = entry{b: b, meta: c << flagBits}
+	copy(k, key)
+	return e, unsafe.String(unsafe.SliceData(k), len(k)), nil
 }
 
 // configure makes e's bucket run under l: a live bucket is reconfigured
