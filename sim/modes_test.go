@@ -110,9 +110,18 @@ func TestLeasedNeverOverLimit(t *testing.T) {
 				}
 			}
 		}
+		// Over every key, what was admitted up to the end of each phase is
+		// at most what the ideal admitted up to then. (Phase by phase it
+		// may be more: keys rejected during a partition by the policy
+		// enter the next phase with fuller buckets than the ideal's.)
+		var admitted, ideal int64
 		for _, p := range r.Phases {
-			if p.Admitted > p.Ideal {
-				t.Errorf("seed %d: %s, %s: admitted %d, more than the ideal %d", seed, name, p.Name, p.Admitted, p.Ideal)
+			if p.Name == "all" {
+				continue
+			}
+			admitted, ideal = admitted+p.Admitted, ideal+p.Ideal
+			if admitted > ideal {
+				t.Errorf("seed %d: %s, up to the end of %s: admitted %d, more than the ideal %d", seed, name, p.Name, admitted, ideal)
 			}
 		}
 	}

@@ -53,8 +53,8 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Reques
 	e.touch(c, r.Hits, false)
 	e.u = satAdd32(e.u, r.Hits)
 	members := v.size()
-	share := 1 / float64(members)
-	if e.has(flagSynced) {
+	share := 1 / float64(members) // first sight, or no share given since a move
+	if e.has(flagSynced) && e.f > 0 {
 		share = float64(e.f)
 	}
 	t := n.syncThreshold(&r.Limit, members)
@@ -286,7 +286,9 @@ func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, it *peerv1.
 		return
 	}
 	e.n2 = max(0, e.n2-it.Hits)
-	if l != nil {
+	if l != nil && it.LeaseWant > 0 {
+		// Only an answer to a lease request is a grant: one to a flush of
+		// hits alone grants nothing, and is not an empty grant.
 		l.asking = false
 		if ks != nil {
 			l.grant(now, ks.LeaseGranted, first, n.cfg.LeaseTTL, &n.metrics)

@@ -59,6 +59,16 @@ func (l *lease) spend(now, hits int64) bool {
 	return true
 }
 
+// short reports whether the lease holds fewer than hits tokens at now
+// while no grant is asked for and the last grant was not empty: a check is
+// then better decided by the owner than rejected here. (After an empty
+// grant the owner had nothing left: checks are rejected here until the
+// scheduled renewal.)
+func (l *lease) short(now, hits int64) bool {
+	l.expire(now)
+	return l.avail() < hits && !l.asking && !l.want && !l.zero
+}
+
 // needsRenewal reports whether a renewal is due: half the last grant spent,
 // or the current grant in the second half of its life.
 func (l *lease) needsRenewal(now int64, ttl time.Duration) bool {
@@ -117,9 +127,11 @@ func (l *lease) unfill(it *peerv1.FlushItem) {
 
 // decideLeased decides r on a non-owner from its lease. It returns true when
 // the check must be forwarded to the owner instead: until the first grant
-// for the key arrives (it is asked for at once). When the
-// lease is spent, the check is rejected if the owner is reachable (a
-// renewal is asked for) and decided by the partition policy if not.
+// for the key arrives (it is asked for at once), and when the lease does
+// not cover the check while no grant is asked for (see lease.short). When
+// the lease does not cover it while a renewal is asked for, the check is
+// rejected if the owner is reachable and decided by the partition policy
+// if not.
 func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response, pol Policy) (forward bool) {
 	s := n.st.shardOf(r.Key)
 	s.mu.Lock()
@@ -148,6 +160,13 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Reques
 		forward = !down
 	case l.last == 0 && !l.zero && l.avail() == 0:
 		forward = !down // the first grant is on its way: the owner decides
+	case l.short(t, r.Hits):
+		// What the lease holds does not cover the check (its grants
+		// expired while the key was idle, or were sized for fewer hits)
+		// and no grant is asked for: as on first sight, the owner decides
+		// and a new grant is asked for at once.
+		l.want = true
+		forward = !down
 	case l.spend(t, r.Hits):
 		resp.Decision = bucket.Decision{Allowed: true, Limit: capacity, Remaining: l.avail()}
 		if l.needsRenewal(t, n.cfg.LeaseTTL) {

@@ -59,8 +59,9 @@ type entry struct {
 	meta uint32
 	// dem is the decayed demand: owned: every node's; cached: this node's.
 	dem float32
-	// f is, owned: the owner's own decayed demand; cached: the other nodes'
-	// decayed demand as reported by the owner at the last sync.
+	// f is, owned: the owner's own decayed demand; cached: this node's
+	// share of the tokens as the owner gave it at the last sync (0: none
+	// given yet), which does not decay.
 	f float32
 	// u is, owned: the coarse time of the last flush from another node (the
 	// interest expires InterestTTL after it); cached: the hits asked for
@@ -73,12 +74,15 @@ func (e *entry) set(f uint32)      { e.meta |= f }
 func (e *entry) clear(f uint32)    { e.meta &^= f }
 func (e *entry) used() uint32      { return e.meta >> flagBits }
 
-// touch records demand of hits at coarse time c: both decayed counters are
-// brought to c and hits is added to dem (and to f as well when own).
+// touch records demand of hits at coarse time c: the decayed counters (dem,
+// and f of an owned entry) are brought to c and hits is added to dem (and
+// to f as well when own).
 func (e *entry) touch(c uint32, hits int64, own bool) {
 	k := decayFactor(ageOf(c, e.used()))
 	e.dem *= k
-	e.f *= k
+	if e.has(flagOwned) {
+		e.f *= k
+	}
 	e.meta = e.meta&flagMask | c<<flagBits
 	h := float32(hits)
 	e.dem += h
@@ -96,21 +100,23 @@ func (e *entry) setSets(interest, stale uint32) {
 
 // makeOwned turns a cached view into an owned entry keeping its bucket, and
 // makeCached an owned entry into a cached view; the role-specific fields
-// start afresh and the demand counters change meaning (owned: every node's
-// and its own; cached: its own and the others').
+// start afresh and the counters change meaning (owned: every node's demand
+// and its own; cached: its own demand and its share). An owned entry starts
+// with this node's demand as everyone's (the others' comes with their
+// flushes); a cached one with no share (the owner gives it at the next
+// sync).
 func (e *entry) makeOwned() {
-	own, others := e.dem, e.f
 	if e.has(flagOwned) {
 		return
 	}
 	e.meta = e.meta&^flagMask | flagOwned
 	e.n1, e.n2, e.u = 0, 0, 0
-	e.dem, e.f = own+others, own
+	e.f = e.dem
 }
 
 func (e *entry) makeCached(moved bool) {
 	if e.has(flagOwned) {
-		e.dem, e.f = e.f, max(0, e.dem-e.f)
+		e.dem, e.f = e.f, 0
 	}
 	e.meta = e.meta &^ flagMask
 	if moved {
