@@ -149,7 +149,9 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Reques
 	}
 	e.touch(c, r.Hits, false)
 	e.u = satAdd32(e.u, r.Hits)
-	down := p.down(now)
+	// On a minority side the owner is as good as down: the majority has
+	// taken the key over, so only the lease held here is spent (quorum.go).
+	down := p.down(now) || len(v.lost) > 0
 	t := now.UnixNano()
 	l := s.leases[r.Key]
 	capacity := r.Limit.Capacity()

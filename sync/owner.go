@@ -93,7 +93,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *
 		n.metrics.LeaseTokensReturned.Add(it.LeaseReturn)
 	}
 	var granted int64
-	if it.LeaseWant > 0 {
+	if it.LeaseWant > 0 && len(v.lost) == 0 { // a minority side grants nothing (quorum.go)
 		granted = n.grantLocked(e, now, it)
 	}
 	if it.Hits > 0 || it.LeaseReturn > 0 || granted > 0 || len(it.View) > 0 {

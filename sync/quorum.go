@@ -26,8 +26,10 @@ import (
 // of the members it sees, itself included, because the majority side takes
 // those over too and deciding them here as well would give each a second
 // bucket. (Leased mode spends the lease a node holds before its policy
-// decides; a member of the minority side still grants leases of the keys
-// it owns to the others of its side.) A majority side (live * 2 > baseline)
+// decides: those tokens were drained from the owner's bucket before the
+// cut, and the majority's backup of it has them drained too. A member of
+// the minority side grants no new lease, not even of the keys it owns.)
+// A majority side (live * 2 > baseline)
 // drops the failed members from its ring and takes their keys over: in a
 // cluster of three, losing one leaves two of three.
 //

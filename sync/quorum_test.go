@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // split gives each group the membership of its own nodes, the others
@@ -261,4 +263,62 @@ func TestQuorumIgnoresUnknownFailed(t *testing.T) {
 	if q := a.Quorum(); q.Baseline != 2 || q.Minority {
 		t.Errorf("quorum %+v, want 2 of 2", q)
 	}
+}
+
+// TestQuorumMinorityGrantsNoLeases: in leased mode, a node on a minority
+// side spends the lease it holds, then goes by its policy; the owner of
+// the key on its side grants it nothing more, since the majority has taken
+// the key over from its backup. Over the whole test the cluster admits at
+// most one bucket.
+func TestQuorumMinorityGrantsNoLeases(t *testing.T) {
+	all := []string{"a", "b", "c", "d", "e"}
+	nw := newTestNet(t, func(c *Config) { c.Policy = PolicyFailClosed }, all...)
+	// A key of a whose backup is held on the majority side.
+	without, _ := ring.New(ring.DefaultConfig(), "b", "c", "d", "e")
+	var key string
+	for i := 0; key == ""; i++ {
+		k := keyOwnedBy(t, "a", all...) + fmt.Sprint("-", i)
+		if o, _ := nw.nodes["a"].view.Load().ring.Owner(k); o != "a" {
+			continue
+		}
+		if h, _ := without.Owner(k); h != "b" {
+			key = k
+		}
+	}
+	const limit = 100
+	r := Request{Key: key, Hits: 1, Limit: perMinute(limit), Mode: ModeLeased}
+	admitted := 0
+	by := map[string]int{}
+	spend := func(names ...string) {
+		for _, name := range names {
+			for range 5 {
+				p := checkAsync(nw.nodes[name], nw.now, r)
+				nw.run(20 * time.Millisecond)
+				if p.done && p.resps[0].Allowed {
+					admitted++
+					by[name]++
+				}
+			}
+		}
+	}
+	for range 4 { // b holds a lease, c spends most of the bucket
+		spend("b", "c", "c", "c")
+	}
+	nw.run(time.Second) // backups go out
+	t.Logf("before the split: %v", by)
+	clear(by)
+	start := t0
+	nw.split([]string{"a", "b"}, []string{"c", "d", "e"})
+	grants := nw.nodes["a"].Metrics().LeasesGranted.Load()
+	for range 20 {
+		spend("b", "a", "c", "d")
+	}
+	if got := nw.nodes["a"].Metrics().LeasesGranted.Load(); got != grants {
+		t.Errorf("a, on the minority side, granted %d leases after the split", got-grants)
+	}
+	refill := float64(limit) * nw.now.Sub(start).Minutes()
+	if float64(admitted) > limit+refill+1 {
+		t.Errorf("admitted %d in all, more than one bucket's %d + %.1f refilled", admitted, limit, refill)
+	}
+	t.Logf("admitted %d (after the split %v), limit %d, refilled %.1f", admitted, by, limit, refill)
 }
