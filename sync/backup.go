@@ -491,13 +491,22 @@ func (n *Node) rebackupLocked(old, nv *view) {
 	if !any {
 		return
 	}
+	// Keys are listed in sorted order, not the map's, so that the backup
+	// messages are the same from run to run (the simulator's results are
+	// reproducible from a seed).
+	var keys []string
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
 		s.mu.Lock()
+		keys = keys[:0]
 		for key, e := range s.m {
 			if e.has(flagOwned) && mark[nv.ring.PartitionOf(key)] {
-				markBackupLocked(s, key, e)
+				keys = append(keys, key)
 			}
+		}
+		slices.Sort(keys)
+		for _, key := range keys {
+			markBackupLocked(s, key, s.m[key])
 		}
 		s.mu.Unlock()
 	}
