@@ -125,6 +125,11 @@ func (l *lease) unfill(it *peerv1.FlushItem) {
 	}
 }
 
+// leaseWarmDemand is the decayed demand (hits, time constant demandTau)
+// that a key must show here, before a check, for a lease on it to be asked
+// for: about one check in the last 0.7 s.
+const leaseWarmDemand = 0.5
+
 // decideLeased decides r on a non-owner from its lease. It returns true when
 // the check must be forwarded to the owner instead: until the first grant
 // for the key arrives (it is asked for at once), and when the lease does
@@ -155,7 +160,19 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Reques
 	t := now.UnixNano()
 	l := s.leases[r.Key]
 	capacity := r.Limit.Capacity()
+	// A lease costs messages of its own (the ask, the grant, the return of
+	// what expires unspent): it is asked for only on a key checked here
+	// again within about a second. A cold key's checks go to the owner, as
+	// in owner mode.
+	warm := e.dem-float32(r.Hits) >= leaseWarmDemand
 	switch {
+	case l == nil && !warm:
+		s.mu.Unlock()
+		if down {
+			n.degrade(now, c, v, r, resp, pol)
+			return false
+		}
+		return true
 	case l == nil:
 		l = &lease{want: true}
 		s.leases[strings.Clone(r.Key)] = l
@@ -166,8 +183,8 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Reques
 		// What the lease holds does not cover the check (its grants
 		// expired while the key was idle, or were sized for fewer hits)
 		// and no grant is asked for: as on first sight, the owner decides
-		// and a new grant is asked for at once.
-		l.want = true
+		// and, on a warm key, a new grant is asked for at once.
+		l.want = warm
 		forward = !down
 	case l.spend(t, r.Hits):
 		resp.Decision = bucket.Decision{Allowed: true, Limit: capacity, Remaining: l.avail()}
