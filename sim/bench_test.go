@@ -37,3 +37,30 @@ func BenchmarkSimulate(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCompare measures what a comparison of the four modes achieves
+// (what `make sim` and cmd/sim run): the same 5-node, 100k-key scenarios as
+// BenchmarkSimulate, one Compare of every mode per iteration, with one
+// simulation per CPU at once (Options.Parallel). req/s is simulated
+// requests, over all four runs, per wall-clock second.
+func BenchmarkCompare(b *testing.B) {
+	for _, dist := range []string{"uniform", "zipf"} {
+		sc := Scenario{Name: "bench", Nodes: 5, Duration: sec(5),
+			Workload: Workload{Rate: 100_000, Keys: 100_000, Dist: dist}}.WithDefaults()
+		vs, _ := ParseVariants("", "")
+		b.Run(dist, func(b *testing.B) {
+			var reqs int64
+			start := time.Now()
+			for i := 0; b.Loop(); i++ {
+				rs, err := Compare([]Scenario{sc}, vs, Options{Seed: uint64(i)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range rs {
+					reqs += r.Phases[0].Requests
+				}
+			}
+			b.ReportMetric(float64(reqs)/time.Since(start).Seconds(), "req/s")
+		})
+	}
+}

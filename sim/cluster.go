@@ -61,8 +61,15 @@ type Options struct {
 	// give the same Result, byte for byte.
 	Seed uint64
 	// Progress, if set, is called once per simulated second, from the
-	// simulator's goroutine. It must not block for long.
+	// goroutine of the run. It must not block for long. Compare, running
+	// several simulations at once, calls it from each of their goroutines:
+	// it must then be safe for concurrent use.
 	Progress func(Progress)
+	// Parallel is the number of simulations Compare runs at once; zero
+	// means runtime.GOMAXPROCS(0). Each simulation runs on one goroutine
+	// and shares nothing with the others, so the results do not depend on
+	// it.
+	Parallel int
 }
 
 // Cluster is one simulated cluster running one scenario under one variant:

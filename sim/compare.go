@@ -2,7 +2,9 @@ package sim
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	rlsync "github.com/ringlimit/ringlimit/sync"
@@ -74,18 +76,47 @@ func Run(sc Scenario, v Variant, opt Options) (*Result, error) {
 	return c.Run(opt.Progress)
 }
 
-// Compare runs every scenario under every variant, one after the other,
-// all from opt.Seed, so each row of the comparison sees the same arrivals.
+// Compare runs every scenario under every variant, all from opt.Seed, so
+// each row of the comparison sees the same arrivals, and returns the
+// results in that order (scenarios, then variants). It runs up to
+// opt.Parallel simulations at once. On errors it returns the results of the
+// runs before the first that failed, and that run's error.
 func Compare(scenarios []Scenario, variants []Variant, opt Options) ([]*Result, error) {
-	var out []*Result
+	type job struct {
+		sc Scenario
+		v  Variant
+	}
+	var jobs []job
 	for _, sc := range scenarios {
 		for _, v := range variants {
-			r, err := Run(sc, v, opt)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, r)
+			jobs = append(jobs, job{sc, v})
 		}
 	}
-	return out, nil
+	workers := opt.Parallel
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, len(jobs))
+	results := make([]*Result, len(jobs))
+	errs := make([]error, len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				results[i], errs[i] = Run(jobs[i].sc, jobs[i].v, opt)
+			}
+		})
+	}
+	for i := range jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return results[:i], err
+		}
+	}
+	return results, nil
 }

@@ -130,3 +130,25 @@ func TestReproducibleAfterCrash(t *testing.T) {
 		t.Fatalf("seed 7: two runs differ (%d and %d bytes)", len(outs[0]), len(outs[1]))
 	}
 }
+
+// TestCompareParallel: running the simulations of a comparison at once
+// gives the results of running them one after the other, in the same order.
+func TestCompareParallel(t *testing.T) {
+	scs := []Scenario{short(t, "isolate-owner").Scale(0, 3*time.Second), short(t, "hot-key").Scale(0, 3*time.Second)}
+	vs, _ := ParseVariants("", "50ms,100ms")
+	var outs [2][]byte
+	for i, parallel := range []int{1, 4} {
+		rs, err := Compare(scs, vs, Options{Seed: 3, Parallel: parallel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := WriteJSON(&b, rs); err != nil {
+			t.Fatal(err)
+		}
+		outs[i] = b.Bytes()
+	}
+	if !bytes.Equal(outs[0], outs[1]) {
+		t.Fatalf("seed 3: one at a time and four at once differ (%d and %d bytes)", len(outs[0]), len(outs[1]))
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/sim"
@@ -48,7 +49,7 @@ type config struct {
 	seed                                  uint64
 	duration, window                      time.Duration
 	rate                                  float64
-	keys                                  int
+	keys, parallel                        int
 	quiet, list                           bool
 }
 
@@ -67,6 +68,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.window, "window", 0, "measurement window (default: the scenario's, 1s)")
 	fs.Float64Var(&c.rate, "rate", 0, "client requests per second, cluster-wide (default: the scenario's)")
 	fs.IntVar(&c.keys, "keys", 0, "distinct keys (default: the scenario's)")
+	fs.IntVar(&c.parallel, "parallel", 0, "simulations run at once (default: one per CPU); each is one goroutine, and the results do not depend on it")
 	fs.BoolVar(&c.quiet, "q", false, "no progress line on stderr")
 	fs.BoolVar(&c.list, "list", false, "list the standard scenarios and exit")
 	if err := fs.Parse(args); err != nil {
@@ -147,31 +149,45 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "sim: warning: placeholder code linked in (bucket real: %v, sync coordination real: %v); the figures are not meaningful\n",
 			caps.Bucket, caps.Coordination)
 	}
-	opt := sim.Options{Seed: c.seed}
+	opt := sim.Options{Seed: c.seed, Parallel: c.parallel}
 	start := time.Now()
+	// The runs go on in parallel (sim.Options.Parallel): progress comes
+	// from each of them, and the line sums them up.
+	type runKey struct {
+		scenario string
+		variant  sim.Variant
+	}
 	var (
-		total, runs int64
-		last        sim.Progress
-		printed     time.Time
+		mu       sync.Mutex
+		requests = map[runKey]int64{} // the latest count of each run
+		done     int
+		printed  time.Time
 	)
+	sum := func() (total int64) {
+		for _, n := range requests {
+			total += n
+		}
+		return total
+	}
 	if !c.quiet {
 		opt.Progress = func(p sim.Progress) {
-			if p.Scenario != last.Scenario || p.Variant != last.Variant {
-				total += last.Requests
-				runs++
+			mu.Lock()
+			defer mu.Unlock()
+			requests[runKey{p.Scenario, p.Variant}] = p.Requests
+			if p.Now == p.Duration {
+				done++
 			}
-			last = p
-			if time.Since(printed) < 100*time.Millisecond && p.Now != p.Duration {
+			if time.Since(printed) < 100*time.Millisecond {
 				return
 			}
 			printed = time.Now()
-			fmt.Fprintf(stderr, "\r\033[Krun %d/%d %s %v: %v/%v simulated, %d requests, %.1fs",
-				runs, len(scs)*len(vs), p.Scenario, p.Variant, p.Now, p.Duration, total+p.Requests, time.Since(start).Seconds())
+			fmt.Fprintf(stderr, "\r\033[K%d/%d runs done, %s %v: %v/%v simulated, %d requests, %.1fs",
+				done, len(scs)*len(vs), p.Scenario, p.Variant, p.Now, p.Duration, sum(), time.Since(start).Seconds())
 		}
 	}
 	results, err := sim.Compare(scs, vs, opt)
 	if !c.quiet {
-		total += last.Requests
+		total := sum()
 		el := time.Since(start).Seconds()
 		fmt.Fprintf(stderr, "\r\033[K%d runs, %d requests simulated in %.1fs (%.0f requests/s)\n", len(results), total, el, float64(total)/el)
 	}
