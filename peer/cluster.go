@@ -125,7 +125,8 @@ func (c *Cluster) Start(ctx context.Context) error {
 	c.d.signal() // deliver the first list even if memberlist's events came before
 	c.wg.Go(func() { c.run(runCtx) })
 	if c.cfg.reconnectInterval() > 0 {
-		c.wg.Go(func() { c.reconnect(runCtx, ml, seeds) })
+		port := int(ml.LocalNode().Port)
+		c.wg.Go(func() { c.reconnect(runCtx, ml, seeds, port) })
 	}
 	return nil
 }

@@ -105,9 +105,12 @@ func resolveSeeds(ctx context.Context, seeds []string, port int) [][]string {
 // every target at once, one goroutine each, and waits for all of them (a
 // join takes at most about TCPTimeout per address), so rounds never overlap
 // and never loop tightly.
-func (c *Cluster) reconnect(ctx context.Context, ml *memberlist.Memberlist, seeds []string) {
+//
+// port is the gossip port of this node, the default port of a seed that
+// names none. (The caller reads it before starting reconnect: a leave
+// rewrites the local node's record while this goroutine runs.)
+func (c *Cluster) reconnect(ctx context.Context, ml *memberlist.Memberlist, seeds []string, port int) {
 	interval, timeout := c.cfg.reconnectInterval(), c.cfg.reconnectTimeout()
-	port := int(ml.LocalNode().Port)
 	for {
 		t := time.NewTimer(reconnectWait(interval, rand.Float64()))
 		select {
