@@ -21,8 +21,9 @@ import (
 // Client calls ringlimit nodes. It is safe for concurrent use. Create one
 // with New or Dial and Close it when done.
 type Client struct {
-	conn    *grpc.ClientConn
+	conn    *grpc.ClientConn // nil with owner routing
 	rpc     ringlimitv1.RateLimiterClient
+	route   *router // with owner routing (WithOwnerRouting), else nil
 	opts    options
 	targets string      // for error messages
 	closed  atomic.Bool // Close was called
@@ -39,6 +40,10 @@ const roundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
 // be a gRPC target with a scheme, such as "dns:///ringlimit.default.svc:7101",
 // whose every resolved address is then used round-robin (a headless
 // Kubernetes Service). Without WithTLS the client speaks plaintext.
+//
+// With WithOwnerRouting the client instead holds one connection per address
+// and sends each call to the node that owns its keys (see WithOwnerRouting);
+// it then needs a list of addresses, and refuses a target with a scheme.
 func New(addrs []string, opts ...Option) (*Client, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -56,6 +61,18 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	creds := o.creds
 	if creds == nil {
 		creds = insecure.NewCredentials()
+	}
+	if o.ownerRouting {
+		for _, a := range clean {
+			if strings.Contains(a, ":///") {
+				return nil, fmt.Errorf("client: address %q: owner routing needs node addresses, not a target with a scheme", a)
+			}
+		}
+		r, err := newRouter(clean, o.partitions, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, o.dial...))
+		if err != nil {
+			return nil, err
+		}
+		return &Client{route: r, opts: o, targets: strings.Join(clean, ",")}, nil
 	}
 	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
@@ -104,6 +121,13 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	if err != nil {
 		return nil, err
 	}
+	if c.route != nil {
+		if err := c.route.waitReady(ctx); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("client: connecting to %s: %w", c.targets, err)
+		}
+		return c, nil
+	}
 	c.conn.Connect()
 	for {
 		s := c.conn.GetState()
@@ -122,6 +146,9 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
+	}
+	if c.route != nil {
+		return c.route.close()
 	}
 	return c.conn.Close()
 }
@@ -146,12 +173,20 @@ func (c *Client) Check(ctx context.Context, items ...Item) ([]Result, error) {
 		callCtx, cancel = context.WithTimeout(ctx, c.opts.timeout)
 		defer cancel()
 	}
-	resp, err := c.rpc.Check(callCtx, req)
+	rpc, node := c.rpc, -1
+	if c.route != nil {
+		node = c.route.pick(items)
+		rpc = c.route.nodes[node].rpc
+	}
+	resp, err := rpc.Check(callCtx, req)
 	if err != nil {
 		return nil, c.callError(callCtx, err)
 	}
 	if len(resp.GetItems()) != len(items) {
 		return nil, fmt.Errorf("%w: %d results for %d items", ErrBadResponse, len(resp.GetItems()), len(items))
+	}
+	if c.route != nil {
+		c.route.learn(node, items, resp)
 	}
 	out := make([]Result, len(items))
 	for i, pr := range resp.GetItems() {

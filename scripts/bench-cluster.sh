@@ -1,6 +1,8 @@
 #!/bin/sh
 # Side-by-side load runs against a 3-node loopback cluster: single-check and
-# batched calls, owner and cached mode, with the nodes' CPU time per call,
+# batched calls, owner and cached mode, each with calls sent round-robin over
+# the nodes and with calls sent to their keys' owner (loadgen --route owner),
+# with the nodes' CPU time per call,
 # after the same calls against the load generator's in-process baseline
 # server (--baseline: gRPC alone, no limiter; the nodes' CPU is idle then).
 # Used by `make bench-cluster`; figures recorded in docs/bench.md.
@@ -9,7 +11,9 @@
 #
 # Settings (environment): CALLS (single-check calls per run, default 60000),
 # BATCH_CALLS (calls of 100 checks, default 3000), CONCURRENCY (default 32),
-# NODE_GOMAXPROCS (GOMAXPROCS of each node; empty: Go's default).
+# NODE_GOMAXPROCS (GOMAXPROCS of each node; empty: Go's default), ONLY (an
+# extended regular expression: run only the runs whose label matches it, as
+# for A/B runs of two node binaries, e.g. ONLY='owner mode, route').
 # The cluster runs on the fixed ports of `make run` (scripts/cluster.sh), so
 # stop any `make run` first. Only the processes started here are stopped.
 set -eu
@@ -23,10 +27,12 @@ run_dir=${RUN_DIR:-${TMPDIR:-/tmp}/ringlimit-bench}
 tick=$(getconf CLK_TCK)
 
 [ -x "$node" ] && [ -x "$loadgen" ] || { echo "bench-cluster.sh: build $node and $loadgen first" >&2; exit 2; }
-if curl -s -o /dev/null http://127.0.0.1:8101/healthz 2>/dev/null; then
-	echo "bench-cluster.sh: something already serves 127.0.0.1:8101 (make run?); stop it first" >&2
-	exit 2
-fi
+for port in 8101 8102 8103; do
+	if curl -s -o /dev/null http://127.0.0.1:$port/healthz 2>/dev/null; then
+		echo "bench-cluster.sh: something already serves 127.0.0.1:$port (make run?); stop it first" >&2
+		exit 2
+	fi
+done
 
 RUN_DIR=$run_dir ${NODE_GOMAXPROCS:+env GOMAXPROCS=$NODE_GOMAXPROCS} scripts/cluster.sh 3 "$node" >"$run_dir.out" 2>&1 &
 cluster=$!
@@ -39,14 +45,14 @@ until [ "$(curl -s http://127.0.0.1:8103/v1/cluster 2>/dev/null | grep -o '"name
 	[ $i -le 100 ] || { echo "bench-cluster.sh: the cluster did not form; see $run_dir" >&2; exit 1; }
 	sleep 0.1
 done
-# The nodes are the cluster script's children (it starts them in place).
+# The nodes are the cluster script's children (it starts them in place),
+# named like the binary (comm holds at most 15 bytes).
+comm=$(basename "$node" | cut -c1-15)
 node_pids=""
 for p in $(pgrep -P "$cluster"); do
-	case "$(cat /proc/"$p"/comm 2>/dev/null)" in
-	sleep | sh | "") ;;
-	*) node_pids="$node_pids $p" ;;
-	esac
+	[ "$(cat /proc/"$p"/comm 2>/dev/null)" = "$comm" ] && node_pids="$node_pids $p"
 done
+[ "$(echo $node_pids | wc -w)" -eq 3 ] || { echo "bench-cluster.sh: found node PIDs '$node_pids', want 3" >&2; exit 1; }
 cpu_ticks() {
 	t=0
 	for p in $node_pids; do
@@ -59,6 +65,9 @@ echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), no
 run() { # label, calls, loadgen flags...
 	label=$1 n=$2
 	shift 2
+	if [ -n "${ONLY:-}" ] && ! echo "$label" | grep -Eq -- "$ONLY"; then
+		return 0
+	fi
 	before=$(cpu_ticks)
 	out=$("$loadgen" --duration 60s --max-calls "$n" --concurrency "$conc" "$@")
 	after=$(cpu_ticks)
@@ -69,7 +78,16 @@ run() { # label, calls, loadgen flags...
 }
 run "baseline: single check, in-process server that decides nothing" "$calls" --baseline --items 1
 run "baseline: 100 checks per call, in-process server that decides nothing" "$batch_calls" --baseline --items 100
-run "single check, owner mode" "$calls" --items 1 --mode owner
-run "100 checks per call, owner mode" "$batch_calls" --items 100 --mode owner
-run "single check, owner mode, zipf keys" "$calls" --items 1 --mode owner --dist zipf
-run "single check, cached mode" "$calls" --items 1 --mode cached
+# Each workload round-robin, then owner-routed, back to back (A/B).
+for route in round-robin owner; do
+	run "single check, owner mode, route $route" "$calls" --items 1 --mode owner --route $route
+done
+for route in round-robin owner; do
+	run "100 checks per call, owner mode, route $route" "$batch_calls" --items 100 --mode owner --route $route
+done
+for route in round-robin owner; do
+	run "single check, owner mode, zipf keys, route $route" "$calls" --items 1 --mode owner --dist zipf --route $route
+done
+for route in round-robin owner; do
+	run "single check, cached mode, route $route" "$calls" --items 1 --mode cached --route $route
+done

@@ -19,7 +19,9 @@ import (
 
 // config is one load run.
 type config struct {
-	targets     []string      // gRPC addresses, called round-robin
+	targets     []string      // gRPC addresses
+	route       string        // routeRoundRobin or routeOwner
+	partitions  int           // of the cluster's ring, for routeOwner
 	concurrency int           // calls in flight
 	keys        int           // distinct unique keys
 	dist        string        // "uniform" or "zipf"
@@ -113,9 +115,13 @@ func run(ctx context.Context, cfg *config) (*stats, time.Duration, error) {
 	var (
 		budget = cfg.maxCalls // calls left, shared
 		next   atomic.Uint64  // round-robin over targets
+		route  *ownerRoute    // with --route owner
 		wg     sync.WaitGroup
 		all    = make([]*stats, cfg.concurrency)
 	)
+	if cfg.route == routeOwner {
+		route = newOwnerRoute(len(clients), cfg.partitions)
+	}
 	start := time.Now()
 	for w := range cfg.concurrency {
 		rng := rand.New(rand.NewSource(cfg.seed + int64(w)))
@@ -125,7 +131,7 @@ func run(ctx context.Context, cfg *config) (*stats, time.Duration, error) {
 		}
 		st := &stats{errCodes: map[string]int64{}}
 		all[w] = st
-		wg.Go(func() { worker(ctx, cfg, clients, &next, &budget, keys, choose, st) })
+		wg.Go(func() { worker(ctx, cfg, clients, route, &next, &budget, keys, choose, st) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -136,9 +142,10 @@ func run(ctx context.Context, cfg *config) (*stats, time.Duration, error) {
 	return total, elapsed, nil
 }
 
-// worker makes calls until ctx ends or the budget is spent.
-func worker(ctx context.Context, cfg *config, clients []ringlimitv1.RateLimiterClient, next *atomic.Uint64,
-	budget *int64, keys []string, choose keyChooser, st *stats) {
+// worker makes calls until ctx ends or the budget is spent. Each call goes
+// to its keys' owner when route knows it, else to the next target.
+func worker(ctx context.Context, cfg *config, clients []ringlimitv1.RateLimiterClient, route *ownerRoute,
+	next *atomic.Uint64, budget *int64, keys []string, choose keyChooser, st *stats) {
 	period := durationpb.New(cfg.period)
 	req := &ringlimitv1.CheckRequest{Items: make([]*ringlimitv1.CheckItem, cfg.items)}
 	for i := range req.Items {
@@ -150,7 +157,14 @@ func worker(ctx context.Context, cfg *config, clients []ringlimitv1.RateLimiterC
 		for _, it := range req.Items {
 			it.UniqueKey = keys[choose()]
 		}
-		client := clients[next.Add(1)%uint64(len(clients))]
+		target := -1
+		if route != nil {
+			target = route.pick(req)
+		}
+		if target < 0 {
+			target = int(next.Add(1) % uint64(len(clients)))
+		}
+		client := clients[target]
 		cctx, cancel := context.WithTimeout(ctx, cfg.callTimeout)
 		t0 := time.Now()
 		resp, err := client.Check(cctx, req)
@@ -169,6 +183,9 @@ func worker(ctx context.Context, cfg *config, clients []ringlimitv1.RateLimiterC
 			continue
 		}
 		st.callLat.record(lat)
+		if route != nil {
+			route.learn(target, req, resp)
+		}
 		seen = [classes]bool{}
 		for _, r := range resp.Items {
 			c := classOwner

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand"
 	"strings"
 	"testing"
@@ -102,6 +103,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--max-calls", "0"}, "bounded"},
 		{[]string{"--duration", "0s"}, "bounded"},
 		{[]string{"--concurrency", "0"}, "at least 1"},
+		{[]string{"--route", "owner", "--partitions", "271"}, ""},
+		{[]string{"--route", "nearest"}, "--route"},
+		{[]string{"--partitions", "0"}, "--partitions"},
 	}
 	for _, tt := range tests {
 		var out bytes.Buffer
@@ -177,6 +181,60 @@ func TestBaseline(t *testing.T) {
 	for _, want := range []string{`"calls": 300`, `"rpc_errors": 0`, `"decisions": 900`, `"under_limit": 900`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %s:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestOwnerRoute: a call goes round-robin (-1) until an answer names its
+// key's owner and that owner's target is known from an answer of its own;
+// then to that target. A node answering at another target moves its name.
+func TestOwnerRoute(t *testing.T) {
+	r := newOwnerRoute(3, 7)
+	req := func(keys ...string) *ringlimitv1.CheckRequest {
+		q := &ringlimitv1.CheckRequest{}
+		for _, k := range keys {
+			q.Items = append(q.Items, &ringlimitv1.CheckItem{Name: "api", UniqueKey: k})
+		}
+		return q
+	}
+	resp := func(node string, owners ...string) *ringlimitv1.CheckResponse {
+		p := &ringlimitv1.CheckResponse{Node: node}
+		for _, o := range owners {
+			p.Items = append(p.Items, &ringlimitv1.CheckResult{Owner: o})
+		}
+		return p
+	}
+	// Keys of three different partitions.
+	var keys []string
+	parts := map[int]bool{}
+	for i := 0; len(keys) < 3; i++ {
+		k := fmt.Sprint("k", i)
+		if p := r.table.Partition("api", k); !parts[p] {
+			parts[p] = true
+			keys = append(keys, k)
+		}
+	}
+	a, b, c := keys[0], keys[1], keys[2]
+	steps := []struct {
+		name   string
+		learn  func()
+		req    *ringlimitv1.CheckRequest
+		target int
+	}{
+		{"nothing known", func() {}, req(a), -1},
+		{"owner known, its target not", func() { r.learn(0, req(a), resp("n1", "n2")) }, req(a), -1},
+		{"n2 answered at target 2", func() { r.learn(2, req(b), resp("n2", "n2")) }, req(a), 2},
+		{"b learned with it", func() {}, req(b), 2},
+		{"n1 is at target 0", func() { r.learn(0, req(c), resp("n1", "n1")) }, req(c), 0},
+		{"majority of a batch", func() {}, req(a, c, b), 2},
+		{"n2 moved to target 1", func() { r.learn(1, req(b), resp("n2", "n2")) }, req(a), 1},
+		{"the ring changed: a's owner is n1", func() { r.learn(1, req(a), resp("n2", "n1")) }, req(a), 0},
+		{"n3 now answers at target 0: n1 unknown", func() { r.learn(0, req(c), resp("n3", "n1")) }, req(c), -1},
+	}
+	for _, st := range steps {
+		st.learn()
+		if got := r.pick(st.req); got != st.target {
+			t.Errorf("%s: pick = %d, want %d", st.name, got, st.target)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ringlimit/ringlimit/client"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
@@ -84,7 +85,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(out)
 	var targets, mode, alg string
-	fs.StringVar(&targets, "targets", "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103", "comma-separated gRPC addresses, called round-robin (default: the cluster of make run)")
+	fs.StringVar(&targets, "targets", "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103", "comma-separated gRPC addresses of the nodes (default: the cluster of make run)")
+	fs.StringVar(&cfg.route, "route", routeRoundRobin, "which target each call goes to: round-robin (the next one), or owner (the node that owns the call's keys, learned from earlier answers; round-robin until known)")
+	fs.IntVar(&cfg.partitions, "partitions", client.DefaultPartitionCount, "partition count of the cluster's ring (ring.partition_count in GET /v1/cluster), for --route owner")
 	fs.IntVar(&cfg.concurrency, "concurrency", 32, "calls in flight")
 	fs.IntVar(&cfg.keys, "keys", 10000, "distinct unique keys")
 	fs.StringVar(&cfg.dist, "dist", "uniform", "key distribution: uniform or zipf")
@@ -122,6 +125,10 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	}
 	cfg.algorithm = ringlimitv1.Algorithm(a)
 	switch {
+	case cfg.route != routeRoundRobin && cfg.route != routeOwner:
+		return nil, fmt.Errorf("--route %q: want %s or %s", cfg.route, routeRoundRobin, routeOwner)
+	case cfg.partitions < 1:
+		return nil, errors.New("--partitions must be at least 1")
 	case len(cfg.targets) == 0:
 		return nil, errors.New("--targets: none")
 	case cfg.concurrency < 1, cfg.keys < 1, cfg.items < 1:

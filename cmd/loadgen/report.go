@@ -17,6 +17,7 @@ type report struct {
 	Keys         int     `json:"keys"`
 	Dist         string  `json:"dist"`
 	Mode         string  `json:"mode"`
+	Route        string  `json:"route"`
 	Seconds      float64 `json:"seconds"`
 	Calls        int64   `json:"calls"`
 	CallsPerSec  float64 `json:"calls_per_sec"`
@@ -51,7 +52,7 @@ func newReport(cfg *config, st *stats, elapsed time.Duration) *report {
 	}
 	r := &report{
 		Targets: len(cfg.targets), Concurrency: cfg.concurrency, ItemsPerCall: cfg.items, Keys: cfg.keys,
-		Dist: cfg.dist, Mode: mode, Seconds: secs, Calls: st.calls, CallsPerSec: float64(st.calls) / secs,
+		Dist: cfg.dist, Mode: mode, Route: cfg.route, Seconds: secs, Calls: st.calls, CallsPerSec: float64(st.calls) / secs,
 		Decisions: dec, DecisionsSec: float64(dec) / secs, RPCErrors: st.rpcErrors, ErrorCodes: st.errCodes,
 		UnderLimit: st.status[ringlimitv1.Status_STATUS_UNDER_LIMIT],
 		OverLimit:  st.status[ringlimitv1.Status_STATUS_OVER_LIMIT],
@@ -88,8 +89,8 @@ func modeName(m ringlimitv1.Mode) string {
 }
 
 func (r *report) print(w io.Writer) {
-	fmt.Fprintf(w, "targets %d  concurrency %d  items/call %d  keys %d (%s)  mode %s\n",
-		r.Targets, r.Concurrency, r.ItemsPerCall, r.Keys, r.Dist, r.Mode)
+	fmt.Fprintf(w, "targets %d (route %s)  concurrency %d  items/call %d  keys %d (%s)  mode %s\n",
+		r.Targets, r.Route, r.Concurrency, r.ItemsPerCall, r.Keys, r.Dist, r.Mode)
 	fmt.Fprintf(w, "%.2fs  calls %d (%.0f/s)  decisions %d (%.0f/s)\n", r.Seconds, r.Calls, r.CallsPerSec, r.Decisions, r.DecisionsSec)
 	fmt.Fprintf(w, "under limit %d  over limit %d  item errors %d  failed calls %d", r.UnderLimit, r.OverLimit, r.ItemErrors, r.RPCErrors)
 	if len(r.ErrorCodes) > 0 {
