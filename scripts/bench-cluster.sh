@@ -11,7 +11,8 @@
 #
 # Settings (environment): CALLS (single-check calls per run, default 60000),
 # BATCH_CALLS (calls of 100 checks, default 3000), CONCURRENCY (default 32),
-# NODE_GOMAXPROCS (GOMAXPROCS of each node; empty: Go's default), ONLY (an
+# NODE_GOMAXPROCS (GOMAXPROCS of each node; empty: scripts/cluster.sh's
+# default, cores / 3 and at least 1; $(nproc) for Go's own default), ONLY (an
 # extended regular expression: run only the runs whose label matches it, as
 # for A/B runs of two node binaries, e.g. ONLY='owner mode, route').
 # The cluster runs on the fixed ports of `make run` (scripts/cluster.sh), so
@@ -61,7 +62,7 @@ cpu_ticks() {
 	echo $t
 }
 
-echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), node GOMAXPROCS ${NODE_GOMAXPROCS:-default}, node PIDs$node_pids"
+echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), node GOMAXPROCS ${NODE_GOMAXPROCS:-cores/3}, node PIDs$node_pids"
 run() { # label, calls, loadgen flags...
 	label=$1 n=$2
 	shift 2
