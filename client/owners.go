@@ -1,6 +1,7 @@
 package client
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
@@ -75,4 +76,46 @@ func (t *OwnerTable) Learn(name, key, owner string) {
 		return
 	}
 	slot.Store(&owner)
+}
+
+// NodeIndex maps node names to the index of the address each last answered
+// at (a client's list of node addresses), as learned from the answers,
+// which name the node that gave them. It is safe for concurrent use; Lookup
+// takes no lock and does not allocate.
+type NodeIndex struct {
+	m  atomic.Pointer[map[string]int] // replaced, never modified
+	mu sync.Mutex                     // serialises the replacements
+}
+
+// NewNodeIndex returns an empty index.
+func NewNodeIndex() *NodeIndex {
+	x := &NodeIndex{}
+	x.m.Store(&map[string]int{})
+	return x
+}
+
+// Lookup returns the index of the address node name answered at last.
+func (x *NodeIndex) Lookup(name string) (int, bool) {
+	i, ok := (*x.m.Load())[name]
+	return i, ok
+}
+
+// Set records that node name answers at address i, and no other name does
+// (a node restarted under another name, or the address now leads to
+// another node). An empty name is ignored.
+func (x *NodeIndex) Set(name string, i int) {
+	if j, ok := x.Lookup(name); name == "" || ok && j == i {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	old := *x.m.Load()
+	m := make(map[string]int, len(old)+1)
+	for n, j := range old {
+		if j != i {
+			m[n] = j
+		}
+	}
+	m[name] = i
+	x.m.Store(&m)
 }

@@ -27,11 +27,9 @@ type router struct {
 	nodes []routeNode
 	next  atomic.Uint64 // round-robin position
 
-	// byName maps a node's name to the index in nodes of the address it
-	// last answered at. The map is replaced, never modified; mu serialises
-	// the replacements.
-	byName atomic.Pointer[map[string]int]
-	mu     sync.Mutex
+	// names maps a node's name to the index in nodes of the address it
+	// last answered at.
+	names *NodeIndex
 }
 
 // routeNode is the connection to one address.
@@ -44,8 +42,7 @@ type routeNode struct {
 // newRouter dials (without connecting) each of addrs with dopts. On error
 // it closes what it opened.
 func newRouter(addrs []string, partitions int, dopts []grpc.DialOption) (*router, error) {
-	r := &router{table: NewOwnerTable(partitions)}
-	r.byName.Store(&map[string]int{})
+	r := &router{table: NewOwnerTable(partitions), names: NewNodeIndex()}
 	for _, a := range addrs {
 		conn, err := grpc.NewClient(a, dopts...)
 		if err != nil {
@@ -77,7 +74,6 @@ func (r *router) pick(items []Item) int {
 	} else {
 		votes = make([]int, len(r.nodes))
 	}
-	byName := *r.byName.Load()
 	best := -1
 	for i := range items {
 		it := &items[i]
@@ -88,7 +84,7 @@ func (r *router) pick(items []Item) int {
 		if !ok {
 			continue
 		}
-		if j, ok := byName[owner]; ok {
+		if j, ok := r.names.Lookup(owner); ok {
 			votes[j]++
 			if best < 0 || votes[j] > votes[best] {
 				best = j
@@ -137,33 +133,12 @@ func cmpFallback(fallback, i int) int {
 // learn records what the answer resp to items, from node i, teaches: that
 // resp.Node answers at node i's address, and the owner of each item's key.
 func (r *router) learn(i int, items []Item, resp *ringlimitv1.CheckResponse) {
-	if name := resp.GetNode(); name != "" {
-		r.setName(name, i)
-	}
+	r.names.Set(resp.GetNode(), i)
 	for k, pr := range resp.GetItems() {
 		if k < len(items) && routable(&items[k]) {
 			r.table.Learn(items[k].Name, items[k].Key, pr.GetOwner())
 		}
 	}
-}
-
-// setName records that node name answers at node i's address, and that no
-// other name does.
-func (r *router) setName(name string, i int) {
-	if j, ok := (*r.byName.Load())[name]; ok && j == i {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := *r.byName.Load()
-	m := make(map[string]int, len(old)+1)
-	for n, j := range old {
-		if j != i {
-			m[n] = j
-		}
-	}
-	m[name] = i
-	r.byName.Store(&m)
 }
 
 // waitReady returns once one of the connections is ready, or ctx's error.

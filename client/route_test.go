@@ -159,7 +159,10 @@ func warmUp(t *testing.T, c *client.Client, keys []string) {
 	}
 }
 
-func TestOwnerRoutingSendsEachCheckToItsOwner(t *testing.T) {
+// warmCluster returns a fake cluster of n1, n2 and n3, an owner-routing
+// client of it and 300 keys, every one checked once (warmUp).
+func warmCluster(t *testing.T) (*fakeCluster, *client.Client, []string) {
+	t.Helper()
 	fc := newFakeCluster(t, "n1", "n2", "n3")
 	c := newClient(t, fc.addrs, client.WithOwnerRouting())
 	keys := make([]string, 300)
@@ -167,6 +170,11 @@ func TestOwnerRoutingSendsEachCheckToItsOwner(t *testing.T) {
 		keys[i] = fmt.Sprint("user:", i)
 	}
 	warmUp(t, c, keys)
+	return fc, c, keys
+}
+
+func TestOwnerRoutingSendsEachCheckToItsOwner(t *testing.T) {
+	fc, c, keys := warmCluster(t)
 	owned := map[string]int{}
 	for _, k := range keys {
 		res, err := c.Check(t.Context(), client.Item{Name: "api", Key: k, Hits: 1, Limit: 1, Period: time.Second})
@@ -208,13 +216,7 @@ func TestOwnerRoutingSendsEachCheckToItsOwner(t *testing.T) {
 // whose key moved goes to its old owner once (which answers, naming the new
 // owner) and to the new owner after.
 func TestOwnerRoutingFollowsMembershipChanges(t *testing.T) {
-	fc := newFakeCluster(t, "n1", "n2", "n3")
-	c := newClient(t, fc.addrs, client.WithOwnerRouting())
-	keys := make([]string, 300)
-	for i := range keys {
-		keys[i] = fmt.Sprint("user:", i)
-	}
-	warmUp(t, c, keys)
+	fc, c, keys := warmCluster(t)
 	before := fc.ring.Load()
 	fc.setMembers(t, "n1", "n2") // n3 left the ring (but still answers)
 	moved := 0
@@ -316,5 +318,25 @@ func TestOwnerRoutingDial(t *testing.T) {
 	if c, err := client.Dial(ctx, []string{dead}, client.WithOwnerRouting()); err == nil {
 		c.Close()
 		t.Error("Dial of a dead address succeeded")
+	}
+}
+
+// TestNodeIndex: a name answers at one address, and an address is one
+// name's: setting either moves it.
+func TestNodeIndex(t *testing.T) {
+	x := client.NewNodeIndex()
+	x.Set("n1", 0)
+	x.Set("n2", 1)
+	x.Set("", 2)   // ignored
+	x.Set("n3", 1) // address 1 now answers as n3: n2 is forgotten
+	x.Set("n1", 2) // n1 moved to address 2
+	for _, tc := range []struct {
+		name string
+		i    int
+		ok   bool
+	}{{"n1", 2, true}, {"n2", 0, false}, {"n3", 1, true}, {"", 0, false}} {
+		if i, ok := x.Lookup(tc.name); ok != tc.ok || ok && i != tc.i {
+			t.Errorf("Lookup(%q) = %d, %v; want %d, %v", tc.name, i, ok, tc.i, tc.ok)
+		}
 	}
 }

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"github.com/ringlimit/ringlimit/client"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
@@ -23,26 +20,20 @@ type ownerRoute struct {
 	table *client.OwnerTable
 	n     int // targets
 
-	// byName maps a node's name to the target it answered at; replaced,
-	// never modified, under mu.
-	byName atomic.Pointer[map[string]int]
-	mu     sync.Mutex
+	names *client.NodeIndex // a node's name -> the target it answered at
 }
 
 func newOwnerRoute(targets, partitions int) *ownerRoute {
-	r := &ownerRoute{table: client.NewOwnerTable(partitions), n: targets}
-	r.byName.Store(&map[string]int{})
-	return r
+	return &ownerRoute{table: client.NewOwnerTable(partitions), n: targets, names: client.NewNodeIndex()}
 }
 
 // pick returns the target that owns most of req's keys among those whose
 // owner is known, or -1 when none is known.
 func (r *ownerRoute) pick(req *ringlimitv1.CheckRequest) int {
-	byName := *r.byName.Load()
 	if len(req.Items) == 1 { // the common case, without counting
 		it := req.Items[0]
 		if o, ok := r.table.Owner(it.Name, it.UniqueKey); ok {
-			if i, ok := byName[o]; ok {
+			if i, ok := r.names.Lookup(o); ok {
 				return i
 			}
 		}
@@ -52,7 +43,7 @@ func (r *ownerRoute) pick(req *ringlimitv1.CheckRequest) int {
 	best := -1
 	for _, it := range req.Items {
 		if o, ok := r.table.Owner(it.Name, it.UniqueKey); ok {
-			if i, ok := byName[o]; ok {
+			if i, ok := r.names.Lookup(o); ok {
 				votes[i]++
 				if best < 0 || votes[i] > votes[best] {
 					best = i
@@ -65,29 +56,10 @@ func (r *ownerRoute) pick(req *ringlimitv1.CheckRequest) int {
 
 // learn records what resp, the answer of target i to req, teaches.
 func (r *ownerRoute) learn(i int, req *ringlimitv1.CheckRequest, resp *ringlimitv1.CheckResponse) {
-	if name := resp.GetNode(); name != "" {
-		if j, ok := (*r.byName.Load())[name]; !ok || j != i {
-			r.setName(name, i)
-		}
-	}
+	r.names.Set(resp.GetNode(), i)
 	for k, res := range resp.GetItems() {
 		if k < len(req.Items) {
 			r.table.Learn(req.Items[k].Name, req.Items[k].UniqueKey, res.GetOwner())
 		}
 	}
-}
-
-// setName records that node name answers at target i, and no other name.
-func (r *ownerRoute) setName(name string, i int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := *r.byName.Load()
-	m := make(map[string]int, len(old)+1)
-	for n, j := range old {
-		if j != i {
-			m[n] = j
-		}
-	}
-	m[name] = i
-	r.byName.Store(&m)
 }
