@@ -55,35 +55,25 @@ func (a *msgAlloc) grow(next *int) int {
 	return n
 }
 
-// flushItem returns a new, empty flush item.
-func (a *msgAlloc) flushItem() *peerv1.FlushItem {
-	if len(a.fi) == 0 {
-		a.fi = make([]peerv1.FlushItem, a.grow(&a.nfi))
+// slabItem returns the next zero item of slab, making a new slab (its
+// size from a.grow(size)) when the current one is used up.
+func slabItem[T any](a *msgAlloc, slab *[]T, size *int) *T {
+	if len(*slab) == 0 {
+		*slab = make([]T, a.grow(size))
 	}
-	it := &a.fi[0]
-	a.fi = a.fi[1:]
+	it := &(*slab)[0]
+	*slab = (*slab)[1:]
 	return it
 }
+
+// flushItem returns a new, empty flush item.
+func (a *msgAlloc) flushItem() *peerv1.FlushItem { return slabItem(a, &a.fi, &a.nfi) }
 
 // keyState returns a new, empty key state.
-func (a *msgAlloc) keyState() *peerv1.KeyState {
-	if len(a.ks) == 0 {
-		a.ks = make([]peerv1.KeyState, a.grow(&a.nks))
-	}
-	ks := &a.ks[0]
-	a.ks = a.ks[1:]
-	return ks
-}
+func (a *msgAlloc) keyState() *peerv1.KeyState { return slabItem(a, &a.ks, &a.nks) }
 
 // forwardItem returns a new, empty forwarded check.
-func (a *msgAlloc) forwardItem() *peerv1.ForwardItem {
-	if len(a.fw) == 0 {
-		a.fw = make([]peerv1.ForwardItem, a.grow(&a.nfw))
-	}
-	it := &a.fw[0]
-	a.fw = a.fw[1:]
-	return it
-}
+func (a *msgAlloc) forwardItem() *peerv1.ForwardItem { return slabItem(a, &a.fw, &a.nfw) }
 
 // limitWire returns the wire form of l, shared with the previous item when
 // its limit was the same.
