@@ -327,31 +327,13 @@ func (n *Node) installLocked(e *entry, b bucket.Bucket, share float32, since int
 
 // decodeState decodes the bucket state of ks, counting a malformed one.
 func (n *Node) decodeState(ks *peerv1.KeyState) (bucket.Bucket, bool) {
-	if ks == nil || len(ks.State) == 0 {
-		if ks != nil && !ks.NotOwner {
-			n.metrics.Malformed.Add(1)
-		}
-		return nil, false
-	}
-	if !finite(ks.Demand) || ks.LeaseGranted < 0 {
-		n.metrics.Malformed.Add(1)
-		return nil, false
-	}
-	b, err := bucket.Decode(ks.State)
-	if err != nil {
-		n.metrics.Malformed.Add(1)
-		return nil, false
-	}
-	return b, true
+	return n.decodeStateInto(nil, ks)
 }
 
 // decodeStateInto is decodeState that may decode into spare, a bucket the
 // caller holds the only reference to (nil: none), as bucket.DecodeInto
 // does; spare is unchanged when it reports false.
 func (n *Node) decodeStateInto(spare bucket.Bucket, ks *peerv1.KeyState) (bucket.Bucket, bool) {
-	if spare == nil {
-		return n.decodeState(ks)
-	}
 	if ks == nil || len(ks.State) == 0 {
 		if ks != nil && !ks.NotOwner {
 			n.metrics.Malformed.Add(1)
