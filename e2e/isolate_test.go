@@ -148,27 +148,9 @@ func TestIsolate(t *testing.T) {
 	start := time.Now()
 	time.Sleep(10 * time.Second)
 
-	cutAt := time.Now()
-	cutCmd := c.cut(majority, []int{x})
-	split := viewsSettle(t, c, [][]int{majority, {x}}, cutAt)
-	views := watchViews(c, cutAt.Add(30*time.Second))
-	healAt := time.Now()
-	healCmd := c.heal()
-	healed, err := c.waitMembers(c.all(), c.names(c.all()), healTimeout)
-	healed += healCmd
-	if err != nil {
-		t.Errorf("the cluster did not heal: %v", err)
-	} else {
-		ringsAgree(t, c)
-	}
-	time.Sleep(time.Until(healAt.Add(20 * time.Second)))
-	recs := l.stop()
-	end := time.Now()
-
-	nfail, ex := failures(c, recs, anytime)
-	if nfail > 0 {
-		t.Errorf("%d calls failed, e.g. %v", nfail, ex)
-	}
+	pr := cutAndHeal(t, c, l, [][]int{majority, {x}}, 30*time.Second)
+	cutAt, cutCmd, split, views, healAt, healCmd, healed, recs, end, nfail :=
+		pr.cutAt, pr.cutCmd, pr.split, pr.views, pr.healAt, pr.healCmd, pr.healed, pr.recs, pr.end, pr.nfail
 	// While cut off (from the cut until the heal), the node cut off answers
 	// for the others' keys by their partition policy: every degraded answer
 	// at once, and every answer once it had time to notice the cut.
@@ -236,6 +218,47 @@ func logFigs(t *testing.T, figs map[string][]phaseFig, limit int) {
 }
 
 // viewsSettle waits until each group's nodes see exactly their group, and
+// partitionRun is what cutAndHeal measured.
+type partitionRun struct {
+	cutAt, healAt, end time.Time
+	// cutCmd and healCmd are how long the cut and the heal took to apply,
+	// split how long after cutAt every view had split, healed how long
+	// after healAt every node saw every other again.
+	cutCmd, healCmd, split, healed time.Duration
+	views                          string // the views seen during the cut
+	recs                           []callRec
+	nfail                          int // failed calls over the whole load
+}
+
+// cutAndHeal cuts the cluster into groups, keeps it cut for cutFor, heals
+// it, lets the load l run 20 s more and stops it; it fails the test if the
+// cluster does not heal or a call failed.
+func cutAndHeal(t *testing.T, c *cluster, l *load, groups [][]int, cutFor time.Duration) partitionRun {
+	t.Helper()
+	var pr partitionRun
+	pr.cutAt = time.Now()
+	pr.cutCmd = c.cut(groups...)
+	pr.split = viewsSettle(t, c, groups, pr.cutAt)
+	pr.views = watchViews(c, pr.cutAt.Add(cutFor))
+	pr.healAt = time.Now()
+	pr.healCmd = c.heal()
+	healed, err := c.waitMembers(c.all(), c.names(c.all()), healTimeout)
+	pr.healed = healed + pr.healCmd
+	if err != nil {
+		t.Errorf("the cluster did not heal: %v", err)
+	} else {
+		ringsAgree(t, c)
+	}
+	time.Sleep(time.Until(pr.healAt.Add(20 * time.Second)))
+	pr.recs = l.stop()
+	pr.end = time.Now()
+	var ex []string
+	if pr.nfail, ex = failures(c, pr.recs, anytime); pr.nfail > 0 {
+		t.Errorf("%d calls failed, e.g. %v", pr.nfail, ex)
+	}
+	return pr
+}
+
 // returns how long after since that was.
 func viewsSettle(t *testing.T, c *cluster, groups [][]int, since time.Time) time.Duration {
 	t.Helper()

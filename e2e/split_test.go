@@ -29,27 +29,9 @@ func TestSplit(t *testing.T) {
 	start := time.Now()
 	time.Sleep(8 * time.Second)
 
-	cutAt := time.Now()
-	cutCmd := c.cut(minority, majority)
-	split := viewsSettle(t, c, [][]int{minority, majority}, cutAt)
-	views := watchViews(c, cutAt.Add(15*time.Second))
-	healAt := time.Now()
-	healCmd := c.heal()
-	healed, err := c.waitMembers(c.all(), c.names(c.all()), healTimeout)
-	healed += healCmd
-	if err != nil {
-		t.Errorf("the cluster did not heal: %v", err)
-	} else {
-		ringsAgree(t, c)
-	}
-	time.Sleep(time.Until(healAt.Add(20 * time.Second)))
-	recs := l.stop()
-	end := time.Now()
-
-	nfail, ex := failures(c, recs, anytime)
-	if nfail > 0 {
-		t.Errorf("%d calls failed, e.g. %v", nfail, ex)
-	}
+	pr := cutAndHeal(t, c, l, [][]int{minority, majority}, 15*time.Second)
+	cutAt, cutCmd, split, views, healAt, healCmd, healed, recs, end, nfail :=
+		pr.cutAt, pr.cutCmd, pr.split, pr.views, pr.healAt, pr.healCmd, pr.healed, pr.recs, pr.end, pr.nfail
 	during := func(idx []int) func(*callRec) bool { return sentTo(idx, cutAt.Add(cutCmd), healAt) }
 	abAll := checkPolicy(c, recs, items, "b", during(minority))
 	if abAll.Broken > 0 {
