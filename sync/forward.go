@@ -25,9 +25,46 @@ type fwdItem struct {
 	rerouted bool
 }
 
+// probe reports whether it goes out as a relayed check (see
+// peerv1.ForwardItem.Relayed): a probe of a previous owner, or a check
+// passed on for another node.
+func (it *fwdItem) probe() bool { return it.here || it.relay }
+
+// The lanes of a peer's forward queue. A reply answers a whole batch, so a
+// batch is answered when its slowest item is. An ordinary check may wait at
+// its owner for a probe of the previous owner (see awaitFrom), while a
+// relayed one never waits for anything on the asking node. Sharing batches
+// would chain them: just after a cold start, when every node awaits
+// hand-offs from the others, node A's batch to B waits for B's probe to A,
+// which waits in B's batch to A for A's probe to B, and so on, until the
+// checks time out and each side marks the other unreachable. Batches of
+// one lane hold that lane's items only.
+const (
+	laneChecks = iota // ordinary checks of this node's clients
+	laneProbes        // relayed checks: probes and checks passed on
+	numLanes
+)
+
+// laneOf returns the lane of it.
+func laneOf(it *fwdItem) int {
+	if it.probe() {
+		return laneProbes
+	}
+	return laneChecks
+}
+
+// fwdLane is one lane of a peer's forward queue: the checks waiting, queued
+// since since, and the number of the lane's batches in flight.
+type fwdLane struct {
+	q     []*fwdItem
+	since time.Time
+	out   int
+}
+
 // fwdBatch is a Forward message in flight.
 type fwdBatch struct {
 	id     uint64
+	lane   int
 	items  []*fwdItem
 	sentAt time.Time
 	// msg is the message, kept to be sent again (resendForwardsLocked);
@@ -43,9 +80,7 @@ type fwdBatch struct {
 const forwardResends = 10
 
 // enqueueForwards queues the owner-mode checks of one Check on their owners'
-// queues and sends what may go now: a batch goes at once when none is in
-// flight to that owner; otherwise checks coalesce until the batch in flight
-// is answered, ForwardWindow has passed or MaxBatch checks wait.
+// queues and sends what may go now (see sendForwardsLocked).
 func (n *Node) enqueueForwards(now time.Time, v *view, items []*fwdItem) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -58,30 +93,60 @@ func (n *Node) enqueueForwards(now time.Time, v *view, items []*fwdItem) {
 			n.degradeForwardLocked(now, c, v, it)
 			continue
 		}
-		if len(p.fwdQ) == 0 {
-			p.fwdSince = now
+		if !p.queued() {
 			touched = append(touched, p)
 		}
-		p.fwdQ = append(p.fwdQ, it)
+		p.enqueue(now, it)
 	}
 	for _, p := range touched {
 		n.sendForwardsLocked(now, p, false)
 	}
 }
 
-// sendForwardsLocked sends p's queued checks in batches of at most MaxBatch
-// while the rules allow (or all of them when force is set).
+// enqueue adds it to its lane of p's forward queue.
+func (p *peer) enqueue(now time.Time, it *fwdItem) {
+	l := &p.fwd[laneOf(it)]
+	if len(l.q) == 0 {
+		l.since = now
+	}
+	l.q = append(l.q, it)
+}
+
+// queued reports whether p has checks waiting to be sent.
+func (p *peer) queued() bool {
+	for i := range p.fwd {
+		if len(p.fwd[i].q) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// sendForwardsLocked sends p's queued checks, lane by lane, in batches of
+// at most MaxBatch while the rules allow (or all of them when force is
+// set): a lane's batch goes at once when none of that lane is in flight;
+// otherwise its checks coalesce until the batch in flight is answered,
+// ForwardWindow has passed or MaxBatch checks wait.
 func (n *Node) sendForwardsLocked(now time.Time, p *peer, force bool) {
-	for len(p.fwdQ) > 0 {
-		due := force || len(p.fwdOut) == 0 || len(p.fwdQ) >= n.cfg.MaxBatch || now.Sub(p.fwdSince) >= n.cfg.ForwardWindow
+	for lane := range p.fwd {
+		n.sendLaneLocked(now, p, lane, force)
+	}
+}
+
+// sendLaneLocked is sendForwardsLocked for one lane.
+func (n *Node) sendLaneLocked(now time.Time, p *peer, lane int, force bool) {
+	l := &p.fwd[lane]
+	for len(l.q) > 0 {
+		due := force || l.out == 0 || len(l.q) >= n.cfg.MaxBatch || now.Sub(l.since) >= n.cfg.ForwardWindow
 		if !due {
 			return
 		}
-		k := min(len(p.fwdQ), n.cfg.MaxBatch)
+		k := min(len(l.q), n.cfg.MaxBatch)
 		n.fwdID++
-		b := &fwdBatch{id: n.fwdID, items: p.fwdQ[:k:k], sentAt: now}
-		p.fwdQ = p.fwdQ[k:]
-		p.fwdSince = now
+		b := &fwdBatch{id: n.fwdID, lane: lane, items: l.q[:k:k], sentAt: now}
+		l.q = l.q[k:]
+		l.since = now
+		l.out++
 		p.fwdOut = append(p.fwdOut, b)
 		msg := &peerv1.Forward{Id: b.id, Items: make([]*peerv1.ForwardItem, k)}
 		b.msg, b.resentAt, b.unheard = msg, now, p.seenInc.Load() == 0
@@ -90,16 +155,14 @@ func (n *Node) sendForwardsLocked(now time.Time, p *peer, force bool) {
 		for i, it := range b.items {
 			fi := a.forwardItem()
 			fi.Key, fi.Limit, fi.Hits = it.req.Key, a.limitWire(it.req.Limit), it.req.Hits
-			fi.Lease, fi.Release, fi.Relayed = it.req.Lease, it.req.Release, it.relay || it.here
+			fi.Lease, fi.Release, fi.Relayed = it.req.Lease, it.req.Release, it.probe()
 			msg.Items[i] = fi
 		}
 		n.send(p.name, forwardBody{msg}) // kept in b, never modified again: shared (see Transport)
 		n.metrics.Forwarded.Add(int64(k))
 		n.metrics.ForwardBatches.Add(1)
 	}
-	if len(p.fwdQ) == 0 {
-		p.fwdQ = nil
-	}
+	l.q = nil
 }
 
 // onForwardReply completes the checks of an answered batch.
@@ -114,6 +177,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 		if x.id == rep.Id {
 			b = x
 			p.fwdOut = append(p.fwdOut[:i:i], p.fwdOut[i+1:]...)
+			p.fwd[b.lane].out--
 			break
 		}
 	}
@@ -219,11 +283,8 @@ func (n *Node) rerouteLocked(now time.Time, c uint32, v *view, from *peer, it *f
 
 // queueForwardLocked queues one check for q and sends what may go now.
 func (n *Node) queueForwardLocked(now time.Time, q *peer, it *fwdItem) {
-	if len(q.fwdQ) == 0 {
-		q.fwdSince = now
-	}
-	q.fwdQ = append(q.fwdQ, it)
-	n.sendForwardsLocked(now, q, false)
+	q.enqueue(now, it)
+	n.sendLaneLocked(now, q, laneOf(it), false)
 }
 
 // degradeForwardLocked decides a forwarded check by its partition policy.
@@ -253,8 +314,8 @@ func (n *Node) degradeForwardLocked(now time.Time, c uint32, v *view, it *fwdIte
 func (n *Node) failForwardsLocked(now time.Time, p *peer) {
 	v := n.view.Load()
 	c := coarse(now)
-	out, q := p.fwdOut, p.fwdQ
-	p.fwdOut, p.fwdQ = nil, nil
+	out, lanes := p.fwdOut, p.fwd
+	p.fwdOut, p.fwd = nil, [numLanes]fwdLane{}
 	fail := func(it *fwdItem) {
 		if !p.gone || !n.rerouteLocked(now, c, v, p, it) {
 			n.degradeForwardLocked(now, c, v, it)
@@ -265,8 +326,10 @@ func (n *Node) failForwardsLocked(now time.Time, p *peer) {
 			fail(it)
 		}
 	}
-	for _, it := range q {
-		fail(it)
+	for _, l := range lanes {
+		for _, it := range l.q {
+			fail(it)
+		}
 	}
 }
 
@@ -276,7 +339,7 @@ func (n *Node) failForwardsLocked(now time.Time, p *peer) {
 func (n *Node) tickForwardsLocked(now time.Time, v *view) {
 	for _, name := range v.names {
 		p := v.peers[name]
-		if p == nil || len(p.fwdOut)+len(p.fwdQ) == 0 {
+		if p == nil || (len(p.fwdOut) == 0 && !p.queued()) {
 			continue
 		}
 		if len(p.fwdOut) > 0 && now.Sub(p.fwdOut[0].sentAt) >= n.cfg.RequestTimeout {

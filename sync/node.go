@@ -124,11 +124,10 @@ type peer struct {
 	seq       uint64
 	flight    *flight
 	lastAcked uint64
-	// fwdQ holds owner-mode checks waiting to be sent, queued since fwdSince;
-	// fwdOut the batches in flight.
-	fwdQ     []*fwdItem
-	fwdSince time.Time
-	fwdOut   []*fwdBatch
+	// fwd holds the owner-mode checks waiting to be sent, one lane per
+	// kind (see fwdLane); fwdOut the batches in flight, oldest first.
+	fwd    [numLanes]fwdLane
+	fwdOut []*fwdBatch
 	// hoSeq numbers hand-offs; hoOut holds those not yet acknowledged.
 	hoSeq uint64
 	hoOut []*handoffBatch
