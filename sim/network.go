@@ -3,8 +3,6 @@ package sim
 import (
 	"math/rand/v2"
 
-	"google.golang.org/protobuf/proto"
-
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
@@ -134,7 +132,7 @@ func (e *endpoint) Send(to string, env *peerv1.Envelope) {
 	if from.gen != e.gen || !from.running() {
 		return
 	}
-	c.met.message(c.now, sizeOpts.Size(env))
+	c.met.message(c.now, wireSize(env))
 	j, ok := c.byName[to]
 	if !ok {
 		return // a name the cluster never had: nothing to report it to
@@ -194,10 +192,3 @@ func (c *Cluster) unreachable(ev *event) {
 	}
 	src.n.Unreachable(c.time(), c.nodes[ev.b].name)
 }
-
-// sizeOpts sizes a message for the bytes metric. UseCachedSize reuses the
-// size of a sub-message already sized, such as the limit the items of one
-// flush share, a state pushed to several nodes, or a flush sent again: the
-// Node never modifies a message once sent (see rlsync.Transport), so the
-// cached sizes stay exact.
-var sizeOpts = proto.MarshalOptions{UseCachedSize: true}
