@@ -7,24 +7,20 @@ import (
 
 // msgAlloc hands out the parts of the messages one call builds from a few
 // shared allocations instead of one or more per item: items come from slabs
-// sized by the caller's hint, encoded states are carved from one buffer, and
-// a run of items under the same limit shares one wire limit. It saves most of
+// sized by the caller's hint and encoded states are carved from one buffer
+// (a wire limit is shared too, see Node.limitWireLocked). It saves most of
 // the allocations (and the garbage collection) per coordinated check. What it
 // hands out belongs to the messages being built, which are never modified
 // once sent (see Transport), so nothing is ever reused; a msgAlloc is used by
 // one call and then dropped. The zero value is ready to use.
 type msgAlloc struct {
 	// hint is the number of items the first slab of each kind is made for;
-	// nfi, nks, nfw and nbuf the size of the next one (0: hint).
-	hint                int
-	nfi, nks, nfw, nbuf int
-	fi                  []peerv1.FlushItem
-	ks                  []peerv1.KeyState
-	fw                  []peerv1.ForwardItem
-	buf                 []byte
-	// limit is the limit wire was made from.
-	limit bucket.Limit
-	wire  *peerv1.Limit
+	// nfi, nks and nbuf the size of the next one (0: hint).
+	hint           int
+	nfi, nks, nbuf int
+	fi             []peerv1.FlushItem
+	ks             []peerv1.KeyState
+	buf            []byte
 }
 
 // slabMin and slabMax bound the items of one slab; stateRoom is the free
@@ -71,18 +67,6 @@ func (a *msgAlloc) flushItem() *peerv1.FlushItem { return slabItem(a, &a.fi, &a.
 
 // keyState returns a new, empty key state.
 func (a *msgAlloc) keyState() *peerv1.KeyState { return slabItem(a, &a.ks, &a.nks) }
-
-// forwardItem returns a new, empty forwarded check.
-func (a *msgAlloc) forwardItem() *peerv1.ForwardItem { return slabItem(a, &a.fw, &a.nfw) }
-
-// limitWire returns the wire form of l, shared with the previous item when
-// its limit was the same.
-func (a *msgAlloc) limitWire(l bucket.Limit) *peerv1.Limit {
-	if a.wire == nil || a.limit != l {
-		a.limit, a.wire = l, limitToWire(l)
-	}
-	return a.wire
-}
 
 // state returns the encoded state of b (as b.AppendBinary(nil) would).
 func (a *msgAlloc) state(b bucket.Bucket) []byte {

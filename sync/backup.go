@@ -88,6 +88,9 @@ type durability struct {
 	// hand-offs stops being awaited (see awaitOver); it is read without
 	// Node.mu.
 	awaitEnd atomic.Pointer[awaitEnd]
+	// targets caches the backup target of each partition (see
+	// backupTargetsLocked).
+	targets backupTargets
 	// parked holds the probes waiting for a hand-off (await.go).
 	parked []parkedCheck
 	// parkDue is the earliest wait among parked at the last pass (or later
@@ -114,11 +117,12 @@ type backupPeer struct {
 	out []*backupFlight
 }
 
-// backupFlight is a Backup message not yet acknowledged: the keys it
-// carried, marked again if it times out.
+// backupFlight is a Backup message not yet acknowledged: the states it
+// carried (the message's own items, only read), whose keys are marked
+// again if it times out.
 type backupFlight struct {
 	seq    uint64
-	keys   []string
+	items  []*peerv1.KeyState
 	sentAt time.Time
 }
 
@@ -137,6 +141,36 @@ func markBackupLocked(s *shard, key string, e *entry) {
 	}
 	e.set(flagBackup)
 	s.backup = append(s.backup, key)
+}
+
+// backupTargets maps each partition to the index in v.names of its backup
+// target: its owner on the successor ring succ (-1 when there is none). A
+// round then finds a key's target with one hash (succ.PartitionOf) and no
+// lookup by name.
+type backupTargets struct {
+	v      *view
+	succ   *ring.Ring
+	target []int32
+}
+
+// backupTargetsLocked returns the backup target of each partition under v
+// and succ (not nil), computed once per view and successor ring.
+func (n *Node) backupTargetsLocked(v *view, succ *ring.Ring) []int32 {
+	t := &n.dur.targets
+	if t.v == v && t.succ == succ && t.target != nil {
+		return t.target
+	}
+	t.v, t.succ = v, succ
+	t.target = make([]int32, succ.Config().PartitionCount)
+	for id := range t.target {
+		t.target[id] = -1
+		if o, err := succ.PartitionOwner(id); err == nil {
+			if i, ok := v.index[o]; ok {
+				t.target[id] = int32(i)
+			}
+		}
+	}
+	return t.target
 }
 
 // successorLocked returns the ring of v without this node, nil when this
@@ -182,25 +216,32 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 				return false
 			}
 			n.metrics.BackupsRetried.Add(1)
-			n.remarkLocked(f.keys)
+			n.remarkLocked(f.items)
 			return true
 		})
 		if gone && len(bp.out) == 0 {
 			delete(d.out, name)
 		}
 	}
-	room := map[string]int{}
-	for name, p := range v.peers {
-		if !p.gone {
+	// room and out are indexed by member (v.names): room is how many
+	// states the member may be sent this round, -1 when it is no target
+	// (this node, or gone).
+	room := make([]int, len(v.names))
+	for i, name := range v.names {
+		room[i] = -1
+		if p := v.peers[name]; p != nil && !p.gone {
 			inFlight := 0
 			if bp := d.out[name]; bp != nil {
 				inFlight = len(bp.out)
 			}
-			room[name] = max(0, maxBackupFlights-inFlight) * n.cfg.MaxBatch
+			room[i] = max(0, maxBackupFlights-inFlight) * n.cfg.MaxBatch
 		}
 	}
-	out := map[string][]*peerv1.KeyState{}
-	keys := map[string][]string{}
+	out := make([][]*peerv1.KeyState, len(v.names))
+	var targets []int32
+	if succ != nil {
+		targets = n.backupTargetsLocked(v, succ)
+	}
 	// One allocator for the round's states: the listed keys bound them.
 	var a msgAlloc
 	listed := 0
@@ -208,6 +249,9 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 		listed += len(n.st.shards[i].backup)
 	}
 	a.reserve(listed)
+	// Each target's slice of states starts with the capacity of its even
+	// share of the listed keys, and a little more: few grow.
+	share := listed/max(1, len(v.names)-1) + listed/32 + 8
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
 		s.mu.Lock()
@@ -218,15 +262,15 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 			if e == nil || !e.has(flagOwned) || !e.has(flagBackup) {
 				continue
 			}
-			target := ""
+			t := -1
 			if succ != nil {
-				target, _ = succ.Owner(key)
+				t = int(targets[succ.PartitionOf(key)])
 			}
-			if _, ok := room[target]; !ok {
+			if t < 0 || room[t] < 0 {
 				e.clear(flagBackup) // no target: marked again when there is one
 				continue
 			}
-			if len(out[target]) >= room[target] {
+			if len(out[t]) >= room[t] {
 				list[k] = key
 				k++
 				continue
@@ -234,15 +278,17 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 			e.clear(flagBackup)
 			ks := a.keyState()
 			ks.Key, ks.State, ks.Demand = key, a.state(e.b), e.dem
-			out[target] = append(out[target], ks)
-			keys[target] = append(keys[target], key)
+			if out[t] == nil {
+				out[t] = make([]*peerv1.KeyState, 0, min(share, room[t]))
+			}
+			out[t] = append(out[t], ks)
 		}
 		clear(list[k:])
 		s.backup = list[:k]
 		s.mu.Unlock()
 	}
-	for _, name := range v.names {
-		items, ks := out[name], keys[name]
+	for i, name := range v.names {
+		items := out[i]
 		if len(items) == 0 {
 			continue
 		}
@@ -254,19 +300,20 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 		for len(items) > 0 {
 			k := min(len(items), n.cfg.MaxBatch)
 			bp.seq++
-			bp.out = append(bp.out, &backupFlight{seq: bp.seq, keys: ks[:k:k], sentAt: now})
+			bp.out = append(bp.out, &backupFlight{seq: bp.seq, items: items[:k:k], sentAt: now})
 			n.send(name, backupBody{&peerv1.Backup{Seq: bp.seq, Items: items[:k:k]}})
 			n.metrics.BackupsSent.Add(1)
 			n.metrics.BackupKeys.Add(int64(k))
-			items, ks = items[k:], ks[k:]
+			items = items[k:]
 		}
 	}
 }
 
-// remarkLocked marks keys for the next backup round again (those still
-// owned).
-func (n *Node) remarkLocked(keys []string) {
-	for _, key := range keys {
+// remarkLocked marks the keys of items for the next backup round again
+// (those still owned).
+func (n *Node) remarkLocked(items []*peerv1.KeyState) {
+	for _, ks := range items {
+		key := ks.Key
 		s := n.st.shardOf(key)
 		s.mu.Lock()
 		if e := s.m[key]; e != nil {

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	stdsync "sync"
 	"sync/atomic"
 	"time"
 
@@ -13,12 +14,19 @@ import (
 type call struct {
 	n    atomic.Int32
 	done func()
+	// item is the callItem this call is part of, given back to pool once
+	// done has run; nil for a call allocated alone.
+	item *callItem
+	pool *callPool
 }
 
 // finish records one answer written, and runs done after the last.
 func (c *call) finish() {
 	if c.n.Add(-1) == 0 {
 		c.done()
+		if c.item != nil {
+			c.pool.put(c.item)
+		}
 	}
 }
 
@@ -28,6 +36,9 @@ type asyncs struct {
 	c    *call
 	done func()
 	fwd  []*fwdItem
+	// pool supplies the callItem of the first forwarded check (nil: a new
+	// one is allocated).
+	pool *callPool
 }
 
 // callItem is a Check's call allocated together with its first forwarded
@@ -37,13 +48,61 @@ type callItem struct {
 	it fwdItem
 }
 
+// callPool is a Node's free list of callItems. A callItem goes back to it
+// once its call is done: every answer of the Check is written then, so each
+// of its forwarded checks has completed and left every queue, batch and
+// parked list (a completed check is never read again; the only reference
+// left may be in a sent message's batch, which is never read through). It
+// saves an allocation of about 180 bytes per forwarded Check.
+type callPool struct {
+	mu stdsync.Mutex
+	// free holds the callItems ready for reuse, zeroed; at most
+	// maxFreeCalls.
+	free []*callItem
+}
+
+// maxFreeCalls bounds a callPool: about the forwarded checks in flight at
+// once on a busy node; beyond it, done callItems are left to the collector.
+const maxFreeCalls = 1024
+
+// get returns a zero callItem.
+func (p *callPool) get() *callItem {
+	p.mu.Lock()
+	if k := len(p.free); k > 0 {
+		x := p.free[k-1]
+		p.free[k-1] = nil
+		p.free = p.free[:k-1]
+		p.mu.Unlock()
+		return x
+	}
+	p.mu.Unlock()
+	return new(callItem)
+}
+
+// put zeroes x, whose call is done, and keeps it for reuse.
+func (p *callPool) put(x *callItem) {
+	*x = callItem{} // drops what it refers to: the caller's done, its Response
+	p.mu.Lock()
+	if len(p.free) < maxFreeCalls {
+		p.free = append(p.free, x)
+	}
+	p.mu.Unlock()
+}
+
 // item registers one more answer that will be written later and returns a
 // forwarded check to fill in, whose c is set.
 func (a *asyncs) item() *fwdItem {
 	if a.c != nil {
 		return &fwdItem{c: a.wait()}
 	}
-	x := &callItem{c: call{done: a.done}}
+	var x *callItem
+	if a.pool != nil {
+		x = a.pool.get()
+		x.c.item, x.c.pool = x, a.pool
+	} else {
+		x = new(callItem)
+	}
+	x.c.done = a.done
 	x.c.n.Store(1)
 	a.c = &x.c
 	x.it.c = a.wait()
@@ -74,7 +133,7 @@ func (a *asyncs) wait() *call {
 // Response.Err and the others are still answered.
 func (n *Node) Check(now time.Time, reqs []Request, resps []Response, done func()) {
 	v := n.view.Load()
-	a := asyncs{done: done}
+	a := asyncs{done: done, pool: &n.calls}
 	var one [1]*fwdItem // room for the forward of a Check of one item, on the stack
 	fwd := one[:0]
 	c := coarse(now)

@@ -2,8 +2,10 @@ package sync
 
 import (
 	"errors"
+	"slices"
 	"time"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -65,7 +67,7 @@ type fwdLane struct {
 type fwdBatch struct {
 	id     uint64
 	lane   int
-	items  []*fwdItem
+	items  []sentItem
 	sentAt time.Time
 	// msg is the message, kept to be sent again (resendForwardsLocked);
 	// resentAt is when it last was, unheard whether the receiver had ever
@@ -73,6 +75,33 @@ type fwdBatch struct {
 	msg      *peerv1.Forward
 	resentAt time.Time
 	unheard  bool
+}
+
+// sentItem is a check of a batch in flight and its wire form in the
+// batch's message: one slab holds both.
+type sentItem struct {
+	it *fwdItem
+	fi peerv1.ForwardItem
+}
+
+// fwdSend is a forward batch allocated together with its message and the
+// envelope it is sent in: one allocation instead of three per batch.
+type fwdSend struct {
+	b fwdBatch
+	e peerv1.Envelope
+	w peerv1.Envelope_Forward
+	f peerv1.Forward
+}
+
+// limitWireLocked returns the wire form of l, shared with every message
+// built since l was last different: a wire limit is never modified once
+// made (it belongs to messages sent, see Transport), so most forwards,
+// which carry the same few limits, need none of their own.
+func (n *Node) limitWireLocked(l bucket.Limit) *peerv1.Limit {
+	if n.wireLimit == nil || n.wireLimitOf != l {
+		n.wireLimitOf, n.wireLimit = l, limitToWire(l)
+	}
+	return n.wireLimit
 }
 
 // forwardResends is how many times per RequestTimeout a forward to a peer
@@ -143,26 +172,34 @@ func (n *Node) sendLaneLocked(now time.Time, p *peer, lane int, force bool) {
 		}
 		k := min(len(l.q), n.cfg.MaxBatch)
 		n.fwdID++
-		b := &fwdBatch{id: n.fwdID, lane: lane, items: l.q[:k:k], sentAt: now}
-		l.q = l.q[k:]
+		// The batch, its message and the message's envelope share one
+		// allocation, and the items one more (exactly k of them).
+		x := &fwdSend{b: fwdBatch{id: n.fwdID, lane: lane, items: make([]sentItem, k), sentAt: now}}
+		b := &x.b
 		l.since = now
 		l.out++
 		p.fwdOut = append(p.fwdOut, b)
-		msg := &peerv1.Forward{Id: b.id, Items: make([]*peerv1.ForwardItem, k)}
+		msg := &x.f
+		msg.Id, msg.Items = b.id, make([]*peerv1.ForwardItem, k)
 		b.msg, b.resentAt, b.unheard = msg, now, p.seenInc.Load() == 0
-		var a msgAlloc // alloc.go: one allocation for the items
-		a.reserve(k)
-		for i, it := range b.items {
-			fi := a.forwardItem()
-			fi.Key, fi.Limit, fi.Hits = it.req.Key, a.limitWire(it.req.Limit), it.req.Hits
+		for i, it := range l.q[:k] {
+			b.items[i].it = it
+			fi := &b.items[i].fi
+			fi.Key, fi.Limit, fi.Hits = it.req.Key, n.limitWireLocked(it.req.Limit), it.req.Hits
 			fi.Lease, fi.Release, fi.Relayed = it.req.Lease, it.req.Release, it.probe()
 			msg.Items[i] = fi
 		}
-		n.send(p.name, forwardBody{msg}) // kept in b, never modified again: shared (see Transport)
+		x.w.Forward = msg
+		x.e.Body = &x.w
+		n.sendEnvelope(p.name, &x.e) // kept in b, never modified again: shared (see Transport)
 		n.metrics.Forwarded.Add(int64(k))
 		n.metrics.ForwardBatches.Add(1)
+		// The batch has its own copy of the checks: the queue keeps its
+		// array for the next ones.
+		rest := copy(l.q, l.q[k:])
+		clear(l.q[rest:])
+		l.q = l.q[:rest]
 	}
-	l.q = nil
 }
 
 // onForwardReply completes the checks of an answered batch.
@@ -176,7 +213,9 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 	for i, x := range p.fwdOut {
 		if x.id == rep.Id {
 			b = x
-			p.fwdOut = append(p.fwdOut[:i:i], p.fwdOut[i+1:]...)
+			// In place: no one else holds p.fwdOut (failForwardsLocked
+			// takes it over and leaves p a fresh one).
+			p.fwdOut = slices.Delete(p.fwdOut, i, i+1)
 			p.fwd[b.lane].out--
 			break
 		}
@@ -188,7 +227,8 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 		n.metrics.Malformed.Add(1)
 	}
 	c := coarse(now)
-	for i, it := range b.items {
+	for i := range b.items {
+		it := b.items[i].it
 		if i >= len(rep.Items) {
 			n.degradeForwardLocked(now, c, v, it)
 			continue
@@ -322,8 +362,8 @@ func (n *Node) failForwardsLocked(now time.Time, p *peer) {
 		}
 	}
 	for _, b := range out {
-		for _, it := range b.items {
-			fail(it)
+		for i := range b.items {
+			fail(b.items[i].it)
 		}
 	}
 	for _, l := range lanes {
@@ -395,22 +435,46 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 	if dup {
 		return // sent again while the answer was on its way
 	}
-	rep := &peerv1.ForwardReply{Id: f.Id, ForwardIncarnation: inc, Items: make([]*peerv1.Decision, len(f.Items))}
-	// Each item's answer and its wire form come from one slab.
-	items := make([]servedItem, len(f.Items))
-	a := asyncs{done: func() {
-		for i := range items {
-			x := &items[i]
-			decisionIntoWire(&x.dec, x.resp.Decision, x.resp.Err)
-			rep.Items[i] = &x.dec
+	// The reply and its envelope share one allocation, the answers'
+	// wire forms one more. An answer decided here is written into its wire
+	// form at once; one that waits on another node (relayed on) gets a
+	// Response of its own, written when it comes (served.done).
+	x := &served{n: n, to: p.name}
+	rep := &x.r
+	rep.Id, rep.ForwardIncarnation, rep.Items = f.Id, inc, make([]*peerv1.Decision, len(f.Items))
+	decs := make([]peerv1.Decision, len(f.Items))
+	for i := range decs {
+		rep.Items[i] = &decs[i]
+	}
+	var a asyncs
+	// relay returns the fwdItem (with its Response) of item i, which waits
+	// on the network.
+	relay := func(i int) *fwdItem {
+		if a.done == nil {
+			a.done = x.done
 		}
-		n.send(p.name, forwardReplyBody{rep})
-	}}
+		ri := &relayedItem{}
+		ri.it.c, ri.it.resp = a.wait(), &ri.resp
+		x.later = append(x.later, laterAnswer{dec: &decs[i], resp: &ri.resp})
+		a.fwd = append(a.fwd, &ri.it)
+		return &ri.it
+	}
 	c := coarse(now)
 	var restore []*peerv1.KeyState
+	var resp Response // the answer of the item being decided here
+	// The items of a forward mostly share their wire limit (see
+	// limitWireLocked): one that is the previous item's is not converted
+	// and validated again (a received message is never modified).
+	var lastWire *peerv1.Limit
+	var lastL bucket.Limit
+	var lastErr error
 	for i, it := range f.Items {
-		resp := &items[i].resp
-		switch l, err := limitFromWire(it.GetLimit()); {
+		resp = Response{}
+		if w := it.GetLimit(); w != lastWire || w == nil {
+			lastWire = w
+			lastL, lastErr = limitFromWire(w)
+		}
+		switch l, err := lastL, lastErr; {
 		case err != nil || it.Key == "" || len(it.Key) > n.cfg.MaxKeyLen || it.Hits < 0:
 			n.metrics.Malformed.Add(1)
 			if err == nil {
@@ -428,25 +492,29 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 				if ks := n.heldState(it.Key); ks != nil {
 					restore = append(restore, ks)
 				}
-				continue
+				break
 			}
 			owner := v.owner(it.Key)
 			if q := v.peers[owner]; q != nil && q != p && !q.gone && !q.down(now) {
 				// The rings disagree: pass it on to the owner this node
 				// knows (which it may have just handed the key to).
-				resp.Err, resp.Owner = nil, owner
-				r := Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
-				a.fwd = append(a.fwd, &fwdItem{c: a.wait(), resp: resp, req: r, relay: true})
+				fi := relay(i)
+				fi.resp.Owner = owner
+				fi.req = Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
+				fi.relay = true
+				continue
 			}
 		default:
 			r := Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
 			if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
-				resp.Owner = prev
-				a.fwd = append(a.fwd, &fwdItem{c: a.wait(), resp: resp, req: r, pol: n.cfg.Policy, here: true, relay: true})
+				fi := relay(i)
+				fi.resp.Owner = prev
+				fi.req, fi.pol, fi.here, fi.relay = r, n.cfg.Policy, true, true
 				continue
 			}
-			n.decideOwned(now, c, v, &r, resp, false)
+			n.decideOwned(now, c, v, &r, &resp, false)
 		}
+		decisionIntoWire(&decs[i], resp.Decision, resp.Err)
 	}
 	if len(restore) > 0 {
 		n.mu.Lock()
@@ -457,17 +525,44 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 		n.enqueueForwards(now, v, a.fwd)
 	}
 	if a.c == nil {
-		a.done()
+		x.done()
 		return
 	}
 	a.c.finish()
 }
 
-// servedItem is one forwarded check being served: its answer, and the
-// answer's wire form.
-type servedItem struct {
+// served is the reply to a forward being served, allocated with its
+// envelope, and the answers still to be written into it.
+type served struct {
+	n     *Node
+	to    string
+	later []laterAnswer
+	e     peerv1.Envelope
+	w     peerv1.Envelope_ForwardReply
+	r     peerv1.ForwardReply
+}
+
+// laterAnswer is a served check that waits on the network: its answer, and
+// the answer's wire form in the reply.
+type laterAnswer struct {
+	dec  *peerv1.Decision
+	resp *Response
+}
+
+// relayedItem is a served check sent on to another node, with its answer.
+type relayedItem struct {
+	it   fwdItem
 	resp Response
-	dec  peerv1.Decision
+}
+
+// done writes the answers that waited and sends the reply.
+func (x *served) done() {
+	for _, l := range x.later {
+		decisionIntoWire(l.dec, l.resp.Decision, l.resp.Err)
+	}
+	x.w.ForwardReply = &x.r
+	x.e.Body = &x.w
+	x.n.sendEnvelope(x.to, &x.e)
 }
 
 // recentForwards remembers the ids of the last forwards answered for one

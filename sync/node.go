@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -32,6 +33,8 @@ type Node struct {
 	view    atomic.Pointer[view]
 	// pushing is set while an early push runs (pushSoon).
 	pushing atomic.Bool
+	// calls recycles the calls of forwarded Checks (check.go).
+	calls callPool
 
 	mu stdsync.Mutex
 	// The fields below are guarded by mu.
@@ -52,6 +55,10 @@ type Node struct {
 	sweepAt   int
 	// fwdID numbers forward batches.
 	fwdID uint64
+	// wireLimit is the wire form of wireLimitOf, shared by the forwards
+	// built since (see limitWireLocked).
+	wireLimitOf bucket.Limit
+	wireLimit   *peerv1.Limit
 }
 
 // view is one membership: a ring and the peers on it. It is never modified
@@ -167,7 +174,12 @@ func (n *Node) Config() Config { return n.cfg }
 
 // send hands body to the transport, addressed to peer to.
 func (n *Node) send(to string, body isBody) {
-	env := envelopeOf(body) // envelope.go
+	n.sendEnvelope(to, envelopeOf(body)) // envelope.go
+}
+
+// sendEnvelope addresses env, whose body is set, to peer to and hands it to
+// the transport.
+func (n *Node) sendEnvelope(to string, env *peerv1.Envelope) {
 	env.From, env.To, env.Incarnation = n.cfg.Self, to, n.cfg.Incarnation
 	n.tr.Send(to, env)
 }
