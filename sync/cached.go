@@ -125,52 +125,93 @@ type flight struct {
 	// it. sentAt is the latest send; retries counts the sends after the first.
 	first, sentAt time.Time
 	retries       int
+	// flush, items and slab hold msg, its first items and their list, in
+	// the flight's own allocation: a flush of a few keys costs one
+	// allocation instead of four. nslab counts the items taken from slab.
+	flush peerv1.Flush
+	items [flightItems]*peerv1.FlushItem
+	slab  [flightSlab]peerv1.FlushItem
+	nslab int
 }
 
-// flushLocked builds and sends one flush to each peer in batches (whose
-// values must be empty messages), from the shards' dirty lists: every key
-// with hits, demand or a lease request bound for that peer, up to MaxBatch
-// items. Keys for other peers, or beyond a full batch, stay listed.
-func (n *Node) flushLocked(now time.Time, v *view, batches map[*peer]*peerv1.Flush) {
-	n.flushToLocked(now, v, flushTargets{many: batches})
+// flightItems is the number of items a flight lists without an allocation
+// of its own, and flightSlab the number it holds: most flushes carry fewer
+// (the keys of one flush interval).
+const (
+	flightItems = 8
+	flightSlab  = 4
+)
+
+// item returns a new, empty item for f's message, from f's own slab while
+// it lasts, then from a.
+func (f *flight) item(a *msgAlloc) *peerv1.FlushItem {
+	if f.nslab < len(f.slab) {
+		f.nslab++
+		return &f.slab[f.nslab-1]
+	}
+	return a.flushItem()
+}
+
+// newFlight returns a flight whose message has room for n items.
+func newFlight(n int64) *flight {
+	f := new(flight)
+	f.msg = &f.flush
+	if n <= flightItems {
+		f.flush.Items = f.items[:0]
+	} else {
+		f.flush.Items = make([]*peerv1.FlushItem, 0, n)
+	}
+	return f
+}
+
+// flushLocked builds and sends one flush to each of peers (distinct), from
+// the shards' dirty lists: every key with hits, demand or a lease request
+// bound for that peer, up to MaxBatch items. Keys for other peers, or
+// beyond a full batch, stay listed.
+func (n *Node) flushLocked(now time.Time, v *view, peers []*peer) {
+	var buf [8]*flight // on the stack for a cluster of up to 9 nodes
+	t := flushTargets{peers: peers, fls: buf[:0]}
+	if len(peers) > len(buf) {
+		t.fls = make([]*flight, 0, len(peers))
+	}
+	t.fls = t.fls[:len(peers)]
+	n.flushToLocked(now, v, &t)
 }
 
 // flushOneLocked is flushLocked to the one peer p.
 func (n *Node) flushOneLocked(now time.Time, v *view, p *peer) {
-	n.flushToLocked(now, v, flushTargets{one: p, oneF: &peerv1.Flush{}})
+	var fl [1]*flight
+	peers := [1]*peer{p}
+	n.flushToLocked(now, v, &flushTargets{peers: peers[:], fls: fl[:]})
 }
 
-// flushTargets is the set of peers a flush pass builds batches for: one
-// peer, without the cost of a map, or many.
+// flushTargets is the set of peers a flush pass builds flights for, and
+// the flight for each (nil until its first item, so a pass that finds
+// nothing for a peer allocates nothing). A few peers are searched faster
+// than a map is hashed, and need no allocation.
 type flushTargets struct {
-	one  *peer
-	oneF *peerv1.Flush
-	many map[*peer]*peerv1.Flush
+	peers []*peer
+	fls   []*flight
 }
 
-// batch returns the flush being built for p, if p is a target.
-func (t *flushTargets) batch(p *peer) (*peerv1.Flush, bool) {
-	if t.many == nil {
-		return t.oneF, p == t.one
+// batch returns the index of p among the targets, or -1.
+func (t *flushTargets) batch(p *peer) int {
+	for i, q := range t.peers {
+		if q == p {
+			return i
+		}
 	}
-	f, ok := t.many[p]
-	return f, ok
+	return -1
 }
 
-func (n *Node) flushToLocked(now time.Time, v *view, t flushTargets) {
+func (n *Node) flushToLocked(now time.Time, v *view, t *flushTargets) {
 	var a msgAlloc
 	hint := 0
-	count := func(p *peer) {
+	for _, p := range t.peers {
 		p.urgent.Store(false)
 		hint += int(min(max(p.dirty.Load(), 0), int64(n.cfg.MaxBatch)))
 	}
-	if t.many == nil {
-		count(t.one)
-	}
-	for p := range t.many {
-		count(p)
-	}
-	a.reserve(hint)
+	a.reserve(max(hint-len(t.peers)*flightSlab, 0)) // beyond the flights' own slabs
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
 		if n.st.dirtyShards.Load()&s.bit == 0 {
@@ -183,16 +224,18 @@ func (n *Node) flushToLocked(now time.Time, v *view, t flushTargets) {
 			if !ok {
 				continue
 			}
-			f, ok := t.batch(p)
-			if !ok || len(f.Items) >= n.cfg.MaxBatch {
+			ti := t.batch(p)
+			if ti < 0 || t.fls[ti] != nil && len(t.fls[ti].flush.Items) >= n.cfg.MaxBatch {
 				s.dirty[k], s.routes[k] = key, route{e: e, p: p, v: v}
 				k++
 				continue
 			}
-			if f.Items == nil {
-				f.Items = make([]*peerv1.FlushItem, 0, min(max(p.dirty.Load(), 1), int64(n.cfg.MaxBatch)))
+			f := t.fls[ti]
+			if f == nil {
+				f = newFlight(min(max(p.dirty.Load(), 1), int64(n.cfg.MaxBatch)))
+				t.fls[ti] = f
 			}
-			f.Items = append(f.Items, n.flushItemLocked(s, key, e, now, &a))
+			f.flush.Items = append(f.flush.Items, n.flushItemLocked(s, key, e, now, f.item(&a)))
 			e.clear(flagDirty)
 			p.dirty.Add(-1)
 		}
@@ -201,24 +244,25 @@ func (n *Node) flushToLocked(now time.Time, v *view, t flushTargets) {
 	}
 	for _, name := range v.names {
 		p := v.peers[name]
-		f, ok := t.batch(p)
-		if !ok || f == nil || len(f.Items) == 0 {
+		ti := t.batch(p)
+		if ti < 0 || t.fls[ti] == nil {
 			continue
 		}
+		f := t.fls[ti]
 		p.seq++
-		f.Seq = p.seq
-		p.flight = &flight{msg: f, first: now, sentAt: now}
-		n.send(p.name, flushBody{f}) // kept in flight, never modified again: shared
+		f.flush.Seq = p.seq
+		f.first, f.sentAt = now, now
+		p.flight = f
+		n.send(p.name, flushBody{f.msg}) // kept in flight, never modified again: shared
 		n.metrics.FlushesSent.Add(1)
 	}
 }
 
 // flushItemLocked moves a cached entry's pending hits, demand and lease
-// traffic into a flush item.
-func (n *Node) flushItemLocked(s *shard, key string, e *entry, now time.Time, a *msgAlloc) *peerv1.FlushItem {
-	it := a.flushItem()
+// traffic into it, a new flush item, and returns it.
+func (n *Node) flushItemLocked(s *shard, key string, e *entry, now time.Time, it *peerv1.FlushItem) *peerv1.FlushItem {
 	it.Key = key
-	it.Limit = a.limitWire(e.b.Config())
+	it.Limit = n.limitWireLocked(e.b.Config())
 	it.Hits = e.n1
 	it.Demand = int64(e.u)
 	it.Rate = e.dem * decayFactor(ageOf(coarse(now), e.used()))
@@ -249,29 +293,59 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 		n.metrics.Malformed.Add(1)
 	}
 	c := coarse(now)
-	for i, it := range items {
-		var ks *peerv1.KeyState
-		if i < len(ack.Items) && ack.Items[i].GetKey() == it.Key {
-			ks = ack.Items[i]
+	// The items were listed shard by shard (flushToLocked): each run of up
+	// to lookupRun items of one shard is installed under one lock, their
+	// entries looked up first, so that those lookups, mostly cache misses,
+	// overlap (as in installPushLocked).
+	var (
+		es   [lookupRun]*entry
+		next *shard // the shard of items[i], when known
+	)
+	for i := 0; i < len(items); {
+		s := next
+		if s == nil {
+			s = n.st.shardOf(items[i].Key)
 		}
-		n.installAck(now, c, v, p, it, ks, f.first)
+		next = nil
+		s.mu.Lock()
+		j := i
+		for ; j < len(items) && j-i < len(es); j++ {
+			if j > i {
+				if is := n.st.shardOf(items[j].Key); is != s {
+					next = is
+					break
+				}
+			}
+			es[j-i] = s.m[items[j].Key]
+		}
+		for k := i; k < j; k++ {
+			var ks *peerv1.KeyState
+			if k < len(ack.Items) && ack.Items[k].GetKey() == items[k].Key {
+				ks = ack.Items[k]
+			}
+			n.installAckLocked(now, c, v, p, s, es[k-i], items[k], ks, f.first)
+		}
+		s.mu.Unlock()
+		i = j
 	}
 	if p.urgent.Load() || p.dirty.Load() >= int64(n.cfg.MaxBatch) {
 		n.flushOneLocked(now, v, p)
 	}
 }
 
-// installAck applies the owner's answer ks (nil if missing) to the flush
-// item it answers.
-func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, it *peerv1.FlushItem, ks *peerv1.KeyState, first time.Time) {
-	s := n.st.shardOf(it.Key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.m[it.Key]
+// installAckLocked applies the owner's answer ks (nil if missing) to the
+// flush item it answers; s is the key's shard, locked, and e the key's
+// entry in it (nil if none).
+func (n *Node) installAckLocked(now time.Time, c uint32, v *view, p *peer, s *shard, e *entry, it *peerv1.FlushItem, ks *peerv1.KeyState, first time.Time) {
 	if e == nil || e.has(flagOwned) {
 		return
 	}
-	l := s.leases[it.Key]
+	// The lease is looked up only for an item that carried lease traffic:
+	// for any other, unfill and grant would do nothing.
+	var l *lease
+	if it.LeaseWant > 0 || it.LeaseReturn > 0 {
+		l = s.leases[it.Key]
+	}
 	if ks != nil && ks.NotOwner {
 		// Not applied: route the hits again with the next flush.
 		e.n1 += it.Hits
@@ -399,16 +473,62 @@ func (n *Node) onPush(now time.Time, v *view, p *peer, push *peerv1.Push) {
 		return // older than an answer already installed
 	}
 	c := coarse(now)
-	for _, ks := range push.Items {
-		if ks == nil || v.owner(ks.Key) != p.name {
-			continue
+	// The owner lists the items shard by shard (tickPushesLocked), under the
+	// same shard function: each run of one shard's items is installed under
+	// one lock, in groups of up to lookupRun.
+	var (
+		s   *shard
+		run [lookupRun]*peerv1.KeyState
+		k   int
+	)
+	for i := 0; ; i++ {
+		var ks *peerv1.KeyState
+		var is *shard
+		if i < len(push.Items) {
+			if ks = push.Items[i]; ks == nil || v.owner(ks.Key) != p.name {
+				continue
+			}
+			is = n.st.shardOf(ks.Key)
 		}
-		s := n.st.shardOf(ks.Key)
-		s.mu.Lock()
-		e := s.m[ks.Key]
+		if k > 0 && (is != s || k == len(run)) {
+			n.installPushLocked(now, c, s, run[:k], inflight)
+			k = 0
+		}
+		if is == nil {
+			break // past the last item
+		}
+		if is != s {
+			if s != nil {
+				s.mu.Unlock()
+			}
+			s = is
+			s.mu.Lock()
+		}
+		run[k] = ks
+		k++
+	}
+	if s != nil {
+		s.mu.Unlock()
+	}
+}
+
+// lookupRun is the most keys of one shard that an answer or a push looks
+// up at once.
+const lookupRun = 16
+
+// installPushLocked installs the pushed states run, all of keys of s,
+// locked (see onPush). It looks all their entries up first: the lookups
+// of a run, mostly cache misses, then overlap instead of waiting for each
+// other behind the decoding and installing of each state.
+func (n *Node) installPushLocked(now time.Time, c uint32, s *shard, run []*peerv1.KeyState, inflight bool) {
+	var es [lookupRun]*entry
+	for i, ks := range run {
+		es[i] = s.m[ks.Key]
+	}
+	for i, ks := range run {
+		e := es[i]
 		if e == nil || e.has(flagOwned) {
 			n.decodeShared(ks) // counted if malformed, else unused
-			s.mu.Unlock()
 			continue
 		}
 		if b, ok := n.decodeSharedFor(e, ks, false); ok {
@@ -418,6 +538,5 @@ func (n *Node) onPush(now time.Time, v *view, p *peer, push *peerv1.Push) {
 			}
 			n.installLocked(e, b, ks.Share, since, now, c, false)
 		}
-		s.mu.Unlock()
 	}
 }

@@ -1,10 +1,6 @@
 package sync
 
-import (
-	"time"
-
-	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
-)
+import "time"
 
 // tickFlushesLocked runs the flush schedule: a flush in flight unanswered
 // after RequestTimeout is sent again, the same message with the same seq
@@ -51,17 +47,18 @@ func (n *Node) tickFlushesLocked(now time.Time, v *view) {
 // flushAllLocked sends a flush to every reachable peer with none in flight
 // (all of them when due, else those urgent or with a full batch).
 func (n *Node) flushAllLocked(now time.Time, v *view, due bool) {
-	batches := map[*peer]*peerv1.Flush{}
+	var buf [8]*peer // on the stack for a cluster of up to 9 nodes
+	peers := buf[:0]
 	for _, p := range v.peers {
 		if p.flight != nil || p.down(now) {
 			continue
 		}
 		if due || p.urgent.Load() || p.dirty.Load() >= int64(n.cfg.MaxBatch) {
-			batches[p] = &peerv1.Flush{}
+			peers = append(peers, p)
 		}
 	}
-	if len(batches) > 0 {
-		n.flushLocked(now, v, batches)
+	if len(peers) > 0 {
+		n.flushLocked(now, v, peers)
 	}
 }
 
