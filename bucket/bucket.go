@@ -157,6 +157,13 @@ func DecodeInto(dst Bucket, b []byte) (Bucket, error) {
 	if !ok {
 		return Decode(b)
 	}
+	// The common case, an owner's state under the limit dst holds, in one
+	// pass with no error built; anything else takes the checked path below,
+	// which reports the same states and the same errors as Decode.
+	if t, ok := tb.decodeSame(b); ok {
+		*tb = t
+		return tb, nil
+	}
 	r := reader{buf: b}
 	l := r.limit()
 	if r.err != nil {

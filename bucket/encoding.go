@@ -143,3 +143,90 @@ func (r *reader) limit() Limit {
 	l.WarmUp = time.Duration(r.int63("warm_up"))
 	return l
 }
+
+// uvarintAt reads the uvarint at b[i:] as binary.Uvarint does (the same
+// values and the same inputs rejected) and returns it with the index after
+// it, or i < 0 when it is truncated or overflows. A one-byte value, the
+// common case of a limit's fields, is read inline.
+func uvarintAt(b []byte, i int) (uint64, int) {
+	if uint(i) < uint(len(b)) {
+		if c := b[i]; c < 0x80 {
+			return uint64(c), i + 1
+		}
+	}
+	return uvarintSlow(b, i)
+}
+
+// uvarintSlow is uvarintAt for a value of more than one byte (or an index
+// out of range), out of line so that uvarintAt stays small.
+func uvarintSlow(b []byte, i int) (uint64, int) {
+	if i < 0 {
+		return 0, -1
+	}
+	var x uint64
+	var s uint
+	for k := 0; k < binary.MaxVarintLen64 && i < len(b); k++ {
+		c := b[i]
+		i++
+		if c < 0x80 {
+			if k == binary.MaxVarintLen64-1 && c > 1 {
+				return 0, -1 // overflow
+			}
+			return x | uint64(c)<<s, i
+		}
+		x |= uint64(c&0x7f) << s
+		s += 7
+	}
+	return 0, -1
+}
+
+// varintAt is uvarintAt for a zig-zag varint (binary.Varint).
+func varintAt(b []byte, i int) (int64, int) {
+	u, i := uvarintAt(b, i)
+	x := int64(u >> 1)
+	if u&1 != 0 {
+		x = ^x
+	}
+	return x, i
+}
+
+// sameLimitAt reports whether b starts with a header (appendLimit) that
+// reads as exactly l, a valid limit, and returns the index after it. It is
+// the fast path of decoding a state under the limit its receiver already
+// holds: no error is built, and the limit need not be validated again. When
+// it reports false, the checked path (reader.limit) decides.
+func sameLimitAt(b []byte, l *Limit) (int, bool) {
+	if len(b) < 3 || b[0] != stateVersion || b[1] != byte(l.Algorithm) {
+		return 0, false
+	}
+	var flags byte
+	if l.CountRejected {
+		flags = 1
+	}
+	if b[2] != flags {
+		return 0, false
+	}
+	// Every field of a valid limit is non-negative, so equal to one as a
+	// uint64 is within int63 range, as reader.int63 requires.
+	i := 3
+	var v uint64
+	if v, i = uvarintAt(b, i); v != uint64(l.Limit) || i < 0 {
+		return 0, false
+	}
+	if v, i = uvarintAt(b, i); v != uint64(l.Period) || i < 0 {
+		return 0, false
+	}
+	if v, i = uvarintAt(b, i); v != uint64(l.Burst) || i < 0 {
+		return 0, false
+	}
+	if v, i = uvarintAt(b, i); v != uint64(l.MaxWait) || i < 0 {
+		return 0, false
+	}
+	if v, i = uvarintAt(b, i); v != uint64(l.MinGap) || i < 0 {
+		return 0, false
+	}
+	if v, i = uvarintAt(b, i); v != uint64(l.WarmUp) || i < 0 {
+		return 0, false
+	}
+	return i, true
+}

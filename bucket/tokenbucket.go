@@ -69,6 +69,32 @@ func (b *tokenBucket) decode(l Limit, r *reader) error {
 	return nil
 }
 
+// decodeSame decodes buf, a whole state, when it is a token state under
+// exactly b's limit, and reports false otherwise (any other limit, a
+// corrupt or out-of-range state, trailing bytes): decode then decides. It
+// accepts a subset of what Decode accepts, with the same result.
+func (b *tokenBucket) decodeSame(buf []byte) (tokenBucket, bool) {
+	i, ok := sameLimitAt(buf, &b.l)
+	if !ok {
+		return tokenBucket{}, false
+	}
+	t := tokenBucket{l: b.l}
+	var frac uint64
+	t.whole, i = varintAt(buf, i)
+	if i >= 0 {
+		frac, i = uvarintAt(buf, i)
+	}
+	if i >= 0 {
+		t.last, i = varintAt(buf, i)
+	}
+	c := t.l.Capacity()
+	if i != len(buf) || frac >= uint64(t.l.Period) || t.whole < tokenFloor || t.whole > c || (t.whole == c && frac != 0) {
+		return tokenBucket{}, false
+	}
+	t.frac = int64(frac)
+	return t, true
+}
+
 // refill advances the bucket to t, adding the tokens earned since last. A t
 // before last is no time elapsed.
 func (b *tokenBucket) refill(t int64) {
