@@ -30,16 +30,49 @@ func (n *Node) serveFlush(now time.Time, v *view, p *peer, inc uint64, f *peerv1
 		return
 	}
 	p.inSeq = f.Seq
-	ack := &peerv1.FlushAck{Seq: f.Seq, FlushIncarnation: inc, Items: make([]*peerv1.KeyState, len(f.Items))}
+	ack, slots := newAck(f, inc)
 	bit := v.bit(p.name)
 	c := coarse(now)
-	var a msgAlloc
-	a.reserve(len(f.Items))
 	for i, it := range f.Items {
-		ack.Items[i] = n.applyFlushItem(now, c, v, bit, it, &a)
+		ack.Items[i] = n.applyFlushItem(now, c, v, bit, it, &slots[i])
 	}
 	p.lastAck = ack
 	n.send(p.name, flushAckBody{ack})
+}
+
+// ackHead is a flush's answer with room for the list of its first
+// answers, and ackSlot one answer with room for its encoded state (as
+// much as msgAlloc leaves for one: bucket's AppendBinary grows a buffer
+// with less room before it appends). A flush of n keys is answered with two
+// allocations sized for n, one ackHead and n slots, where msgAlloc would
+// make four with room for at least four items: most flushes carry a few
+// keys (a non-owner flushes on first sight of a key, see decideCached).
+// What they hold belongs to the answer, which is never modified once sent,
+// so they are never reused.
+type ackHead struct {
+	ack   peerv1.FlushAck
+	items [ackItems]*peerv1.KeyState
+}
+
+type ackSlot struct {
+	ks    peerv1.KeyState
+	state [stateRoom]byte
+}
+
+// ackItems is the number of answers an ackHead lists.
+const ackItems = 8
+
+// newAck returns the answer to f from a flush of incarnation inc, with
+// room for an answer per item, and a slot for each.
+func newAck(f *peerv1.Flush, inc uint64) (*peerv1.FlushAck, []ackSlot) {
+	h := new(ackHead)
+	h.ack.Seq, h.ack.FlushIncarnation = f.Seq, inc
+	if len(f.Items) <= ackItems {
+		h.ack.Items = h.items[:len(f.Items)]
+	} else {
+		h.ack.Items = make([]*peerv1.KeyState, len(f.Items))
+	}
+	return &h.ack, make([]ackSlot, len(f.Items))
 }
 
 // validItem reports whether a flush item can be applied.
@@ -54,8 +87,9 @@ func (n *Node) validItem(it *peerv1.FlushItem) (bucket.Limit, bool) {
 
 // applyFlushItem applies one flushed key as its owner: merges a view from a
 // previous owner (rebuild), drains the hits, counts the demand, refunds
-// returned lease tokens and grants a lease; it returns the answer.
-func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *peerv1.FlushItem, a *msgAlloc) *peerv1.KeyState {
+// returned lease tokens and grants a lease; it returns the answer, slot's
+// when the item was applied.
+func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *peerv1.FlushItem, slot *ackSlot) *peerv1.KeyState {
 	l, ok := n.validItem(it)
 	if !ok {
 		n.metrics.Malformed.Add(1)
@@ -99,8 +133,9 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *
 	if it.Hits > 0 || it.LeaseReturn > 0 || granted > 0 || len(it.View) > 0 {
 		n.markChangedLocked(s, it.Key, e, bit)
 	}
-	ks := a.keyState()
-	ks.Key, ks.State, ks.Demand, ks.Share, ks.LeaseGranted = it.Key, a.state(e.b), e.dem, activeShare(e), granted
+	state, _ := e.b.AppendBinary(slot.state[:0])
+	ks := &slot.ks
+	ks.Key, ks.State, ks.Demand, ks.Share, ks.LeaseGranted = it.Key, state[:len(state):len(state)], e.dem, activeShare(e), granted
 	return ks
 }
 
