@@ -134,13 +134,14 @@ type heldBackup struct {
 }
 
 // markBackupLocked notes that an owned entry's state changed: the next
-// backup round sends it. The caller holds s's lock.
-func markBackupLocked(s *shard, key string, e *entry) {
+// backup round sends it. The round gets the key back from the entry (every
+// owned entry holds its key, see allocKeyed). The caller holds s's lock.
+func markBackupLocked(s *shard, e *entry) {
 	if !e.has(flagOwned) || e.has(flagBackup) {
 		return
 	}
 	e.set(flagBackup)
-	s.backup = append(s.backup, key)
+	s.backup = append(s.backup, e)
 }
 
 // backupTargets maps each partition to the index in v.names of its backup
@@ -246,7 +247,10 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 	var a msgAlloc
 	listed := 0
 	for i := range n.st.shards {
-		listed += len(n.st.shards[i].backup)
+		s := &n.st.shards[i]
+		s.mu.Lock() // checks list keys concurrently
+		listed += len(s.backup)
+		s.mu.Unlock()
 	}
 	a.reserve(listed)
 	// Each target's slice of states starts with the capacity of its even
@@ -257,9 +261,13 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 		s.mu.Lock()
 		list := s.backup
 		k := 0
-		for _, key := range list {
-			e := s.m[key]
-			if e == nil || !e.has(flagOwned) || !e.has(flagBackup) {
+		for _, e := range list {
+			if !e.has(flagOwned) || !e.has(flagBackup) {
+				continue
+			}
+			key, ok := e.key()
+			if !ok {
+				e.clear(flagBackup) // not made by allocKeyed: never an owned entry
 				continue
 			}
 			t := -1
@@ -271,7 +279,7 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 				continue
 			}
 			if len(out[t]) >= room[t] {
-				list[k] = key
+				list[k] = e
 				k++
 				continue
 			}
@@ -317,7 +325,7 @@ func (n *Node) remarkLocked(items []*peerv1.KeyState) {
 		s := n.st.shardOf(key)
 		s.mu.Lock()
 		if e := s.m[key]; e != nil {
-			markBackupLocked(s, key, e)
+			markBackupLocked(s, e)
 		}
 		s.mu.Unlock()
 	}
@@ -342,38 +350,72 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 	n.metrics.BackupsReceived.Add(1)
 	d := &n.dur
 	d.mu.Lock()
-	for _, ks := range b.Items {
-		if ks == nil || ks.Key == "" || len(ks.Key) > n.cfg.MaxKeyLen {
-			n.metrics.Malformed.Add(1)
-			continue
-		}
-		bk, ok := n.decodeStateInto(d.spare, ks)
-		if !ok {
-			continue
-		}
-		if bk == d.spare {
-			d.spare = nil // in use now; what bk no longer needs becomes spare
-		}
-		h := d.held[ks.Key]
-		switch {
-		case h == nil && len(d.held) >= n.cfg.MaxKeys:
-			n.metrics.BackupKeysDropped.Add(1)
-			d.spare = bk
-		case h == nil:
-			if d.held == nil {
-				d.held = map[string]*heldBackup{}
+	// The held states of up to lookupRun items are looked up at once, before
+	// any is decoded and merged: those lookups, mostly cache misses, then
+	// overlap instead of waiting for each other behind the merges.
+	var (
+		run [lookupRun]*peerv1.KeyState
+		hs  [lookupRun]*heldBackup
+	)
+	items := b.Items
+	for len(items) > 0 {
+		k := 0
+		for len(items) > 0 && k < len(run) {
+			ks := items[0]
+			items = items[1:]
+			if ks == nil || ks.Key == "" || len(ks.Key) > n.cfg.MaxKeyLen {
+				n.metrics.Malformed.Add(1)
+				continue
 			}
-			d.held[ks.Key] = &heldBackup{from: p.name, b: bk, dem: ks.Demand}
-		case h.from != p.name || h.b.Merge(now, bk) != nil:
-			d.spare = h.b
-			h.from, h.b, h.dem = p.name, bk, ks.Demand
-		default:
-			h.dem = ks.Demand
-			d.spare = bk
+			run[k], hs[k] = ks, d.held[ks.Key]
+			k++
+		}
+		// A key held afresh by an item of the run may come again later in
+		// it: the items found nothing for are then looked up again.
+		added := false
+		for j, ks := range run[:k] {
+			h := hs[j]
+			if h == nil && added {
+				h = d.held[ks.Key]
+			}
+			added = n.holdBackupLocked(now, p, ks, h) || added
 		}
 	}
 	d.mu.Unlock()
 	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc}})
+}
+
+// holdBackupLocked keeps the state ks that p backed up with this node,
+// merged with h, what this node holds of its key (nil: nothing), and
+// reports whether it held the key afresh. The caller holds the durability
+// lock.
+func (n *Node) holdBackupLocked(now time.Time, p *peer, ks *peerv1.KeyState, h *heldBackup) bool {
+	d := &n.dur
+	bk, ok := n.decodeStateInto(d.spare, ks)
+	if !ok {
+		return false
+	}
+	if bk == d.spare {
+		d.spare = nil // in use now; what bk no longer needs becomes spare
+	}
+	switch {
+	case h == nil && len(d.held) >= n.cfg.MaxKeys:
+		n.metrics.BackupKeysDropped.Add(1)
+		d.spare = bk
+	case h == nil:
+		if d.held == nil {
+			d.held = map[string]*heldBackup{}
+		}
+		d.held[ks.Key] = &heldBackup{from: p.name, b: bk, dem: ks.Demand}
+		return true
+	case h.from != p.name || h.b.Merge(now, bk) != nil:
+		d.spare = h.b
+		h.from, h.b, h.dem = p.name, bk, ks.Demand
+	default:
+		h.dem = ks.Demand
+		d.spare = bk
+	}
+	return false
 }
 
 // sweepHeldLocked drops, once per SweepInterval, the held states that have
@@ -553,7 +595,7 @@ func (n *Node) rebackupLocked(old, nv *view) {
 		}
 		slices.Sort(keys)
 		for _, key := range keys {
-			markBackupLocked(s, key, s.m[key])
+			markBackupLocked(s, s.m[key])
 		}
 		s.mu.Unlock()
 	}

@@ -392,7 +392,7 @@ func (n *Node) decideOwnedLocked(now time.Time, c uint32, v *view, r *Request, r
 // markChangedLocked notes that an owned entry changed: every interested
 // node but except (a member bit, or 0) now holds a stale copy, to be pushed.
 func (n *Node) markChangedLocked(s *shard, key string, e *entry, except uint32) {
-	markBackupLocked(s, key, e) // backup.go: the next backup round sends it
+	markBackupLocked(s, e) // backup.go: the next backup round sends it
 	in := e.interest()
 	st := e.stale() | in&^except
 	if st == e.stale() {

@@ -18,8 +18,8 @@ const demandTau = time.Second
 // 16.8 ms, fine enough for decay with a 1 s time constant and for LRU order.
 const coarseShift = 24
 
-// coarseBits is the width of the coarse clock: 27 bits of 16.8 ms wrap after
-// about 26 days; an entry untouched for that long (and not evicted as idle)
+// coarseBits is the width of the coarse clock: 26 bits of 16.8 ms wrap after
+// about 13 days; an entry untouched for that long (and not evicted as idle)
 // looks recent again, which only affects the LRU order.
 const coarseBits = 32 - flagBits
 

@@ -304,15 +304,16 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 	defer s.mu.Unlock()
 	e := s.m[key]
 	if e == nil {
-		e = &entry{b: b, meta: c << flagBits}
+		var own string
+		e, own = newKeyedEntryFor(key, b, c)
 		if mine {
 			e.makeOwned()
 			e.dem = demand
-			markBackupLocked(s, key, e)
+			markBackupLocked(s, e)
 		} else {
 			e.makeCached(true)
 		}
-		n.st.insertLocked(s, s.m, key, e, c)
+		n.st.insertOwnLocked(s, s.m, own, e, c)
 		return
 	}
 	if mine && !e.has(flagOwned) {

@@ -33,16 +33,23 @@ const (
 	flagMoved
 	// flagSynced: a cached view holds an owner's state (not a fresh bucket).
 	flagSynced
+	// flagKeyed: the entry shares its allocation with its key, which
+	// entry.key returns. It never changes: the role changes (makeOwned,
+	// makeCached) and remove keep it.
+	flagKeyed
 
-	flagBits = 5
+	flagBits = 6
 	flagMask = 1<<flagBits - 1
+	// flagRole is the flags that a change of role or a removal clears.
+	flagRole = flagMask &^ flagKeyed
 )
 
 // entry is one key of the store. It is kept to 48 bytes (one allocation size
 // class) because a node stores up to Config.MaxKeys of them; the fields that
 // only one role needs share storage, as documented per field. An entry made
-// by newKeyedEntry shares its allocation with the store's copy of its key.
-// The bucket it points to is the other big allocation (bucket's own).
+// by newEntry or newKeyedEntry shares its allocation with its bucket (when
+// the algorithm's state fits in a bucket.Space) and, newKeyedEntry's, with
+// the store's copy of its key.
 type entry struct {
 	// b is the authoritative bucket (owned) or the view the node decides on
 	// (cached: the owner's last state with this node's own later hits taken).
@@ -109,7 +116,7 @@ func (e *entry) makeOwned() {
 	if e.has(flagOwned) {
 		return
 	}
-	e.meta = e.meta&^flagMask | flagOwned
+	e.meta = e.meta&^flagRole | flagOwned
 	e.n1, e.n2, e.u = 0, 0, 0
 	e.f = e.dem
 }
@@ -118,7 +125,7 @@ func (e *entry) makeCached(moved bool) {
 	if e.has(flagOwned) {
 		e.dem, e.f = e.f, 0
 	}
-	e.meta = e.meta &^ flagMask
+	e.meta = e.meta &^ flagRole
 	if moved {
 		e.meta |= flagMoved | flagSynced
 	}
@@ -149,7 +156,7 @@ type shard struct {
 	changedE []*entry
 	// backup lists owned keys changed since their last backup (flagBackup
 	// set, see backup.go).
-	backup []string
+	backup []*entry
 	// top is the hottest keys of the shard at its last sweep.
 	top []HotKey
 	// bit is the shard's bit in the store's masks.
@@ -269,7 +276,7 @@ func (st *store) clearChangedLocked(s *shard) {
 // up again.
 func (st *store) remove(m map[string]*entry, key string, e *entry) {
 	delete(m, key)
-	e.meta &^= flagMask
+	e.meta &^= flagRole
 	st.metrics.Evicted.Add(1)
 	st.metrics.Keys.Add(-1)
 }
@@ -313,55 +320,123 @@ func (st *store) insertOwnLocked(s *shard, into map[string]*entry, key string, e
 }
 
 // newEntry returns an entry for a fresh bucket of l at now, or the bucket's
-// error (an invalid limit).
+// error (an invalid limit). The bucket is built in the entry's allocation
+// when it fits there (see bucket.Space).
 func newEntry(l bucket.Limit, now time.Time, c uint32) (*entry, error) {
-	b, err := bucket.New(l, now)
+	x := new(entryBucket)
+	b, err := bucket.NewIn(&x.sp, l, now)
 	if err != nil {
 		return nil, err
 	}
-	return &entry{b: b, meta: c << flagBits}, nil
+	x.e = entry{b: b, meta: c << flagBits}
+	return &x.e, nil
 }
 
-// entryKey16 and entryKey48 are an entry and the bytes of its key, allocated
-// together (64 and 96 bytes, two of Go's allocation size classes): one
-// allocation instead of two, and a lookup that compares the stored key
-// reads the entry's memory, which it reads next anyway, instead of a cache
-// line of its own. Most keys fit in one of them.
-type entryKey16 struct {
+// entryBucket, entryKey16, entryKey48 and entryKeyLong are an entry, room
+// for its bucket and (the last three) the store's copy of its key,
+// allocated together (128, 144, 176 and 160 bytes, four of Go's allocation
+// size classes): one allocation instead of three, and a lookup that compares
+// the stored key reads the entry's memory, which it reads next anyway, and
+// then the bucket's, instead of cache lines of their own. The key comes
+// right after the entry, so that the key and the entry (read together by
+// every lookup) are adjacent; the bucket follows. The three keyed forms
+// start alike, as keyedHead does: the entry, flagged flagKeyed, then the
+// key's length n, or longKey when the key is stored as a string of its own;
+// so a list can hold an entry alone and get its key back (entry.key).
+// (keyedHead is not embedded: its padding would push the forms into larger
+// size classes.)
+type entryBucket struct {
+	e  entry
+	sp bucket.Space
+}
+
+type keyedHead struct {
 	e entry
-	k [16]byte
+	n uint8
+}
+
+type entryKey16 struct {
+	e  entry
+	n  uint8
+	k  [15]byte
+	sp bucket.Space
 }
 
 type entryKey48 struct {
-	e entry
-	k [48]byte
+	e  entry
+	n  uint8
+	k  [47]byte
+	sp bucket.Space
 }
 
+type entryKeyLong struct {
+	e  entry
+	n  uint8
+	k  string
+	sp bucket.Space
+}
+
+// longKey is keyedHead.n of an entryKeyLong.
+const longKey = 255
+
 // newKeyedEntry is newEntry for key, which it also copies: it returns the
-// entry and the copy, to be inserted with insertOwnLocked. A short key's
-// copy shares the entry's allocation (entryKey16, entryKey48); the copy is
-// never modified, and the entry stays allocated while either is in use.
+// entry and the copy, to be inserted with insertOwnLocked. The copy is never
+// modified, and the entry stays allocated while either is in use.
 func newKeyedEntry(key string, l bucket.Limit, now time.Time, c uint32) (*entry, string, error) {
-	b, err := bucket.New(l, now)
+	e, sp, own := allocKeyed(key)
+	b, err := bucket.NewIn(sp, l, now)
 	if err != nil {
 		return nil, "", err
 	}
-	var e *entry
-	var k []byte
+	e.b = b
+	e.meta |= c << flagBits
+	return e, own, nil
+}
+
+// newKeyedEntryFor is newKeyedEntry for a bucket the caller has already
+// (a state handed off or restored), which the entry takes.
+func newKeyedEntryFor(key string, b bucket.Bucket, c uint32) (*entry, string) {
+	e, _, own := allocKeyed(key)
+	e.b = b
+	e.meta |= c << flagBits
+	return e, own
+}
+
+// allocKeyed allocates a keyed entry (flagKeyed, no bucket yet) and a copy
+// of key in one of the forms above, and returns the entry, its room for a
+// bucket and the copy.
+func allocKeyed(key string) (*entry, *bucket.Space, string) {
 	switch {
 	case len(key) <= len(entryKey16{}.k):
-		x := new(entryKey16)
-		e, k = &x.e, x.k[:len(key)]
+		x := &entryKey16{e: entry{meta: flagKeyed}, n: uint8(len(key))}
+		copy(x.k[:], key)
+		return &x.e, &x.sp, unsafe.String(&x.k[0], len(key))
 	case len(key) <= len(entryKey48{}.k):
-		x := new(entryKey48)
-		e, k = &x.e, x.k[:len(key)]
-	default:
-		e = &entry{b: b, meta: c << flagBits}
-		return e, strings.Clone(key), nil
+		x := &entryKey48{e: entry{meta: flagKeyed}, n: uint8(len(key))}
+		copy(x.k[:], key)
+		return &x.e, &x.sp, unsafe.String(&x.k[0], len(key))
 	}
-	*e = entry{b: b, meta: c << flagBits}
-	copy(k, key)
-	return e, unsafe.String(unsafe.SliceData(k), len(k)), nil
+	x := &entryKeyLong{e: entry{meta: flagKeyed}, n: longKey, k: strings.Clone(key)}
+	return &x.e, &x.sp, x.k
+}
+
+// key returns the store's copy of the key of e, and false if e does not
+// hold its key (it was not made by newKeyedEntry or newKeyedEntryFor;
+// every entry of a shard's owned map is).
+func (e *entry) key() (string, bool) {
+	if !e.has(flagKeyed) {
+		return "", false
+	}
+	// e is the first field of the form that n names, and every form has n
+	// where keyedHead has it: the conversions read e's own allocation only.
+	p := unsafe.Pointer(e)
+	switch n := (*keyedHead)(p).n; {
+	case int(n) <= len(entryKey16{}.k):
+		return unsafe.String(&(*entryKey16)(p).k[0], n), true
+	case int(n) <= len(entryKey48{}.k):
+		return unsafe.String(&(*entryKey48)(p).k[0], n), true
+	}
+	return (*entryKeyLong)(p).k, true
 }
 
 // configure makes e's bucket run under l: a live bucket is reconfigured

@@ -1,0 +1,30 @@
+package bucket
+
+import "time"
+
+// Space is room for one bucket inside a value of the caller's, so that a
+// store that allocates one value per key allocates the key's bucket with it:
+// one allocation instead of two, and the bucket on the cache lines that the
+// store reads before it anyway. It holds the state of the algorithms that
+// fit in it (TokenBucket); NewIn allocates the others as New does. Its zero
+// value is ready to use. A Space is not safe for concurrent use, and must
+// not be copied while a bucket built in it is in use.
+type Space struct {
+	tb tokenBucket
+}
+
+// NewIn is New that builds the bucket in sp when its algorithm's state fits
+// there, and allocates it otherwise: the result is the same bucket New
+// returns, with the same behaviour (Merge, DecodeInto and Clone treat it as
+// any other bucket of its algorithm). A bucket built in sp lives there: sp
+// must not be passed to NewIn again while that bucket is in use.
+func NewIn(sp *Space, l Limit, now time.Time) (Bucket, error) {
+	if l.Algorithm != TokenBucket {
+		return New(l, now)
+	}
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	sp.tb = tokenBucket{l: l, whole: l.Capacity(), last: nanos(now)}
+	return &sp.tb, nil
+}
