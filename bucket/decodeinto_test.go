@@ -18,34 +18,43 @@ func FuzzDecodeInto(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, a := range []Algorithm{TokenBucket, GCRA} {
-			dst, err := New(ctLimit(a), fzT0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			before, _ := dst.AppendBinary(nil)
-			want, werr := Decode(b)
-			got, gerr := DecodeInto(dst, b)
-			if (werr == nil) != (gerr == nil) {
-				t.Fatalf("DecodeInto(%v, %x) error %v, Decode error %v", a, b, gerr, werr)
-			}
-			if gerr != nil {
-				if got != nil || !errors.Is(gerr, ErrCorrupt) {
-					t.Fatalf("DecodeInto(%v, %x) = %v, %v; want nil and an error wrapping ErrCorrupt", a, b, got, gerr)
-				}
-				if after, _ := dst.AppendBinary(nil); !bytes.Equal(after, before) {
-					t.Fatalf("DecodeInto(%v, %x) failed but changed dst", a, b)
-				}
-				continue
-			}
-			genc, _ := got.AppendBinary(nil)
-			wenc, _ := want.AppendBinary(nil)
-			if !bytes.Equal(genc, wenc) {
-				t.Fatalf("DecodeInto(%v, %x) decoded %x, Decode %x", a, b, genc, wenc)
-			}
-			reused := got == dst
-			if wantReuse := a == TokenBucket && want.Config().Algorithm == TokenBucket; reused != wantReuse {
-				t.Fatalf("DecodeInto(%v, %x): reused dst %v, want %v", a, b, reused, wantReuse)
-			}
+			checkDecodeInto(t, ctLimit(a), b)
 		}
 	})
+}
+
+// checkDecodeInto checks DecodeInto(dst, b) against Decode(b) for dst a
+// fresh bucket of l: the same state or both an error wrapping ErrCorrupt,
+// dst reused only when both it and the state are token buckets, and left
+// unchanged on error.
+func checkDecodeInto(t *testing.T, l Limit, b []byte) {
+	t.Helper()
+	dst, err := New(l, fzT0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := dst.AppendBinary(nil)
+	want, werr := Decode(b)
+	got, gerr := DecodeInto(dst, b)
+	if (werr == nil) != (gerr == nil) {
+		t.Fatalf("DecodeInto(%v, %x) error %v, Decode error %v", l.Algorithm, b, gerr, werr)
+	}
+	if gerr != nil {
+		if got != nil || !errors.Is(gerr, ErrCorrupt) {
+			t.Fatalf("DecodeInto(%v, %x) = %v, %v; want nil and an error wrapping ErrCorrupt", l.Algorithm, b, got, gerr)
+		}
+		if after, _ := dst.AppendBinary(nil); !bytes.Equal(after, before) {
+			t.Fatalf("DecodeInto(%v, %x) failed but changed dst", l.Algorithm, b)
+		}
+		return
+	}
+	genc, _ := got.AppendBinary(nil)
+	wenc, _ := want.AppendBinary(nil)
+	if !bytes.Equal(genc, wenc) {
+		t.Fatalf("DecodeInto(%v, %x) decoded %x, Decode %x", l.Algorithm, b, genc, wenc)
+	}
+	reused := got == dst
+	if wantReuse := l.Algorithm == TokenBucket && want.Config().Algorithm == TokenBucket; reused != wantReuse {
+		t.Fatalf("DecodeInto(%v, %x): reused dst %v, want %v", l.Algorithm, b, reused, wantReuse)
+	}
 }

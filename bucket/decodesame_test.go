@@ -2,45 +2,10 @@ package bucket
 
 import (
 	"bytes"
-	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
 )
-
-// checkDecodeInto checks DecodeInto(dst, b) against Decode(b) for a token
-// bucket dst: the same state or both an error wrapping ErrCorrupt, dst
-// reused on success and unchanged on error.
-func checkDecodeInto(t *testing.T, l Limit, b []byte) {
-	t.Helper()
-	dst, err := New(l, fzT0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, _ := dst.AppendBinary(nil)
-	want, werr := Decode(b)
-	got, gerr := DecodeInto(dst, b)
-	if (werr == nil) != (gerr == nil) {
-		t.Fatalf("DecodeInto(%x) error %v, Decode error %v", b, gerr, werr)
-	}
-	if gerr != nil {
-		if got != nil || !errors.Is(gerr, ErrCorrupt) {
-			t.Fatalf("DecodeInto(%x) = %v, %v; want nil and an error wrapping ErrCorrupt", b, got, gerr)
-		}
-		if after, _ := dst.AppendBinary(nil); !bytes.Equal(after, before) {
-			t.Fatalf("DecodeInto(%x) failed but changed dst", b)
-		}
-		return
-	}
-	genc, _ := got.AppendBinary(nil)
-	wenc, _ := want.AppendBinary(nil)
-	if !bytes.Equal(genc, wenc) {
-		t.Fatalf("DecodeInto(%x) decoded %x, Decode %x", b, genc, wenc)
-	}
-	if tb := want.Config().Algorithm == TokenBucket; tb != (got == dst) {
-		t.Fatalf("DecodeInto(%x): reused dst %v, want %v", b, got == dst, tb)
-	}
-}
 
 // TestDecodeIntoSameLimit checks DecodeInto's fast path (a token state
 // under the limit dst holds) against Decode on states under dst's own

@@ -209,24 +209,11 @@ func sameLimitAt(b []byte, l *Limit) (int, bool) {
 	// Every field of a valid limit is non-negative, so equal to one as a
 	// uint64 is within int63 range, as reader.int63 requires.
 	i := 3
-	var v uint64
-	if v, i = uvarintAt(b, i); v != uint64(l.Limit) || i < 0 {
-		return 0, false
-	}
-	if v, i = uvarintAt(b, i); v != uint64(l.Period) || i < 0 {
-		return 0, false
-	}
-	if v, i = uvarintAt(b, i); v != uint64(l.Burst) || i < 0 {
-		return 0, false
-	}
-	if v, i = uvarintAt(b, i); v != uint64(l.MaxWait) || i < 0 {
-		return 0, false
-	}
-	if v, i = uvarintAt(b, i); v != uint64(l.MinGap) || i < 0 {
-		return 0, false
-	}
-	if v, i = uvarintAt(b, i); v != uint64(l.WarmUp) || i < 0 {
-		return 0, false
+	for _, want := range [...]int64{l.Limit, int64(l.Period), l.Burst, int64(l.MaxWait), int64(l.MinGap), int64(l.WarmUp)} {
+		var v uint64
+		if v, i = uvarintAt(b, i); v != uint64(want) || i < 0 {
+			return 0, false
+		}
 	}
 	return i, true
 }
