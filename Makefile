@@ -6,7 +6,7 @@ PKGS      := ./...
 N         ?= 3
 BENCHTIME ?= 1s
 
-.PHONY: all build test lint bench bench-cluster proto fuzz soak run cluster sim e2e
+.PHONY: all build test race lint bench bench-cluster proto fuzz soak run cluster sim e2e
 
 all: lint test
 
@@ -17,6 +17,10 @@ build:
 ## test: every unit, property and in-process multi-node test.
 test:
 	$(GO) test -count=1 -timeout 9m $(PKGS)
+
+## race: the same tests under the race detector (CI runs it; a few minutes).
+race:
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 ## lint: gofmt and go vet (the e2e-tagged tests too).
 lint:

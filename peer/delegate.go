@@ -31,6 +31,12 @@ type delegate struct {
 	byName map[string]Member
 	// leaving marks the live members whose metadata says they are leaving.
 	leaving map[string]bool
+	// gossip holds the gossip address of every live member, usable
+	// metadata or not. memberlist rewrites a member's address in place, so
+	// it may be read only from the event callbacks, under memberlist's own
+	// lock: the *memberlist.Node of Memberlist.Members must not be read
+	// afterwards (hashicorp/memberlist#306).
+	gossip map[string]string
 	// failed and left hold the members that departed, by name: failed (no
 	// leave announced: a crash, or out of reach) or left gracefully. An
 	// entry goes when the member is live again or when prune forgets it.
@@ -52,7 +58,7 @@ var (
 func newDelegate(l *slog.Logger, meta []byte) *delegate {
 	return &delegate{
 		log: l, now: time.Now, changed: make(chan struct{}, 1), meta: meta, byName: make(map[string]Member),
-		leaving: map[string]bool{}, failed: map[string]departed{}, left: map[string]departed{},
+		leaving: map[string]bool{}, gossip: map[string]string{}, failed: map[string]departed{}, left: map[string]departed{},
 	}
 }
 
@@ -88,6 +94,13 @@ func (d *delegate) snapshot() ([]Member, []string) {
 	d.mu.Unlock()
 	sortMembers(ms)
 	return ms, failed
+}
+
+// liveGossipAddrs returns the gossip addresses of the live members.
+func (d *delegate) liveGossipAddrs() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Collect(maps.Values(d.gossip))
 }
 
 // departures returns copies of the failed and left members.
@@ -133,6 +146,7 @@ func (d *delegate) upsert(n *memberlist.Node) {
 	d.mu.Lock()
 	delete(d.failed, n.Name)
 	delete(d.left, n.Name)
+	d.gossip[n.Name] = n.Address()
 	if err != nil {
 		delete(d.byName, n.Name)
 		delete(d.leaving, n.Name)
@@ -190,6 +204,7 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	}
 	delete(d.byName, n.Name)
 	delete(d.leaving, n.Name)
+	delete(d.gossip, n.Name)
 	d.mu.Unlock()
 	d.signal()
 }

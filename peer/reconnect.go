@@ -124,10 +124,7 @@ func (c *Cluster) reconnect(ctx context.Context, ml *memberlist.Memberlist, seed
 		if !c.ready.Load() || c.gone.Load() {
 			continue
 		}
-		var live []string
-		for _, n := range ml.Members() {
-			live = append(live, n.Address())
-		}
+		live := c.d.liveGossipAddrs() // not ml.Members(): see delegate.gossip
 		failed, left := c.d.departures()
 		targets := reconnectTargets(now, timeout, resolveSeeds(ctx, seeds, port), live, failed, left)
 		if len(targets) == 0 {
