@@ -293,41 +293,15 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 		n.metrics.Malformed.Add(1)
 	}
 	c := coarse(now)
-	// The items were listed shard by shard (flushToLocked): each run of up
-	// to lookupRun items of one shard is installed under one lock, their
-	// entries looked up first, so that those lookups, mostly cache misses,
-	// overlap (as in installPushLocked).
-	var (
-		es   [lookupRun]*entry
-		next *shard // the shard of items[i], when known
-	)
-	for i := 0; i < len(items); {
-		s := next
-		if s == nil {
-			s = n.st.shardOf(items[i].Key)
-		}
-		next = nil
-		s.mu.Lock()
-		j := i
-		for ; j < len(items) && j-i < len(es); j++ {
-			if j > i {
-				if is := n.st.shardOf(items[j].Key); is != s {
-					next = is
-					break
-				}
-			}
-			es[j-i] = s.m[items[j].Key]
-		}
-		for k := i; k < j; k++ {
+	// The items were listed shard by shard (flushToLocked).
+	n.st.lookupRuns(len(items), func(k int) (string, bool) { return items[k].Key, true },
+		func(s *shard, k int, e *entry) {
 			var ks *peerv1.KeyState
 			if k < len(ack.Items) && ack.Items[k].GetKey() == items[k].Key {
 				ks = ack.Items[k]
 			}
-			n.installAckLocked(now, c, v, p, s, es[k-i], items[k], ks, f.first)
-		}
-		s.mu.Unlock()
-		i = j
-	}
+			n.installAckLocked(now, c, v, p, s, e, items[k], ks, f.first)
+		})
 	if p.urgent.Load() || p.dirty.Load() >= int64(n.cfg.MaxBatch) {
 		n.flushOneLocked(now, v, p)
 	}
@@ -474,69 +448,31 @@ func (n *Node) onPush(now time.Time, v *view, p *peer, push *peerv1.Push) {
 	}
 	c := coarse(now)
 	// The owner lists the items shard by shard (tickPushesLocked), under the
-	// same shard function: each run of one shard's items is installed under
-	// one lock, in groups of up to lookupRun.
-	var (
-		s   *shard
-		run [lookupRun]*peerv1.KeyState
-		k   int
-	)
-	for i := 0; ; i++ {
-		var ks *peerv1.KeyState
-		var is *shard
-		if i < len(push.Items) {
-			if ks = push.Items[i]; ks == nil || v.owner(ks.Key) != p.name {
-				continue
-			}
-			is = n.st.shardOf(ks.Key)
+	// same shard function.
+	items := push.Items
+	n.st.lookupRuns(len(items), func(k int) (string, bool) {
+		ks := items[k]
+		if ks == nil || v.owner(ks.Key) != p.name {
+			return "", false
 		}
-		if k > 0 && (is != s || k == len(run)) {
-			n.installPushLocked(now, c, s, run[:k], inflight)
-			k = 0
-		}
-		if is == nil {
-			break // past the last item
-		}
-		if is != s {
-			if s != nil {
-				s.mu.Unlock()
-			}
-			s = is
-			s.mu.Lock()
-		}
-		run[k] = ks
-		k++
-	}
-	if s != nil {
-		s.mu.Unlock()
-	}
+		return ks.Key, true
+	}, func(_ *shard, k int, e *entry) {
+		n.installPushLocked(now, c, e, items[k], inflight)
+	})
 }
 
-// lookupRun is the most keys of one shard that an answer or a push looks
-// up at once.
-const lookupRun = 16
-
-// installPushLocked installs the pushed states run, all of keys of s,
-// locked (see onPush). It looks all their entries up first: the lookups
-// of a run, mostly cache misses, then overlap instead of waiting for each
-// other behind the decoding and installing of each state.
-func (n *Node) installPushLocked(now time.Time, c uint32, s *shard, run []*peerv1.KeyState, inflight bool) {
-	var es [lookupRun]*entry
-	for i, ks := range run {
-		es[i] = s.m[ks.Key]
+// installPushLocked installs the pushed state ks of a key whose entry is e
+// (nil if none); the key's shard is locked.
+func (n *Node) installPushLocked(now time.Time, c uint32, e *entry, ks *peerv1.KeyState, inflight bool) {
+	if e == nil || e.has(flagOwned) {
+		n.decodeShared(ks) // counted if malformed, else unused
+		return
 	}
-	for i, ks := range run {
-		e := es[i]
-		if e == nil || e.has(flagOwned) {
-			n.decodeShared(ks) // counted if malformed, else unused
-			continue
+	if b, ok := n.decodeSharedFor(e, ks, false); ok {
+		since := e.n1
+		if inflight {
+			since += e.n2
 		}
-		if b, ok := n.decodeSharedFor(e, ks, false); ok {
-			since := e.n1
-			if inflight {
-				since += e.n2
-			}
-			n.installLocked(e, b, ks.Share, since, now, c, false)
-		}
+		n.installLocked(e, b, ks.Share, since, now, c, false)
 	}
 }

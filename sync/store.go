@@ -557,3 +557,57 @@ func hotLess(a, b HotKey) bool {
 	}
 	return a.Key > b.Key
 }
+
+// lookupRun is the most keys of one shard that lookupRuns looks up at once.
+const lookupRun = 16
+
+// lookupRuns cuts the items 0..n-1 of a message into runs of up to
+// lookupRun consecutive items of one shard (key(i) gives item i's key, or
+// false to skip the item), looks up the entries of a run's keys, and then
+// calls apply(s, i, e) for each item i of the run, in order, with s its
+// shard, locked, and e its entry (nil if none). Looking a run's entries up
+// before applying any lets those lookups, mostly cache misses, overlap
+// instead of each waiting behind the work on the item before. It pays when
+// the sender lists its items shard by shard (flush answers, pushes); apply
+// must not add or remove entries of the shard.
+func (st *store) lookupRuns(n int, key func(int) (string, bool), apply func(s *shard, i int, e *entry)) {
+	var (
+		s    *shard
+		idx  [lookupRun]int
+		keys [lookupRun]string
+		es   [lookupRun]*entry
+		k    int
+	)
+	for i := 0; i <= n; i++ {
+		var is *shard
+		var ki string
+		if i < n {
+			var ok bool
+			if ki, ok = key(i); !ok {
+				continue
+			}
+			is = st.shardOf(ki)
+		}
+		if k > 0 && (is != s || k == lookupRun) {
+			for r := range k {
+				es[r] = s.m[keys[r]]
+			}
+			for r := range k {
+				apply(s, idx[r], es[r])
+			}
+			k = 0
+		}
+		if is != s {
+			if s != nil {
+				s.mu.Unlock()
+			}
+			if s = is; s != nil {
+				s.mu.Lock()
+			}
+		}
+		if is != nil {
+			idx[k], keys[k] = i, ki
+			k++
+		}
+	}
+}
