@@ -224,14 +224,18 @@ ring: version 7, 3 members, 1021 partitions (average 340.3, at most 426 per memb
 	}
 }
 
-// startNode starts a one-node cluster on loopback and waits until it can
-// decide; the test stops it.
-func startNode(t *testing.T) *ringlimit.Node {
+// startNode starts a one-node cluster on loopback, its configuration
+// changed by configure if given, and waits until it can decide; the test
+// stops it.
+func startNode(t *testing.T, configure ...func(*ringlimit.Config)) *ringlimit.Node {
 	t.Helper()
 	cfg := ringlimit.DefaultConfig()
 	cfg.Name = "n1"
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.GossipProfile = ringlimit.GossipLocal
+	for _, c := range configure {
+		c(&cfg)
+	}
 	n, err := ringlimit.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

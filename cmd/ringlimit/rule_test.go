@@ -2,12 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ringlimit/ringlimit"
 )
@@ -18,24 +16,7 @@ func TestCheckByRuleAgainstANode(t *testing.T) {
 		"    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := ringlimit.DefaultConfig()
-	cfg.Name = "n1"
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.GossipProfile = ringlimit.GossipLocal
-	cfg.RulesPath = rules
-	n, err := ringlimit.Start(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = n.Shutdown(ctx)
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for len(n.Members()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	n := startNode(t, func(c *ringlimit.Config) { c.RulesPath = rules })
 	args := func(rule string) []string {
 		return []string{"check", "--addr", n.GRPCAddr(), "--rule", rule, "--key", "203.0.113.7"}
 	}
