@@ -108,7 +108,7 @@ func (n *Node) awaitingOwner(now time.Time, v *view, key string) (string, bool) 
 	// left), the check waits for the hand-off (parkLocked).
 	s := n.st.shardOf(key)
 	s.mu.Lock()
-	_, held := s.m[key]
+	held := n.st.getLocked(s, key) != nil
 	s.mu.Unlock()
 	if held {
 		return "", false
@@ -127,7 +127,7 @@ type parkedCheck struct {
 func (n *Node) heldLocally(key string) bool {
 	s := n.st.shardOf(key)
 	s.mu.Lock()
-	_, held := s.m[key]
+	held := n.st.getLocked(s, key) != nil
 	s.mu.Unlock()
 	return held
 }

@@ -324,7 +324,7 @@ func (n *Node) remarkLocked(items []*peerv1.KeyState) {
 		key := ks.Key
 		s := n.st.shardOf(key)
 		s.mu.Lock()
-		if e := s.m[key]; e != nil {
+		if e := n.st.getLocked(s, key); e != nil {
 			markBackupLocked(s, e)
 		}
 		s.mu.Unlock()
@@ -588,14 +588,14 @@ func (n *Node) rebackupLocked(old, nv *view) {
 		s := &n.st.shards[i]
 		s.mu.Lock()
 		keys = keys[:0]
-		for key, e := range s.m {
+		for key, e := range s.m.all() {
 			if e.has(flagOwned) && mark[nv.ring.PartitionOf(key)] {
 				keys = append(keys, key)
 			}
 		}
 		slices.Sort(keys)
 		for _, key := range keys {
-			markBackupLocked(s, s.m[key])
+			markBackupLocked(s, n.st.getLocked(s, key))
 		}
 		s.mu.Unlock()
 	}

@@ -11,13 +11,13 @@ import (
 // cachedLocked returns the cached entry of key, creating a fresh view (a new
 // bucket, never synced) if there is none.
 func (n *Node) cachedLocked(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (e *entry, fresh bool, err error) {
-	e = s.m[key]
+	h := n.st.hash(key)
+	e = s.m.get(h, key)
 	if e == nil {
-		var own string
-		if e, own, err = newKeyedEntry(key, l, now, c); err != nil {
+		if e, _, err = newKeyedEntry(key, l, now, c); err != nil {
 			return nil, false, err
 		}
-		n.st.insertOwnLocked(s, s.m, own, e, c)
+		n.st.insertEntryLocked(s, h, e, c)
 		return e, true, nil
 	}
 	return e, false, configure(e, l, now)
@@ -220,7 +220,7 @@ func (n *Node) flushToLocked(now time.Time, v *view, t *flushTargets) {
 		s.mu.Lock()
 		k := 0
 		for j, key := range s.dirty {
-			e, p, ok := s.resolveLocked(j, v)
+			e, p, ok := n.st.resolveLocked(s, j, v)
 			if !ok {
 				continue
 			}

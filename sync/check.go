@@ -324,15 +324,15 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) 
 // turning a cached view into the authoritative state (this node became the
 // owner and no hand-off has arrived: the view is the best state it has).
 func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (*entry, error) {
-	e := s.m[key]
+	h := n.st.hash(key)
+	e := s.m.get(h, key)
 	if e == nil {
 		var err error
-		var own string
-		if e, own, err = newKeyedEntry(key, l, now, c); err != nil {
+		if e, _, err = newKeyedEntry(key, l, now, c); err != nil {
 			return nil, err
 		}
 		e.makeOwned()
-		n.st.insertOwnLocked(s, s.m, own, e, c)
+		n.st.insertEntryLocked(s, h, e, c)
 		return e, nil
 	}
 	if !e.has(flagOwned) {

@@ -69,7 +69,7 @@ func (n *Node) dropFlightLocked(f *flight) {
 	for _, it := range f.msg.Items {
 		s := n.st.shardOf(it.Key)
 		s.mu.Lock()
-		if e := s.m[it.Key]; e != nil && !e.has(flagOwned) {
+		if e := n.st.getLocked(s, it.Key); e != nil && !e.has(flagOwned) {
 			e.n2 = max(0, e.n2-it.Hits)
 		}
 		if l := s.leases[it.Key]; l != nil && it.LeaseWant > 0 {
@@ -91,7 +91,7 @@ func (n *Node) dropDirtyLocked(v *view, p *peer, excess int64) {
 		s.mu.Lock()
 		k := 0
 		for j, key := range s.dirty {
-			e := s.m[key]
+			e := n.st.getLocked(s, key)
 			if excess <= 0 || e == nil || e.has(flagOwned) || !e.has(flagDirty) || v.peers[v.owner(key)] != p {
 				s.dirty[k], s.routes[k] = key, s.routes[j]
 				k++

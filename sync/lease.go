@@ -229,7 +229,7 @@ func (n *Node) sweepLeasesLocked(s *shard, now time.Time) {
 	var back []string
 	for key, l := range s.leases {
 		l.expire(t)
-		e := s.m[key]
+		e := n.st.getLocked(s, key)
 		switch {
 		case e == nil || e.has(flagOwned):
 			delete(s.leases, key)
@@ -247,7 +247,7 @@ func (n *Node) sweepLeasesLocked(s *shard, now time.Time) {
 func (n *Node) markReturnsLocked(s *shard, v *view, keys []string) {
 	slices.Sort(keys)
 	for _, key := range keys {
-		if p, e := v.peers[v.owner(key)], s.m[key]; p != nil && e != nil {
+		if p, e := v.peers[v.owner(key)], n.st.getLocked(s, key); p != nil && e != nil {
 			n.markRoutedLocked(s, key, e, p, v)
 		}
 	}

@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"maps"
 	"slices"
 	"time"
 
@@ -82,7 +81,7 @@ func (n *Node) HandedOff() bool {
 		s.mu.Lock()
 		busy := false
 		for _, key := range s.dirty {
-			if e := s.m[key]; e != nil && e.has(flagDirty) && v.peers[v.owner(key)] != nil {
+			if e := n.st.getLocked(s, key); e != nil && e.has(flagDirty) && v.peers[v.owner(key)] != nil {
 				busy = true
 				break
 			}
@@ -173,8 +172,8 @@ func (n *Node) moveKeysLocked(now time.Time, old, nv *view) {
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
 		s.mu.Lock()
-		for _, key := range slices.Sorted(maps.Keys(s.m)) {
-			e := s.m[key]
+		for _, key := range s.sortedKeysLocked() {
+			e := n.st.getLocked(s, key)
 			owner := nv.owner(key)
 			if e.has(flagOwned) {
 				if owner == n.cfg.Self {
@@ -238,7 +237,7 @@ func (n *Node) requeueLocked(v *view, it *peerv1.FlushItem) {
 	s := n.st.shardOf(it.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.m[it.Key]
+	e := n.st.getLocked(s, it.Key)
 	if e == nil || e.has(flagOwned) {
 		return
 	}
@@ -300,12 +299,12 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 	c := coarse(now)
 	mine := v.owner(key) == n.cfg.Self
 	s := n.st.shardOf(key)
+	h := n.st.hash(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.m[key]
+	e := s.m.get(h, key)
 	if e == nil {
-		var own string
-		e, own = newKeyedEntryFor(key, b, c)
+		e, _ = newKeyedEntryFor(key, b, c)
 		if mine {
 			e.makeOwned()
 			e.dem = demand
@@ -313,7 +312,7 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 		} else {
 			e.makeCached(true)
 		}
-		n.st.insertOwnLocked(s, s.m, own, e, c)
+		n.st.insertEntryLocked(s, h, e, c)
 		return
 	}
 	if mine && !e.has(flagOwned) {

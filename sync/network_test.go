@@ -311,7 +311,7 @@ func remainingOn(n *Node, now time.Time, key string) int64 {
 	s := n.st.shardOf(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.m[key]
+	e := n.st.getLocked(s, key)
 	if e == nil {
 		return -1
 	}
@@ -323,6 +323,6 @@ func isOwned(n *Node, key string) bool {
 	s := n.st.shardOf(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.m[key]
+	e := n.st.getLocked(s, key)
 	return e != nil && e.has(flagOwned)
 }

@@ -288,14 +288,14 @@ func (n *Node) peerRestarted(v *view, p *peer) {
 		s := &n.st.shards[i]
 		s.mu.Lock()
 		var keys []string
-		for key, e := range s.m {
+		for key, e := range s.m.all() {
 			if !e.has(flagOwned) && e.has(flagSynced) && v.owner(key) == p.name {
 				keys = append(keys, key)
 			}
 		}
 		slices.Sort(keys)
 		for _, key := range keys {
-			e := s.m[key]
+			e := n.st.getLocked(s, key)
 			e.set(flagMoved)
 			n.markDirtyLocked(s, key, e, p)
 		}

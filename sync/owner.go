@@ -212,7 +212,7 @@ func (n *Node) tickPushesLocked(now time.Time, v *view, force bool) {
 		}
 		s.mu.Lock()
 		for j, key := range s.changed {
-			e := s.changedLocked(j)
+			e := n.st.changedLocked(s, j)
 			if e == nil {
 				continue
 			}

@@ -52,7 +52,7 @@ func (n *Node) decideShare(now time.Time, c uint32, v *view, r *Request, resp *R
 	l := shareLimit(r.Limit, v.size())
 	s := n.st.shardOf(r.Key)
 	s.mu.Lock()
-	if s.share[r.Key] == nil && s.m[r.Key] == nil {
+	if s.share[r.Key] == nil && n.st.getLocked(s, r.Key) == nil {
 		// A new share with no view to start from: a held backup may be one.
 		// It is read without the shard's lock (see durability.mu).
 		s.mu.Unlock()
@@ -78,7 +78,7 @@ func (n *Node) decideShareLocked(now time.Time, c uint32, v *view, s *shard, r *
 			return
 		}
 		from := held
-		if base := s.m[r.Key]; base != nil {
+		if base := n.st.getLocked(s, r.Key); base != nil {
 			from = base.b.Clone()
 		}
 		if from != nil && from.Config().Algorithm == l.Algorithm && from.Reconfigure(now, l) == nil {
@@ -94,7 +94,7 @@ func (n *Node) decideShareLocked(now time.Time, c uint32, v *view, s *shard, r *
 	if resp.Err != nil || !resp.Allowed || r.Hits == 0 || resp.Mode != ModeCached {
 		return
 	}
-	if base := s.m[r.Key]; base != nil && !base.has(flagOwned) {
+	if base := n.st.getLocked(s, r.Key); base != nil && !base.has(flagOwned) {
 		base.n1 += r.Hits
 		if p := v.peers[v.owner(r.Key)]; p != nil {
 			n.markDirtyLocked(s, r.Key, base, p)

@@ -102,7 +102,7 @@ func TestFlushRoutes(t *testing.T) {
 		e := list(t, a, v, s, key, 3)
 		s.mu.Lock()
 		e.makeOwned()
-		a.st.remove(s.m, key, e)
+		a.st.removeLocked(s, key, e)
 		s.mu.Unlock()
 		list(t, a, v, s, key, 5)
 		if got := listed(s); got != 2 {

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"cmp"
+	"hash/maphash"
 	"slices"
 	"strings"
 	stdsync "sync"
@@ -138,7 +139,7 @@ type shard struct {
 	// The fields below are guarded by mu.
 
 	// m holds the owned and cached entries.
-	m map[string]*entry
+	m table
 	// local holds the buckets of ModeLocal checks, and share those of the
 	// local-share partition policy: separate from m because the same key may
 	// be checked in several ways. Their entries use b and meta only.
@@ -179,11 +180,11 @@ type route struct {
 // flushed to under v, or ok false when it is to be dropped from the list
 // (its entry is gone, owned or no longer dirty, or it has no owner to go
 // to; its flagDirty is then cleared).
-func (s *shard) resolveLocked(j int, v *view) (e *entry, p *peer, ok bool) {
+func (st *store) resolveLocked(s *shard, j int, v *view) (e *entry, p *peer, ok bool) {
 	r := s.routes[j]
 	e = r.e
 	if e == nil || !e.has(flagDirty) || e.has(flagOwned) {
-		e = s.m[s.dirty[j]]
+		e = st.getLocked(s, s.dirty[j])
 	}
 	if e == nil || e.has(flagOwned) || !e.has(flagDirty) {
 		if e != nil {
@@ -219,6 +220,8 @@ type store struct {
 	// the parked probes can tell that none of their keys came (see
 	// Node.parkedDueLocked).
 	inserts atomic.Uint64
+	// seed seeds the store hash (hash): one per store.
+	seed maphash.Seed
 }
 
 // listDirtyLocked appends key, routed by r, to s's dirty list.
@@ -252,10 +255,10 @@ func (st *store) listChangedLocked(s *shard, key string, e *entry) {
 
 // changedLocked returns the entry of s.changed[j] if it is still an owned,
 // changed entry of s.m, or nil.
-func (s *shard) changedLocked(j int) *entry {
+func (st *store) changedLocked(s *shard, j int) *entry {
 	e := s.changedE[j]
 	if !e.has(flagOwned) || !e.has(flagChanged) {
-		e = s.m[s.changed[j]]
+		e = st.getLocked(s, s.changed[j])
 	}
 	if e == nil || !e.has(flagOwned) || !e.has(flagChanged) {
 		return nil
@@ -271,22 +274,33 @@ func (st *store) clearChangedLocked(s *shard) {
 	st.changedShards.And(^s.bit)
 }
 
-// remove deletes key, whose entry is e, from m, and clears e's flags: a
-// list that still holds e (see route and shard.changedE) then looks the key
-// up again.
-func (st *store) remove(m map[string]*entry, key string, e *entry) {
+// removeLocked deletes key, whose entry is e, from s.m (see forget).
+func (st *store) removeLocked(s *shard, key string, e *entry) {
+	s.m.del(st.hash(key), e)
+	st.forget(e)
+}
+
+// removeFrom deletes key, whose entry is e, from m, s.local or s.share of
+// its shard (see forget).
+func (st *store) removeFrom(m map[string]*entry, key string, e *entry) {
 	delete(m, key)
+	st.forget(e)
+}
+
+// forget clears the flags of e, removed from the store, so that a list that
+// still holds e (see route and shard.changedE) looks the key up again, and
+// counts the removal.
+func (st *store) forget(e *entry) {
 	e.meta &^= flagRole
 	st.metrics.Evicted.Add(1)
 	st.metrics.Keys.Add(-1)
 }
 
 func newStore(maxKeys int, m *Metrics) *store {
-	st := &store{maxKeys: int64(maxKeys), metrics: m}
+	st := &store{maxKeys: int64(maxKeys), metrics: m, seed: maphash.MakeSeed()}
 	for i := range st.shards {
 		s := &st.shards[i]
 		s.bit = 1 << i
-		s.m = make(map[string]*entry)
 		s.local = make(map[string]*entry)
 		s.share = make(map[string]*entry)
 		s.leases = make(map[string]*lease)
@@ -294,13 +308,29 @@ func newStore(maxKeys int, m *Metrics) *store {
 	return st
 }
 
-// shardOf returns the shard of key.
+// hash returns the store hash of key, which places it in its shard's table
+// (table). Keys come from clients, so the hash is seeded, with the store's
+// own seed (hash/maphash): with an unseeded hash such as xxhash a client
+// can make any number of keys share a hash, and every lookup among them
+// would then walk them all. Go's maps are seeded for the same reason.
+func (st *store) hash(key string) uint64 { return maphash.String(st.seed, key) }
+
+// shardOf returns the shard of key. Unlike the slot in the shard's table,
+// the shard is the same on every node and in every run: an owner lists
+// the keys of a push shard by shard, in an order its peers can apply in
+// runs (lookupRuns), and the simulator reproduces a run to the byte. At
+// worst a client puts its keys in one shard: one lock for all, as with a
+// single lock, not a slower lookup.
 func (st *store) shardOf(key string) *shard {
 	return &st.shards[xxhash.Sum64String(key)&(numShards-1)]
 }
 
+// getLocked returns the entry of key in s.m, or nil; s is key's shard,
+// locked.
+func (st *store) getLocked(s *shard, key string) *entry { return s.m.get(st.hash(key), key) }
+
 // sizeLocked returns the number of keys the shard stores.
-func (s *shard) sizeLocked() int { return len(s.m) + len(s.local) + len(s.share) }
+func (s *shard) sizeLocked() int { return s.m.len() + len(s.local) + len(s.share) }
 
 // insertLocked adds e under a copy of key to the map into, first evicting
 // the least recently used keys of its shard if the store is full.
@@ -315,6 +345,18 @@ func (st *store) insertOwnLocked(s *shard, into map[string]*entry, key string, e
 		st.evictLocked(s, c)
 	}
 	into[key] = e
+	st.metrics.Keys.Add(1)
+	st.inserts.Add(1)
+}
+
+// insertEntryLocked adds e, a keyed entry (newKeyedEntry) whose key has the
+// store hash h and is not in s.m, to s.m, first evicting as insertLocked
+// does.
+func (st *store) insertEntryLocked(s *shard, h uint64, e *entry, c uint32) {
+	if st.metrics.Keys.Load() >= st.maxKeys {
+		st.evictLocked(s, c)
+	}
+	s.m.put(h, e)
 	st.metrics.Keys.Add(1)
 	st.inserts.Add(1)
 }
@@ -467,14 +509,14 @@ func (st *store) evictLocked(s *shard, c uint32) {
 		age uint32
 		key string
 		e   *entry
-		m   map[string]*entry
+		m   map[string]*entry // nil for s.m
 	}
 	cands := make([]cand, 0, s.sizeLocked())
-	for k, e := range s.m {
+	for k, e := range s.m.all() {
 		if e.has(flagDirty) || !e.has(flagOwned) && e.n2 != 0 || s.leases[k] != nil {
 			continue
 		}
-		cands = append(cands, cand{ageOf(c, e.used()), k, e, s.m})
+		cands = append(cands, cand{ageOf(c, e.used()), k, e, nil})
 	}
 	for _, m := range []map[string]*entry{s.local, s.share} {
 		for k, e := range m {
@@ -486,7 +528,11 @@ func (st *store) evictLocked(s *shard, c uint32) {
 	})
 	n := max(1, len(cands)/8)
 	for _, cd := range cands[:min(n, len(cands))] {
-		st.remove(cd.m, cd.key, cd.e)
+		if cd.m == nil {
+			st.removeLocked(s, cd.key, cd.e)
+		} else {
+			st.removeFrom(cd.m, cd.key, cd.e)
+		}
 	}
 }
 
@@ -497,18 +543,18 @@ func (st *store) evictLocked(s *shard, c uint32) {
 // the shard's hottest keys.
 func (st *store) sweepLocked(s *shard, now time.Time, c, grace, interestTTL uint32) {
 	s.top = s.top[:0]
-	for k, e := range s.m {
+	for k, e := range s.m.all() {
 		age := ageOf(c, e.used())
 		if e.has(flagOwned) {
 			if e.interest() != 0 && ageOf(c, e.u) > interestTTL {
 				e.setSets(0, 0)
 			}
 			if age >= grace && e.interest() == 0 && !e.has(flagChanged) && e.b.Idle(now) {
-				st.remove(s.m, k, e)
+				st.removeLocked(s, k, e)
 				continue
 			}
 		} else if age >= grace && !e.has(flagDirty) && e.n1 == 0 && e.n2 == 0 && s.leases[k] == nil && e.b.Idle(now) {
-			st.remove(s.m, k, e)
+			st.removeLocked(s, k, e)
 			continue
 		}
 		s.noteHot(k, e, c)
@@ -516,7 +562,7 @@ func (st *store) sweepLocked(s *shard, now time.Time, c, grace, interestTTL uint
 	for _, m := range []map[string]*entry{s.local, s.share} {
 		for k, e := range m {
 			if ageOf(c, e.used()) >= grace && e.b.Idle(now) {
-				st.remove(m, k, e)
+				st.removeFrom(m, k, e)
 			}
 		}
 	}
@@ -572,25 +618,27 @@ const lookupRun = 16
 // must not add or remove entries of the shard.
 func (st *store) lookupRuns(n int, key func(int) (string, bool), apply func(s *shard, i int, e *entry)) {
 	var (
-		s    *shard
-		idx  [lookupRun]int
-		keys [lookupRun]string
-		es   [lookupRun]*entry
-		k    int
+		s      *shard
+		idx    [lookupRun]int
+		keys   [lookupRun]string
+		hashes [lookupRun]uint64
+		es     [lookupRun]*entry
+		k      int
 	)
 	for i := 0; i <= n; i++ {
 		var is *shard
 		var ki string
+		var hi uint64
 		if i < n {
 			var ok bool
 			if ki, ok = key(i); !ok {
 				continue
 			}
-			is = st.shardOf(ki)
+			is, hi = st.shardOf(ki), st.hash(ki)
 		}
 		if k > 0 && (is != s || k == lookupRun) {
 			for r := range k {
-				es[r] = s.m[keys[r]]
+				es[r] = s.m.get(hashes[r], keys[r])
 			}
 			for r := range k {
 				apply(s, idx[r], es[r])
@@ -606,7 +654,7 @@ func (st *store) lookupRuns(n int, key func(int) (string, bool), apply func(s *s
 			}
 		}
 		if is != nil {
-			idx[k], keys[k] = i, ki
+			idx[k], keys[k], hashes[k] = i, ki, hi
 			k++
 		}
 	}
