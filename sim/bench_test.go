@@ -12,7 +12,9 @@ import (
 // for the coordination) and zipf (s = 1.1, a few hot keys). The simulator's
 // own share is small; the rest is the real bucket and sync code it drives.
 // req/cpu-s divides by the CPU time the process used instead (garbage
-// collection included), which a busy shared machine distorts less.
+// collection included), which a busy shared machine distorts less. Each
+// simulation runs its nodes on every CPU (Options.Workers); -test.cpu 1
+// measures one.
 func BenchmarkSimulate(b *testing.B) {
 	for _, dist := range []string{"uniform", "zipf"} {
 		sc := Scenario{Name: "bench", Nodes: 5, Duration: sec(5),

@@ -17,7 +17,9 @@ import (
 func Epoch() time.Time { return time.Date(2025, time.January, 1, 0, 0, 0, 0, time.UTC) }
 
 // The streams of the seeded generators: each concern draws from its own, so
-// the arrivals are the same whatever the mode does to the network.
+// the arrivals are the same whatever the mode does to the network. Node i
+// draws the fate of the messages it sends from stream streamNetwork+i<<8,
+// so that nodes can run at once (step.go) and still draw in a fixed order.
 const (
 	streamArrivals = 1
 	streamNetwork  = 2
@@ -66,17 +68,24 @@ type Options struct {
 	// it must then be safe for concurrent use.
 	Progress func(Progress)
 	// Parallel is the number of simulations Compare runs at once; zero
-	// means runtime.GOMAXPROCS(0). Each simulation runs on one goroutine
-	// and shares nothing with the others, so the results do not depend on
-	// it.
+	// means runtime.GOMAXPROCS(0). Simulations share nothing, so the
+	// results do not depend on it.
 	Parallel int
+	// Workers is the number of goroutines one simulation runs its nodes on
+	// (the nodes of a simulated cluster run at once between the instants
+	// they can affect each other: see step.go). Zero or less means
+	// runtime.GOMAXPROCS(0) shared out among the simulations that run at
+	// once. The results do not depend on it: one worker or many give the
+	// same Result, byte for byte.
+	Workers int
 }
 
 // Cluster is one simulated cluster running one scenario under one variant:
 // the real rlsync.Node of each member, driven by a virtual clock, a
 // simulated network and simulated clients, next to an ideal limiter that
-// sees the same requests. It runs on the caller's goroutine and is not safe
-// for concurrent use; distinct Clusters are independent.
+// sees the same requests. It runs on the caller's goroutine, which hands
+// windows of node events to its workers (step.go); it is not safe for
+// concurrent use. Distinct Clusters are independent.
 type Cluster struct {
 	sc      Scenario
 	v       Variant
@@ -84,13 +93,32 @@ type Cluster struct {
 	seed    uint64
 	limit   bucket.Limit
 	ringCfg ring.Config
-	// now is the virtual time, in nanoseconds since Epoch; end the end of
-	// the traffic; stop the latest instant the run drains to.
+	// now is the virtual time of the cluster's own events (see step.go), in
+	// nanoseconds since Epoch; end the end of the traffic; stop the latest
+	// instant the run drains to.
 	now, end, stop int64
 	tick           int64
-	q              queue
+	// q holds the cluster's own events; each node has its queue.
+	q queue
+	// nextArrival is the instant of the next client request, or -1 when the
+	// traffic has ended.
+	nextArrival int64
+	// lookahead is the shortest delay of a message between nodes: the
+	// nodes run the events of a window this long independently (step.go).
+	lookahead int64
+	// workers is how many goroutines step the nodes of a window; steps
+	// runs them when there is more than one.
+	workers int
+	steps   *stepper
+	// minParallel is the fewest requests of a window run on the workers
+	// (the constant minParallel; tests lower it).
+	minParallel int
+	due         []*simNode // the nodes with events in the current window
+	refs        []arrival  // the arrivals of the window, for the ideal limiter
+	// parallelWindows counts the windows whose nodes ran at once.
+	parallelWindows int64
 
-	rngArr, rngNet, rngMem *rand.Rand
+	rngArr, rngMem *rand.Rand
 
 	nodes  []*simNode
 	byName map[string]int32
@@ -99,18 +127,15 @@ type Cluster struct {
 	met    *metrics
 	acts   []actionState
 
-	// pend holds every pending-request record; free those not in use.
-	pend, free []*pending
-	busy       int
-	requests   int64
-	anomalies  int64
-	progress   func(Progress)
-	err        error
+	requests int64
+	progress func(Progress)
+	err      error
 }
 
 // pending is a client request handed to a Node and not yet answered. Its
 // slices and its done callback are made once and reused.
 type pending struct {
+	at    int64 // the instant it arrives
 	node  int32
 	gen   uint32
 	key   int32
@@ -136,16 +161,16 @@ func NewCluster(sc Scenario, v Variant, seed uint64) (*Cluster, error) {
 	limit, _ := sc.Limit.Bucket()
 	c := &Cluster{
 		sc: sc, v: v, seed: seed, limit: limit, ringCfg: cfg.Ring, epoch: Epoch(),
-		end: int64(sc.Duration), tick: int64(cfg.TickInterval),
+		end: int64(sc.Duration), tick: int64(cfg.TickInterval), workers: 1, minParallel: minParallel,
 		rngArr: rand.New(rand.NewPCG(seed, streamArrivals)),
-		rngNet: rand.New(rand.NewPCG(seed, streamNetwork)),
 		rngMem: rand.New(rand.NewPCG(seed, streamMembers)),
 		byName: make(map[string]int32),
 	}
 	c.stop = c.end + 2*int64(time.Second) + 2*int64(cfg.RequestTimeout)
 	windows := int((sc.Duration + sc.Window - 1) / sc.Window)
 	c.met = newMetrics(windows, int64(sc.Window), sc.Workload.Keys)
-	c.net = newNetwork(sc.Network, c.rngNet)
+	c.net = newNetwork(sc.Network)
+	c.lookahead = c.net.minLatency()
 	c.wl = newWorkload(sc.Workload, c.rngArr)
 	for i := range sc.Nodes {
 		c.addNode(c.wl.weight(i))
@@ -159,9 +184,10 @@ func NewCluster(sc Scenario, v Variant, seed uint64) (*Cluster, error) {
 		}
 	}
 	c.scheduleActions()
-	ev := c.q.newEvent()
-	ev.at, ev.kind = c.wl.start(), evArrival
-	c.q.push(ev)
+	c.nextArrival = c.wl.start()
+	if c.nextArrival >= c.end {
+		c.nextArrival = -1
+	}
 	for i := range lookahead {
 		c.prefetchFar(c.wl.peek(i).key)
 		c.prefetchNear(c.wl.peek(i).key)
@@ -169,8 +195,11 @@ func NewCluster(sc Scenario, v Variant, seed uint64) (*Cluster, error) {
 	return c, nil
 }
 
-// time returns the virtual time as a time.Time.
-func (c *Cluster) time() time.Time { return c.epoch.Add(time.Duration(c.now)) }
+// time returns the cluster's virtual time as a time.Time.
+func (c *Cluster) time() time.Time { return c.at(c.now) }
+
+// at returns the instant t nanoseconds after the epoch.
+func (c *Cluster) at(t int64) time.Time { return c.epoch.Add(time.Duration(t)) }
 
 // Run runs the scenario to its end, and then until every request handed to
 // a node is answered (or a few seconds more at most), and returns the
@@ -186,55 +215,15 @@ func (c *Cluster) Run(progress func(Progress)) (*Result, error) {
 	if c.err != nil {
 		return nil, fmt.Errorf("sim: scenario %q, %v, seed %d: %w", c.sc.Name, c.v, c.seed, c.err)
 	}
-	for _, p := range c.pend {
-		if p.busy {
-			c.met.w[p.win].lost++
-			c.release(p)
-		}
+	for _, s := range c.nodes {
+		c.loseRequests(s)
 	}
 	return c.result(), nil
 }
 
-// runUntil fires events up to instant until, or until the traffic has
-// ended and no request is pending, or an error.
-func (c *Cluster) runUntil(until int64) {
-	for c.err == nil {
-		at, ok := c.q.peek()
-		if !ok || at > until || (at > c.end && c.busy == 0) {
-			return
-		}
-		e := c.q.pop()
-		c.now = e.at
-		c.dispatch(e)
-		c.q.recycle(e)
-	}
-}
-
-// dispatch fires one event.
+// dispatch fires one of the cluster's own events, at c.now.
 func (c *Cluster) dispatch(e *event) {
 	switch e.kind {
-	case evArrival:
-		c.arrive()
-	case evTick:
-		s := c.nodes[e.a]
-		if s.gen != e.gen || !s.running() {
-			return
-		}
-		s.n.Tick(c.time())
-		if s.state == stateLeaving {
-			c.checkLeave(s)
-		}
-		if s.gen == e.gen {
-			ev := c.q.newEvent()
-			ev.at, ev.kind, ev.a, ev.gen = e.at+c.tick, evTick, e.a, e.gen
-			c.q.push(ev)
-		}
-	case evDeliver:
-		c.deliver(e)
-	case evUnreachable:
-		c.unreachable(e)
-	case evView:
-		c.viewChange(e)
 	case evAction:
 		if err := c.act(e.idx, e.gen); err != nil {
 			c.err = err
@@ -264,42 +253,70 @@ func (c *Cluster) dispatch(e *event) {
 	}
 }
 
-// arrive simulates one client request: the ideal limiter decides it at
-// once, the load balancer hands it to a node, and the next arrival is
-// scheduled.
-func (c *Cluster) arrive() {
-	a := c.wl.take()
-	c.prefetchFar(c.wl.peek(lookahead - 1).key)
-	c.prefetchNear(c.wl.peek(lookahead / 2).key)
-	key, hits := a.key, a.hits
-	ks, name := &c.met.keys[key], c.wl.keys[key]
-	node := c.wl.node(c.nodes, a.u)
-	w := c.met.win(c.now)
-	now := c.time()
-	b := ks.ref
-	if b == nil {
-		b, _ = bucket.New(c.limit, now) // the limit was validated
-		ks.ref = b
+// arrive draws the client requests that arrive before instant until and
+// has the load balancer hand each to a node, which will see it in its turn
+// (stepNode). The ideal limiter decides them later, apart (reference).
+func (c *Cluster) arrive(until int64) {
+	for c.nextArrival >= 0 && c.nextArrival < until {
+		at := c.nextArrival
+		a := c.wl.take()
+		c.prefetchFar(c.wl.peek(lookahead - 1).key)
+		c.prefetchNear(c.wl.peek(lookahead / 2).key)
+		node := c.wl.node(c.nodes, a.u)
+		w := c.met.win(at)
+		c.refs = append(c.refs, arrival{at: at, key: int32(a.key), win: int32(w), hits: a.hits})
+		c.requests++
+		if node < 0 {
+			c.met.w[w].unserved++
+		} else {
+			s := c.nodes[node]
+			p := s.acquire()
+			p.at, p.node, p.gen, p.key, p.win, p.hits = at, int32(node), s.gen, int32(a.key), int32(w), a.hits
+			p.reqs[0] = rlsync.Request{Key: c.wl.keys[a.key], Hits: a.hits, Limit: c.limit}
+			s.arrivals = append(s.arrivals, p)
+		}
+		c.nextArrival = a.next
+		if a.next >= c.end {
+			c.nextArrival = -1
+		}
 	}
-	d, err := b.Take(now, hits)
-	if err != nil {
-		c.met.refErrors++
+}
+
+// arrival is a client request of the current window, as the ideal limiter
+// sees it.
+type arrival struct {
+	at       int64
+	key, win int32
+	hits     int64
+}
+
+// refAhead is how many arrivals ahead reference prefetches.
+const refAhead = 8
+
+// reference has the ideal limiter decide the arrivals of the window, in
+// arrival order, and counts them. It touches the metrics of arrivals and
+// of keys, which nothing else touches while the nodes run, so it runs
+// beside them (stepNodes).
+func (c *Cluster) reference() {
+	for i := range c.refs {
+		if j := i + refAhead; j < len(c.refs) {
+			c.prefetchRef(int(c.refs[j].key))
+		}
+		a := &c.refs[i]
+		ks := &c.met.keys[a.key]
+		now := c.at(a.at)
+		b := ks.ref
+		if b == nil {
+			b, _ = bucket.New(c.limit, now) // the limit was validated
+			ks.ref = b
+		}
+		d, err := b.Take(now, a.hits)
+		if err != nil {
+			c.met.refErrors++
+		}
+		c.met.arrival(int(a.win), int(a.key), a.hits, err == nil && d.Allowed)
 	}
-	c.met.arrival(w, key, hits, err == nil && d.Allowed)
-	c.requests++
-	if node < 0 {
-		c.met.w[w].unserved++
-	} else {
-		p := c.acquire()
-		p.node, p.gen, p.key, p.win, p.hits = int32(node), c.nodes[node].gen, int32(key), int32(w), hits
-		p.reqs[0] = rlsync.Request{Key: name, Hits: hits, Limit: c.limit}
-		c.nodes[node].n.Check(now, p.reqs, p.resps, p.done)
-	}
-	if t := a.next; t < c.end {
-		ev := c.q.newEvent()
-		ev.at, ev.kind = t, evArrival
-		c.q.push(ev)
-	}
+	c.refs = c.refs[:0]
 }
 
 // With a uniform choice among 100,000 keys or more, nearly every arrival
@@ -321,92 +338,37 @@ func (c *Cluster) prefetchFar(key int) {
 
 // prefetchNear prefetches key's reference bucket and the bytes of its name.
 func (c *Cluster) prefetchNear(key int) {
-	if b := c.met.keys[key].ref; b != nil {
-		// The second word of an interface value points to its data.
-		prefetch((*[2]unsafe.Pointer)(unsafe.Pointer(&b))[1])
-	}
+	c.prefetchRef(key)
 	prefetch(unsafe.Pointer(unsafe.StringData(c.wl.keys[key])))
 }
 
-// acquire returns a free pending record, marked busy.
-func (c *Cluster) acquire() *pending {
-	var p *pending
-	if n := len(c.free); n > 0 {
-		p = c.free[n-1]
-		c.free = c.free[:n-1]
-	} else {
-		c.growPending()
-		n := len(c.free)
-		p = c.free[n-1]
-		c.free = c.free[:n-1]
-	}
-	p.busy = true
-	c.busy++
-	return p
-}
-
-// pendingChunk is how many pending records growPending makes at once.
-const pendingChunk = 64
-
-// growPending adds pendingChunk free records, made from three slabs (the
-// records, their requests, their responses) rather than three allocations
-// each.
-func (c *Cluster) growPending() {
-	ps := make([]pending, pendingChunk)
-	reqs := make([]rlsync.Request, pendingChunk)
-	resps := make([]rlsync.Response, pendingChunk)
-	for i := range ps {
-		p := &ps[i]
-		p.reqs, p.resps = reqs[i:i+1:i+1], resps[i:i+1:i+1]
-		p.done = func() { c.decided(p) }
-		c.pend = append(c.pend, p)
-	}
-	// Free in reverse, so that records are handed out in the order made.
-	for i := len(ps) - 1; i >= 0; i-- {
-		c.free = append(c.free, &ps[i])
-	}
-}
-
-// release returns p to the free list.
-func (c *Cluster) release(p *pending) {
-	p.busy = false
-	p.reqs[0], p.resps[0] = rlsync.Request{}, rlsync.Response{}
-	c.busy--
-	c.free = append(c.free, p)
-}
-
-// decided is the done callback of a request: it records the node's answer.
-// A second call for one request is an anomaly of the Node under test.
-func (c *Cluster) decided(p *pending) {
-	if !p.busy {
-		c.anomalies++
-		return
-	}
-	c.met.decided(int(p.win), int(p.key), int(p.node), p.hits, &p.resps[0])
-	c.release(p)
-}
-
-// loseRequests counts the requests pending at node i as lost: it went down
-// and will never answer them.
-func (c *Cluster) loseRequests(i int32) {
-	for _, p := range c.pend {
-		if p.busy && p.node == i {
-			c.met.w[p.win].lost++
-			c.release(p)
-		}
+// prefetchRef prefetches key's reference bucket, if it has one.
+func (c *Cluster) prefetchRef(key int) {
+	if b := c.met.keys[key].ref; b != nil {
+		// The second word of an interface value points to its data.
+		prefetch((*[2]unsafe.Pointer)(unsafe.Pointer(&b))[1])
 	}
 }
 
 // result assembles the Result from the measurements.
 func (c *Cluster) result() *Result {
 	m := c.met
+	var anomalies int64
+	for _, s := range c.nodes {
+		for w, t := range s.traffic {
+			m.w[w].messages += t.messages
+			m.w[w].bytes += t.bytes
+		}
+		m.viewChanges += s.viewChanges
+		anomalies += s.anomalies
+	}
 	m.finish()
 	cfg, _ := c.sc.Sync.Config("n1", c.v.Mode, c.v.Flush)
 	r := &Result{
 		Scenario: c.sc.Name, Mode: c.v.Mode.String(), Flush: Duration(cfg.FlushInterval), Seed: c.seed,
 		Nodes: c.sc.Nodes, Duration: c.sc.Duration, Window: c.sc.Window, Limit: describeLimit(c.limit),
 		LimitRate:   float64(c.limit.Limit) / c.limit.Period.Seconds(),
-		ViewChanges: m.viewChanges, ReferenceErrors: m.refErrors, Anomalies: c.anomalies,
+		ViewChanges: m.viewChanges, ReferenceErrors: m.refErrors, Anomalies: anomalies,
 	}
 	r.Phases = append(r.Phases, m.phase("all", 0, c.end))
 	if iv, ok := c.sc.Disruption(); ok {

@@ -73,6 +73,10 @@ func Run(sc Scenario, v Variant, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.workers = opt.Workers
+	if c.workers <= 0 {
+		c.workers = runtime.GOMAXPROCS(0)
+	}
 	return c.Run(opt.Progress)
 }
 
@@ -97,6 +101,10 @@ func Compare(scenarios []Scenario, variants []Variant, opt Options) ([]*Result, 
 		workers = runtime.GOMAXPROCS(0)
 	}
 	workers = min(workers, len(jobs))
+	if opt.Workers <= 0 {
+		// Share the CPUs out among the simulations that run at once.
+		opt.Workers = max(1, runtime.GOMAXPROCS(0)/workers)
+	}
 	results := make([]*Result, len(jobs))
 	errs := make([]error, len(jobs))
 	next := make(chan int)

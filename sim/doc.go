@@ -7,9 +7,11 @@
 // comes from package bucket, owners come from package ring. What is
 // simulated is everything around them:
 //
-//   - a virtual clock (time starts at Epoch) and an event queue, run on the
-//     caller's goroutine; events at the same instant fire in the order they
-//     were scheduled;
+//   - a virtual clock (time starts at Epoch) and an event queue per node.
+//     No message between nodes arrives sooner than the shortest link
+//     latency, so the nodes run the events of each such window on their
+//     own, on several goroutines at once (Options.Workers), and the result
+//     is the same, byte for byte, on one goroutine or many (step.go);
 //   - the network, an rlsync.Transport per node: latency plus jitter per
 //     link, loss, FIFO or reordering links, partitions (groups, one node,
 //     the owner of the hottest key, one-way cuts, flapping links) and heals;
@@ -28,8 +30,9 @@
 //     algorithm) fed the merged arrival stream in arrival order.
 //
 // Every random choice comes from generators seeded from one seed, one per
-// concern, so the arrivals are the same for every mode compared and the
-// same seed gives the same output, byte for byte.
+// concern (and one per node for the network), so the arrivals are the same
+// for every mode compared and the same seed gives the same output, byte for
+// byte.
 //
 // Accuracy is measured per key and per window (Scenario.Window): the hits a
 // node admitted beyond what the ideal admitted for that key in that window

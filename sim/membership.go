@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/ringlimit/ringlimit/ring"
 	rlsync "github.com/ringlimit/ringlimit/sync"
@@ -47,6 +48,9 @@ type simNode struct {
 	// pairGen a generation that invalidates scheduled view changes.
 	believed, target []bool
 	pairGen          []uint32
+
+	// nodeRun is what the node touches while the nodes of a window run.
+	nodeRun
 }
 
 func (s *simNode) running() bool { return s.state != stateDown }
@@ -57,6 +61,8 @@ func (s *simNode) serving() bool { return s.state == stateUp }
 func (c *Cluster) addNode(weight float64) int32 {
 	i := int32(len(c.nodes))
 	s := &simNode{idx: i, name: nodeName(int(i)), weight: weight, restartAfter: -1}
+	s.rng = rand.New(rand.NewPCG(c.seed, streamNetwork+uint64(i)<<8))
+	s.traffic = make([]traffic, len(c.met.w))
 	c.nodes = append(c.nodes, s)
 	c.byName[s.name] = i
 	c.net.grow(len(c.nodes))
@@ -83,6 +89,7 @@ func (c *Cluster) startNode(i int32) error {
 	}
 	cfg.Incarnation = c.rngMem.Uint64()
 	s.gen++
+	s.now = c.now
 	n, err := rlsync.NewNode(cfg, &endpoint{c: c, idx: i, gen: s.gen})
 	if err != nil {
 		return fmt.Errorf("sim: starting %s: %w", s.name, err)
@@ -94,9 +101,9 @@ func (c *Cluster) startNode(i int32) error {
 		s.pairGen[j]++
 	}
 	s.n.SetMembership(c.time(), c.view(s), c.failedView(s))
-	ev := c.q.newEvent()
+	ev := s.q.newEvent()
 	ev.at, ev.kind, ev.a, ev.gen = c.now+c.rngMem.Int64N(c.tick), evTick, i, s.gen
-	c.q.push(ev)
+	s.q.push(ev)
 	c.reviewMembership()
 	return nil
 }
@@ -110,7 +117,7 @@ func (c *Cluster) stopNode(i int32) {
 	}
 	s.state, s.n = stateDown, nil
 	s.gen++
-	c.loseRequests(i)
+	c.loseRequests(s)
 	c.reviewMembership()
 	if s.restartAfter >= 0 {
 		ev := c.q.newEvent()
@@ -126,7 +133,7 @@ func (c *Cluster) leaveNode(i int32) {
 	if !s.serving() {
 		return
 	}
-	s.state, s.leaveAt = stateLeaving, c.now
+	s.state, s.leaveAt, s.now = stateLeaving, c.now, c.now
 	s.n.Leave(c.time())
 	c.checkLeave(s)
 }
@@ -196,22 +203,21 @@ func (c *Cluster) reviewMembership() {
 			if m.Spread > 0 {
 				d += c.rngMem.Int64N(int64(m.Spread))
 			}
-			ev := c.q.newEvent()
+			ev := s.q.newEvent()
 			ev.at, ev.kind, ev.a, ev.b, ev.gen = c.now+d, evView, int32(i), int32(j), s.pairGen[j]
-			c.q.push(ev)
+			s.q.push(ev)
 		}
 	}
 }
 
 // viewChange applies a gossip-delivered change of one member in one view.
-func (c *Cluster) viewChange(ev *event) {
-	s := c.nodes[ev.a]
+func (c *Cluster) viewChange(s *simNode, ev *event) {
 	if !s.running() || s.pairGen[ev.b] != ev.gen || s.believed[ev.b] == s.target[ev.b] {
 		return
 	}
 	s.believed[ev.b] = s.target[ev.b]
-	c.met.viewChanges++
-	s.n.SetMembership(c.time(), c.view(s), c.failedView(s))
+	s.viewChanges++
+	s.n.SetMembership(c.at(s.now), c.view(s), c.failedView(s))
 }
 
 // view returns the members s believes in, itself included.

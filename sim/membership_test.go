@@ -96,18 +96,21 @@ func TestNetworkLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nw := c.net
+	nw, rng := c.net, c.nodes[0].rng
+	if got, want := nw.minLatency(), int64(time.Millisecond); got != want {
+		t.Errorf("minLatency %v, want %v", time.Duration(got), time.Duration(want))
+	}
 	for range 1000 {
-		if d := nw.delay(0, 1); d < int64(20*time.Millisecond) || d >= int64(21*time.Millisecond) {
+		if d := nw.delay(rng, 0, 1); d < int64(20*time.Millisecond) || d >= int64(21*time.Millisecond) {
 			t.Fatalf("n1->n2 delay %v not in [20ms, 21ms)", time.Duration(d))
 		}
-		if d := nw.delay(1, 0); d < int64(time.Millisecond) || d >= int64(2*time.Millisecond) {
+		if d := nw.delay(rng, 1, 0); d < int64(time.Millisecond) || d >= int64(2*time.Millisecond) {
 			t.Fatalf("n2->n1 delay %v not in [1ms, 2ms)", time.Duration(d))
 		}
 	}
 	lost := 0
 	for range 1000 {
-		if nw.delay(0, 2) < 0 {
+		if nw.delay(rng, 0, 2) < 0 {
 			lost++
 		}
 	}

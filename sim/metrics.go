@@ -83,19 +83,37 @@ func (m *metrics) arrival(w, key int, hits int64, idealAllowed bool) {
 	}
 }
 
-// decided counts the cluster's answer to a request that arrived in window w
-// at node node.
-func (m *metrics) decided(w, key, node int, hits int64, r *rlsync.Response) {
+// decision is a node's answer to one client request, kept by the node
+// until the window ends and the cluster counts it (step.go).
+type decision struct {
+	win, key int32
+	hits     int64
+	err      bool // the node answered with an error
+	degraded bool
+	allowed  bool
+}
+
+// newDecision records the answer r to request p.
+func newDecision(p *pending, r *rlsync.Response) decision {
+	return decision{win: p.win, key: p.key, hits: p.hits, err: r.Err != nil, degraded: r.Degraded, allowed: r.Allowed}
+}
+
+// traffic counts the messages a node sent in one window, and their bytes.
+type traffic struct{ messages, bytes int64 }
+
+// decided counts node's answer d.
+func (m *metrics) decided(node int, d *decision) {
+	w, key, hits := int(d.win), int(d.key), d.hits
 	ws := &m.w[w]
-	if r.Err != nil {
+	if d.err {
 		ws.errors++
 		return
 	}
 	ws.decisions++
-	if r.Degraded {
+	if d.degraded {
 		ws.degraded++
 	}
-	if !r.Allowed {
+	if !d.allowed {
 		return
 	}
 	ws.admitted += hits
@@ -138,13 +156,6 @@ func (m *metrics) fold(st *keyStat, s int) {
 		ws.under -= d
 	}
 	st.win[s] = -1
-}
-
-// message counts one message of size bytes sent at at.
-func (m *metrics) message(at int64, size int) {
-	ws := &m.w[m.win(at)]
-	ws.messages++
-	ws.bytes += int64(size)
 }
 
 // finish folds every open netting slot; call it once, after the run.

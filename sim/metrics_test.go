@@ -34,7 +34,8 @@ func TestMetricsNetPerKeyAndWindow(t *testing.T) {
 			m.arrival(s.w, s.key, s.hits, true)
 		}
 		if s.decide {
-			m.decided(s.w, s.key, s.node, s.hits, s.resp)
+			d := newDecision(&pending{win: int32(s.w), key: int32(s.key), hits: s.hits}, s.resp)
+			m.decided(s.node, &d)
 		}
 	}
 	m.finish()

@@ -15,10 +15,11 @@ type linkParams struct {
 
 // network is the simulated network: directed links with latency, jitter and
 // loss, and a matrix of cuts. Indices are node indices. It grows when nodes
-// join.
+// join. While the nodes of a window run at once (step.go), the cuts and the
+// link properties are only read, and row from of last and reported belongs
+// to node from.
 type network struct {
 	spec Network
-	rng  *rand.Rand
 	exp  bool // exponential jitter
 	// cut[from][to] counts the faults that cut the link; zero is connected.
 	cut [][]int32
@@ -31,8 +32,21 @@ type network struct {
 	reported [][]bool
 }
 
-func newNetwork(spec Network, rng *rand.Rand) *network {
-	return &network{spec: spec, rng: rng, exp: spec.JitterDist == "exp"}
+func newNetwork(spec Network) *network {
+	return &network{spec: spec, exp: spec.JitterDist == "exp"}
+}
+
+// minLatency returns the shortest latency of any link (at least 1ns): no
+// message between two nodes arrives sooner after it was sent, since jitter
+// only adds to it.
+func (nw *network) minLatency() int64 {
+	d := int64(nw.spec.Latency)
+	for _, l := range nw.spec.Links {
+		if l.Latency != 0 {
+			d = min(d, int64(l.Latency))
+		}
+	}
+	return max(d, 1)
 }
 
 // grow makes room for n nodes.
@@ -81,17 +95,17 @@ func (nw *network) connected(i, j int) bool { return i == j || nw.cut[i][j] == 0
 
 // delay draws the transit time of one message on i -> j, or -1 when the
 // message is lost.
-func (nw *network) delay(i, j int) int64 {
+func (nw *network) delay(rng *rand.Rand, i, j int) int64 {
 	p := &nw.link[i][j]
-	if p.loss > 0 && nw.rng.Float64() < p.loss {
+	if p.loss > 0 && rng.Float64() < p.loss {
 		return -1
 	}
 	d := p.latency
 	if p.jitter > 0 {
 		if nw.exp {
-			d += int64(nw.rng.ExpFloat64() * float64(p.jitter))
+			d += int64(rng.ExpFloat64() * float64(p.jitter))
 		} else {
-			d += nw.rng.Int64N(p.jitter)
+			d += rng.Int64N(p.jitter)
 		}
 	}
 	return d
@@ -125,14 +139,18 @@ var _ rlsync.Transport = (*endpoint)(nil)
 
 // Send implements rlsync.Transport: it counts the message and schedules its
 // delivery, or drops it and, unless the network is Silent, schedules an
-// Unreachable report to the sender.
+// Unreachable report to the sender. It touches only what belongs to the
+// sender: the delivery waits in the sender's outbox until the window ends
+// (step.go).
 func (e *endpoint) Send(to string, env *peerv1.Envelope) {
 	c := e.c
 	from := c.nodes[e.idx]
 	if from.gen != e.gen || !from.running() {
 		return
 	}
-	c.met.message(c.now, wireSize(env))
+	t := &from.traffic[c.met.win(from.now)]
+	t.messages++
+	t.bytes += int64(wireSize(env))
 	j, ok := c.byName[to]
 	if !ok {
 		return // a name the cluster never had: nothing to report it to
@@ -140,55 +158,53 @@ func (e *endpoint) Send(to string, env *peerv1.Envelope) {
 	i, nw := int(e.idx), c.net
 	switch dst := c.nodes[j]; {
 	case !dst.running():
-		c.reportUnreachable(i, int(j), int64(nw.spec.Refused))
+		c.reportUnreachable(from, int(j), int64(nw.spec.Refused))
 		return
 	case !nw.connected(i, int(j)):
-		c.reportUnreachable(i, int(j), int64(nw.spec.Timeout))
+		c.reportUnreachable(from, int(j), int64(nw.spec.Timeout))
 		return
 	}
-	d := nw.delay(i, int(j))
+	d := nw.delay(from.rng, i, int(j))
 	if d < 0 {
 		return
 	}
-	at := c.now + d
+	at := from.now + d
 	if !nw.spec.Reorder {
 		at = max(at, nw.last[i][j])
 		nw.last[i][j] = at
 	}
-	ev := c.q.newEvent()
+	ev := from.q.newEvent()
 	ev.at, ev.kind, ev.a, ev.b, ev.gen, ev.env = at, evDeliver, e.idx, j, c.nodes[j].gen, env
-	c.q.push(ev)
+	from.out = append(from.out, ev)
 }
 
-// reportUnreachable schedules one Unreachable report to i about j, after
-// delay, unless one is pending already or the network is Silent.
-func (c *Cluster) reportUnreachable(i, j int, delay int64) {
-	if c.net.spec.Silent || c.net.reported[i][j] {
+// reportUnreachable schedules one Unreachable report to s about node j,
+// after delay, unless one is pending already or the network is Silent.
+func (c *Cluster) reportUnreachable(s *simNode, j int, delay int64) {
+	if c.net.spec.Silent || c.net.reported[s.idx][j] {
 		return
 	}
-	c.net.reported[i][j] = true
-	ev := c.q.newEvent()
-	ev.at, ev.kind, ev.a, ev.b, ev.gen = c.now+delay, evUnreachable, int32(i), int32(j), c.nodes[i].gen
-	c.q.push(ev)
+	c.net.reported[s.idx][j] = true
+	ev := s.q.newEvent()
+	ev.at, ev.kind, ev.a, ev.b, ev.gen = s.now+delay, evUnreachable, s.idx, int32(j), s.gen
+	s.q.push(ev)
 }
 
 // deliver hands a message that has crossed the network to its receiver,
 // unless the receiver restarted or went down meanwhile or the link was cut
 // while the message was in flight.
-func (c *Cluster) deliver(ev *event) {
-	dst := c.nodes[ev.b]
+func (c *Cluster) deliver(dst *simNode, ev *event) {
 	if dst.gen != ev.gen || !dst.running() || !c.net.connected(int(ev.a), int(ev.b)) {
 		return
 	}
-	dst.n.Step(c.time(), ev.env)
+	dst.n.Step(c.at(dst.now), ev.env)
 }
 
 // unreachable tells a sender that a send failed.
-func (c *Cluster) unreachable(ev *event) {
+func (c *Cluster) unreachable(src *simNode, ev *event) {
 	c.net.reported[ev.a][ev.b] = false
-	src := c.nodes[ev.a]
 	if src.gen != ev.gen || !src.running() {
 		return
 	}
-	src.n.Unreachable(c.time(), c.nodes[ev.b].name)
+	src.n.Unreachable(c.at(src.now), c.nodes[ev.b].name)
 }

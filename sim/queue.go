@@ -8,8 +8,7 @@ import (
 type eventKind uint8
 
 const (
-	evArrival     eventKind = iota + 1 // the next client request arrives
-	evTick                             // node a's Tick (a's generation in gen)
+	evTick        eventKind = iota + 1 // node a's Tick (a's generation in gen)
 	evDeliver                          // env reaches node b from node a
 	evUnreachable                      // node a learns that b is unreachable
 	evView                             // observer a re-evaluates subject b (pair generation in gen)
@@ -81,16 +80,12 @@ func (h eventHeap) down(i int) {
 	h[i] = e
 }
 
-// queue is the simulator's agenda: a heap of events plus a free list. The
-// pending client arrival, of which there is one at a time and which is
-// most of the events that fire (each arrival schedules the next), waits
-// beside the heap rather than in it: it is compared with the heap's root on
-// every pop, in the same order (time, then insertion sequence), which saves
-// the heap a push and a pop per request. Should a second arrival be pushed
-// while one waits, it goes to the heap; the order is the same either way.
+// queue is an agenda of events: a heap plus a free list. Each node has
+// one for the events that fire at it, and the cluster one for its own
+// (timeline actions, node starts and stops, progress); client arrivals
+// wait apart, in their node's arrival list (see step.go).
 type queue struct {
 	h    eventHeap
-	arr  *event
 	seq  uint64
 	free []*event
 }
@@ -109,27 +104,12 @@ func (q *queue) newEvent() *event {
 func (q *queue) push(e *event) {
 	q.seq++
 	e.seq = q.seq
-	if e.kind == evArrival && q.arr == nil {
-		q.arr = e
-		return
-	}
 	q.h = append(q.h, e)
 	q.h.up(len(q.h) - 1)
 }
 
-// arrivalFirst reports whether the pending arrival, if any, fires before
-// every event of the heap.
-func (q *queue) arrivalFirst() bool {
-	return q.arr != nil && (len(q.h) == 0 || before(q.arr, q.h[0]))
-}
-
 // pop removes and returns the earliest event, or nil when the queue is empty.
 func (q *queue) pop() *event {
-	if q.arrivalFirst() {
-		e := q.arr
-		q.arr = nil
-		return e
-	}
 	n := len(q.h) - 1
 	if n < 0 {
 		return nil
@@ -146,9 +126,6 @@ func (q *queue) pop() *event {
 
 // peek returns the earliest event's time; ok is false when the queue is empty.
 func (q *queue) peek() (at int64, ok bool) {
-	if q.arrivalFirst() {
-		return q.arr.at, true
-	}
 	if len(q.h) == 0 {
 		return 0, false
 	}

@@ -36,7 +36,7 @@ func TestQueueOrdersByTimeThenInsertion(t *testing.T) {
 }
 
 // TestQueueMatchesSortedOrder pushes and pops events at random instants,
-// interleaved, arrivals (at most one pending) among them, and checks every
+// interleaved, and checks every
 // pop against a naive reference: the earliest pending event, ties broken by
 // insertion order.
 func TestQueueMatchesSortedOrder(t *testing.T) {
@@ -51,9 +51,6 @@ func TestQueueMatchesSortedOrder(t *testing.T) {
 		if len(pending) == 0 || rng.IntN(3) != 0 {
 			e := q.newEvent()
 			e.at, e.idx = rng.Int64N(50), int32(i)
-			if q.arr == nil && rng.IntN(2) == 0 {
-				e.kind = evArrival // waits beside the heap
-			}
 			q.push(e)
 			pending = append(pending, ref{e.at, e.idx})
 			continue

@@ -102,17 +102,23 @@ func TestProgressDoesNotChangeTheRun(t *testing.T) {
 	}
 }
 
+// crashJoin returns a 2-second scenario of 5 nodes, n2 crashing at 0.7 s
+// and a new node joining at 1.4 s, under n requests/s over n uniform keys.
+func crashJoin(n int) Scenario {
+	return Scenario{Name: "crash-join", Nodes: 5, Duration: sec(2),
+		Workload: Workload{Rate: float64(n), Keys: n, Dist: "uniform"},
+		Events: []Event{
+			{At: Duration(700 * time.Millisecond), Action: "crash", Node: "n2"},
+			{At: Duration(1400 * time.Millisecond), Action: "join"},
+		}}.WithDefaults()
+}
+
 // TestReproducibleAfterCrash: after a crash and a join, with many keys per
 // node, the owners' backups of their keys are cut into messages; that must
 // not depend on Go's map order (it did: the bytes metric differed from run
 // to run).
 func TestReproducibleAfterCrash(t *testing.T) {
-	sc := Scenario{Name: "crash-join", Nodes: 5, Duration: sec(2),
-		Workload: Workload{Rate: 100_000, Keys: 100_000, Dist: "uniform"},
-		Events: []Event{
-			{At: Duration(700 * time.Millisecond), Action: "crash", Node: "n2"},
-			{At: Duration(1400 * time.Millisecond), Action: "join"},
-		}}.WithDefaults()
+	sc := crashJoin(100_000)
 	v := Variant{Mode: rlsync.ModeCached}
 	var outs [2][]byte
 	for i := range outs {
@@ -150,5 +156,47 @@ func TestCompareParallel(t *testing.T) {
 	}
 	if !bytes.Equal(outs[0], outs[1]) {
 		t.Fatalf("seed 3: one at a time and four at once differ (%d and %d bytes)", len(outs[0]), len(outs[1]))
+	}
+}
+
+// TestWorkersDoNotChangeResults: the nodes of a window run at once on
+// several workers (step.go); the Result must be the one a single worker
+// gives, byte for byte, through crashes, joins, leaves and partitions.
+func TestWorkersDoNotChangeResults(t *testing.T) {
+	every, err := LoadFile(filepath.Join("testdata", "everything.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scs := []Scenario{every, crashJoin(50_000), short(t, "churn").Scale(0, 4*time.Second),
+		short(t, "rolling-restart").Scale(0, 4*time.Second), short(t, "flapping").Scale(0, 3*time.Second)}
+	for _, sc := range scs {
+		for _, m := range Modes() {
+			t.Run(sc.Name+"/"+m.String(), func(t *testing.T) {
+				var want []byte
+				for _, workers := range []int{1, 2, 5} {
+					c, err := NewCluster(sc, Variant{Mode: m}, 11)
+					if err != nil {
+						t.Fatal(err)
+					}
+					c.workers, c.minParallel = workers, 1 // every window with a request on the workers
+					r, err := c.Run(nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if workers > 1 && c.parallelWindows == 0 {
+						t.Fatalf("%d workers: no window ran its nodes at once", workers)
+					}
+					var b bytes.Buffer
+					if err := WriteJSON(&b, []*Result{r}); err != nil {
+						t.Fatal(err)
+					}
+					if want == nil {
+						want = b.Bytes()
+					} else if !bytes.Equal(b.Bytes(), want) {
+						t.Fatalf("seed 11: %d workers give a different result from 1 (%d and %d bytes)", workers, b.Len(), len(want))
+					}
+				}
+			})
+		}
 	}
 }

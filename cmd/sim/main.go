@@ -49,7 +49,7 @@ type config struct {
 	seed                                  uint64
 	duration, window                      time.Duration
 	rate                                  float64
-	keys, parallel                        int
+	keys, parallel, workers               int
 	quiet, list                           bool
 }
 
@@ -68,7 +68,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.window, "window", 0, "measurement window (default: the scenario's, 1s)")
 	fs.Float64Var(&c.rate, "rate", 0, "client requests per second, cluster-wide (default: the scenario's)")
 	fs.IntVar(&c.keys, "keys", 0, "distinct keys (default: the scenario's)")
-	fs.IntVar(&c.parallel, "parallel", 0, "simulations run at once (default: one per CPU); each is one goroutine, and the results do not depend on it")
+	fs.IntVar(&c.parallel, "parallel", 0, "simulations run at once (default: one per CPU); the results do not depend on it")
+	fs.IntVar(&c.workers, "workers", 0, "goroutines that run the nodes of one simulation at once (default: the CPUs per simulation running at once; 1 on a busy machine); the results do not depend on it")
 	fs.BoolVar(&c.quiet, "q", false, "no progress line on stderr")
 	fs.BoolVar(&c.list, "list", false, "list the standard scenarios and exit")
 	if err := fs.Parse(args); err != nil {
@@ -81,6 +82,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	case "table", "json", "csv":
 	default:
 		return c, fmt.Errorf("-format %q: want table, json or csv", c.format)
+	}
+	if c.parallel < 0 || c.workers < 0 {
+		return c, fmt.Errorf("-parallel %d, -workers %d: want 0 (the default) or more", c.parallel, c.workers)
 	}
 	return c, nil
 }
@@ -149,7 +153,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "sim: warning: placeholder code linked in (bucket real: %v, sync coordination real: %v); the figures are not meaningful\n",
 			caps.Bucket, caps.Coordination)
 	}
-	opt := sim.Options{Seed: c.seed, Parallel: c.parallel}
+	opt := sim.Options{Seed: c.seed, Parallel: c.parallel, Workers: c.workers}
 	start := time.Now()
 	// The runs go on in parallel (sim.Options.Parallel): progress comes
 	// from each of them, and the line sums them up.

@@ -72,6 +72,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"-flush", "soon"},
 		{"-scenario", "missing.json"},
 		{"stray"},
+		{"-parallel", "-1"},
+		{"-workers", "-2"},
 	} {
 		var out, errs bytes.Buffer
 		if err := run(append(args, "-q"), &out, &errs); err == nil {
