@@ -98,6 +98,9 @@ type durability struct {
 	// parkedDueLocked).
 	parkDue  time.Time
 	parkSeen uint64
+	// contested holds the checks waiting for two rings to agree on their
+	// owner (contest.go).
+	contested []contestedCheck
 
 	// mu guards held; it is taken after Node.mu, never before, and never
 	// with a shard's lock.

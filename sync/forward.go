@@ -25,6 +25,9 @@ type fwdItem struct {
 	// rerouted is set once the check was sent again to a new owner (see
 	// rerouteLocked): it is not sent a third time.
 	rerouted bool
+	// contestUntil, once set, is when a check its owner refused stops
+	// waiting for the rings to agree (contest.go).
+	contestUntil time.Time
 }
 
 // probe reports whether it goes out as a relayed check (see
@@ -245,7 +248,8 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 				n.decideHereLocked(now, c, v, it)
 				continue
 			}
-			if !n.rerouteLocked(now, c, n.view.Load(), p, it) {
+			if nv := n.view.Load(); !n.rerouteLocked(now, c, nv, p, it) &&
+				(!errors.Is(err, ErrNotOwner) || !n.contestLocked(now, nv, p, it)) {
 				n.degradeForwardLocked(now, c, v, it)
 			}
 			continue
@@ -289,15 +293,28 @@ func (n *Node) completeLocked(it *fwdItem) {
 // passed on for another node and v gives the key to a third, or v still
 // names from (or no reachable member) as the owner.
 func (n *Node) rerouteLocked(now time.Time, c uint32, v *view, from *peer, it *fwdItem) bool {
+	if it.rerouted || it.here {
+		return false
+	}
+	if !n.routeAgainLocked(now, c, v, from, it) {
+		return false
+	}
+	it.rerouted = true
+	return true
+}
+
+// routeAgainLocked sends it, which from could not decide, to the key's
+// owner in v, or decides it here (see rerouteLocked), and reports whether
+// it did.
+func (n *Node) routeAgainLocked(now time.Time, c uint32, v *view, from *peer, it *fwdItem) bool {
 	owner := v.owner(it.req.Key)
-	if it.rerouted || it.here || owner == "" || owner == from.name {
+	if owner == "" || owner == from.name {
 		return false
 	}
 	if it.relay && owner != n.cfg.Self {
 		return false // passed on once already: decided here or not at all
 	}
 	if owner == n.cfg.Self {
-		it.rerouted = true
 		if prev, ok := n.awaitingOwner(now, v, it.req.Key); ok {
 			it.here = true
 			it.resp.Owner = prev
@@ -315,7 +332,6 @@ func (n *Node) rerouteLocked(now time.Time, c uint32, v *view, from *peer, it *f
 	if q == nil || q.gone || q.down(now) {
 		return false
 	}
-	it.rerouted = true
 	it.resp.Owner = owner
 	n.queueForwardLocked(now, q, it)
 	return true

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -32,6 +33,12 @@ type testNet struct {
 	// messages it returns true for.
 	cut  map[[2]string]bool
 	drop func(from, to string, env *peerv1.Envelope) bool
+	// jitter, when set, adds to each message's latency a random delay below
+	// maxJitter; a link stays one ordered queue (last holds its latest
+	// delivery time), as the gRPC transport's are.
+	jitter    *rand.Rand
+	maxJitter time.Duration
+	last      map[[2]string]time.Time
 	// sent counts messages by body type; bytes their encoded size.
 	sent    map[string]int
 	bytes   int
@@ -124,7 +131,16 @@ func (nw *testNet) send(from, to string, env *peerv1.Envelope) {
 		return
 	}
 	nw.seq++
-	nw.queue = append(nw.queue, &netMsg{at: nw.now.Add(nw.latency), seq: nw.seq, from: from, to: to, env: env})
+	at := nw.now.Add(nw.latency)
+	if nw.jitter != nil {
+		link := [2]string{from, to}
+		at = at.Add(time.Duration(nw.jitter.Int64N(int64(nw.maxJitter))))
+		if last := nw.last[link]; at.Before(last) {
+			at = last
+		}
+		nw.last[link] = at
+	}
+	nw.queue = append(nw.queue, &netMsg{at: at, seq: nw.seq, from: from, to: to, env: env})
 }
 
 // deliver delivers, in time order, every message due by until (including
@@ -227,6 +243,13 @@ func (nw *testNet) isolate(name string) {
 }
 
 func (nw *testNet) heal() { clear(nw.cut) }
+
+// withJitter makes every link's latency vary by up to max, drawn from seed.
+func (nw *testNet) withJitter(seed uint64, max time.Duration) {
+	nw.jitter = rand.New(rand.NewPCG(seed, seed))
+	nw.maxJitter = max
+	nw.last = map[[2]string]time.Time{}
+}
 
 // setMembers gives every listed node the membership names.
 func (nw *testNet) setMembers(names []string, on ...string) {

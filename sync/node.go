@@ -334,6 +334,7 @@ func (n *Node) Tick(now time.Time) {
 	n.tickHandoffsLocked(now, v)
 	n.tickBackupsLocked(now, v)
 	n.tickParkedLocked(now, v)
+	n.tickContestedLocked(now, v)
 	i, sweep := n.sweepDueLocked(now)
 	n.mu.Unlock()
 	if sweep {
