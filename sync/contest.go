@@ -80,7 +80,7 @@ func (n *Node) tickContestedLocked(now time.Time, v *view) {
 			n.degradeForwardLocked(now, c, v, it)
 		case now.Before(ct.retryAt):
 			d.contested = append(d.contested, ct)
-		case ct.from.gone || ct.from.down(now):
+		case v.peers[ct.from.name] != ct.from || ct.from.gone || ct.from.down(now):
 			n.degradeForwardLocked(now, c, v, it)
 		default:
 			n.queueForwardLocked(now, ct.from, it)

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestLeaveSchedules(t *testing.T) {
 		{"n2 to n3", keyMoving(t, "n2", "n3", members, rest)},
 		{"stays at n3", keyMoving(t, "n3", "n3", members, rest)},
 	}
-	seeds := 150
+	seeds := 100
 	if testing.Short() {
 		seeds = 20
 	}
@@ -134,4 +135,44 @@ func leaveSchedule(t *testing.T, seed uint64, members, rest []string, key string
 		}
 	}
 	return admitted, degraded
+}
+
+// TestContestedCheck: a check refused by the member this node's ring names
+// as the key's owner (that member's ring is behind) is held, not decided by
+// the policy: once the member catches up it decides the check on the state
+// handed to it; if it never does, the check is decided by the policy after
+// RequestTimeout.
+func TestContestedCheck(t *testing.T) {
+	members := []string{"n1", "n2", "n3"}
+	rest := []string{"n2", "n3"}
+	key := keyMoving(t, "n2", "n3", members, rest)
+	l := perHour(100)
+	for _, catchUp := range []bool{true, false} {
+		t.Run(fmt.Sprintf("catch up %v", catchUp), func(t *testing.T) {
+			nw := newTestNet(t, withWait, members...)
+			spend(t, nw, "n2", key, l)
+			nw.nodes["n1"] = nil
+			nw.names = rest
+			nw.setMembers(rest, "n2") // n2 hands the key to n3, whose ring is behind
+			nw.settle()
+			n2 := nw.nodes["n2"]
+			p := checkAsync(n2, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner})
+			nw.settle()
+			if p.done || n2.metrics.Contested.Load() == 0 {
+				t.Fatalf("the refused check is not held: done %v, contested %d", p.done, n2.metrics.Contested.Load())
+			}
+			if catchUp {
+				nw.run(50 * time.Millisecond)
+				nw.setMembers(rest, "n3")
+			}
+			nw.run(time.Second)
+			if !p.done {
+				t.Fatal("the held check never completed")
+			}
+			r := p.resps[0]
+			if r.Allowed || r.Err != nil || r.Degraded != !catchUp {
+				t.Errorf("answer %+v: want rejected, degraded %v", r, !catchUp)
+			}
+		})
+	}
 }

@@ -40,9 +40,8 @@ type Metrics struct {
 	// NotOwner counts items this node was sent for keys it does not own
 	// (answered not-owner; the sender routes them again).
 	NotOwner atomic.Int64
-	// Contested counts checks this node's owner of the key refused while
-	// its ring named that owner, and that waited for the rings to agree
-	// (contest.go).
+	// Contested counts the times a check was refused by the owner this
+	// node's ring names and held for the rings to agree (contest.go).
 	Contested atomic.Int64
 	// EnvelopesDropped counts envelopes dropped because the sender is not a
 	// current member or the envelope is addressed to another node.
