@@ -43,7 +43,7 @@ bench-cluster:
 
 ## fuzz: run every fuzz target (each `func FuzzXxx` of a _test.go file) for
 ## FUZZTIME each, one after the other; the first failure stops the run.
-## FUZZTIME is a duration (30s) or a count of inputs (20000x). CI uses a
+## FUZZTIME is a duration (30s) or a count of inputs (50000x). CI uses a
 ## count: Go 1.26's fuzzing coordinator can fail a target with a bare
 ## "context deadline exceeded" when a duration ends while a starved worker
 ## is mid-input (no input is at fault; reported upstream as go.dev/issue/75804),
