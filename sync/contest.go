@@ -19,8 +19,10 @@ import (
 //   - On Tick, a waiting check whose owner in this node's view is no longer
 //     the member that refused it goes to its owner now (rerouteLocked's
 //     rules: decided here when that is this node).
-//   - Otherwise it is sent to the same member again every contestRetry: the
-//     member may have caught up.
+//   - Otherwise it is sent to the same member again, which may have caught
+//     up: contestRetry after the first refusal, then twice as long after
+//     each new one (25, 50, 100, 200 ms with the defaults), so that a hot
+//     key's held checks do not multiply its traffic.
 //   - A check refused for RequestTimeout in all is decided by the partition
 //     policy, as an unanswered one is.
 //
@@ -34,10 +36,10 @@ type contestedCheck struct {
 	retryAt time.Time
 }
 
-// contestRetry is how long a contested check waits before it is sent again
-// to the member that refused it.
-func (n *Node) contestRetry() time.Duration {
-	return max(n.cfg.TickInterval, n.cfg.RequestTimeout/20)
+// contestRetry is how long a check refused k times before (at most 8)
+// waits before it is sent again to the member that refused it.
+func (n *Node) contestRetry(k uint8) time.Duration {
+	return max(n.cfg.TickInterval, n.cfg.RequestTimeout/20) << k
 }
 
 // contestLocked makes it, answered ErrNotOwner by from, wait for the rings
@@ -54,7 +56,8 @@ func (n *Node) contestLocked(now time.Time, v *view, from *peer, it *fwdItem) bo
 		return false
 	}
 	n.metrics.Contested.Add(1)
-	n.dur.contested = append(n.dur.contested, contestedCheck{it: it, from: from, retryAt: now.Add(n.contestRetry())})
+	n.dur.contested = append(n.dur.contested, contestedCheck{it: it, from: from, retryAt: now.Add(n.contestRetry(it.contests))})
+	it.contests = min(it.contests+1, 8)
 	return true
 }
 

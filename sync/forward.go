@@ -26,8 +26,10 @@ type fwdItem struct {
 	// rerouteLocked): it is not sent a third time.
 	rerouted bool
 	// contestUntil, once set, is when a check its owner refused stops
-	// waiting for the rings to agree (contest.go).
+	// waiting for the rings to agree, and contests counts the refusals
+	// (contest.go).
 	contestUntil time.Time
+	contests     uint8
 }
 
 // probe reports whether it goes out as a relayed check (see
