@@ -1,8 +1,6 @@
 package sync
 
-import (
-	"time"
-)
+import "time"
 
 // Contested owners. The members learn of a membership change at different
 // times (a leave's announcement, gossip), so for a moment two of them can
