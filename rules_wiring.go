@@ -44,6 +44,10 @@ type ruleSet struct {
 
 	mu sync.Mutex   // serialises reloads, so that each one's event is its own
 	ev *rules.Event // set by the store's OnReload during a reload; guarded by mu
+
+	// polled, when set (by tests, before the first tick), is called by the
+	// poller after each poll, so that a test knows when one is over.
+	polled func()
 }
 
 // Rules returns the rules in force: empty without a rules file. A Set is
@@ -137,6 +141,9 @@ func (n *Node) buildRules() error {
 					return
 				case <-tick:
 					s.reload(false)
+					if s.polled != nil {
+						s.polled()
+					}
 				}
 			}
 		})

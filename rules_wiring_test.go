@@ -278,12 +278,17 @@ func TestCheckByRuleWithoutRulesFile(t *testing.T) {
 func TestRulesReloadKeepsStateAndRejectsInvalid(t *testing.T) {
 	dir := t.TempDir()
 	path := writeRules(t, dir, testRulesYAML)
-	tick := make(chan time.Time) // unbuffered: a send returns once the poller took it
+	tick := make(chan time.Time)
 	n := rulesNode(t, path, tick)
+	polled := make(chan struct{})
+	n.rules.polled = func() { polled <- struct{}{} } // set before the first tick
 	c := dial(t, n)
+	// poll has the poller poll once and returns when it is over. (A second
+	// tick instead would return while the second poll runs, which then
+	// raced the test's next write to the file.)
 	poll := func() {
 		tick <- time.Time{}
-		tick <- time.Time{} // taken once the first poll is done
+		<-polled
 	}
 	if v := gatherValue(t, n, "ringlimit_rules"); v != 5 {
 		t.Errorf("ringlimit_rules = %v, want 5", v)
