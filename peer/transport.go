@@ -111,6 +111,9 @@ type link struct {
 	// unary is set once the peer answered Stream with Unimplemented: every
 	// batch then goes in a Deliver RPC of its own.
 	unary bool
+	// failing is set from a failed batch to the next delivered one, so that
+	// only the first failure of a run is logged above debug.
+	failing bool
 }
 
 // NewTransport returns a Transport for cfg. It starts nothing and dials
@@ -344,6 +347,10 @@ func (t *Transport) deliver(ctx context.Context, l *link, h Handler, batch []*pe
 	t.metrics.batchSize.Observe(float64(len(batch)))
 	if err == nil {
 		t.metrics.sent.Add(float64(len(batch)))
+		if l.failing {
+			l.failing = false
+			t.log.Info("peer reachable again", "peer", l.name)
+		}
 		return true
 	}
 	l.errors.Inc()
@@ -351,12 +358,19 @@ func (t *Transport) deliver(ctx context.Context, l *link, h Handler, batch []*pe
 	if ctx.Err() != nil {
 		return true // not the peer's fault
 	}
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-		t.log.Debug("deliver failed", "peer", l.name, "envelopes", len(batch), "err", err)
-	default: // the peer answered, but refused the batch: a bug or a misconfiguration
+	switch code := status.Code(err); {
+	case code != codes.Unavailable && code != codes.DeadlineExceeded && code != codes.Canceled:
+		// The peer answered, but refused the batch: a bug or a
+		// misconfiguration.
 		t.log.Error("deliver refused", "peer", l.name, "envelopes", len(batch), "err", err)
+	case !l.failing:
+		// The first failure of a run: the peer's keys now go by the
+		// partition policy for a while (rlsync.Config.UnreachableAfter).
+		t.log.Info("peer unreachable", "peer", l.name, "envelopes", len(batch), "err", err)
+	default:
+		t.log.Debug("deliver failed", "peer", l.name, "envelopes", len(batch), "err", err)
 	}
+	l.failing = true
 	h.Unreachable(now, l.name)
 	return false
 }
