@@ -106,11 +106,7 @@ func (n *Node) awaitingOwner(now time.Time, v *view, key string) (string, bool) 
 	}
 	// Even when the previous owner cannot be asked now (unreachable, or
 	// left), the check waits for the hand-off (parkLocked).
-	s := n.st.shardOf(key)
-	s.mu.Lock()
-	held := n.st.getLocked(s, key) != nil
-	s.mu.Unlock()
-	if held {
+	if n.heldLocally(key) {
 		return "", false
 	}
 	return a.from, true

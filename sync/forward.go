@@ -250,10 +250,12 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 				n.decideHereLocked(now, c, v, it)
 				continue
 			}
-			if nv := n.view.Load(); !n.rerouteLocked(now, c, nv, p, it) &&
-				(!errors.Is(err, ErrNotOwner) || !n.contestLocked(now, nv, p, it)) {
-				n.degradeForwardLocked(now, c, v, it)
+			nv := n.view.Load()
+			if n.rerouteLocked(now, c, nv, p, it) ||
+				errors.Is(err, ErrNotOwner) && n.contestLocked(now, nv, p, it) {
+				continue
 			}
+			n.degradeForwardLocked(now, c, v, it)
 			continue
 		}
 		it.resp.Decision, it.resp.Err = d, err

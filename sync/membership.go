@@ -304,7 +304,7 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 	defer s.mu.Unlock()
 	e := s.m.get(h, key)
 	if e == nil {
-		e, _ = newKeyedEntryFor(key, b, c)
+		e = newKeyedEntryFor(key, b, c)
 		if mine {
 			e.makeOwned()
 			e.dem = demand

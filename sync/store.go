@@ -437,11 +437,11 @@ func newKeyedEntry(key string, l bucket.Limit, now time.Time, c uint32) (*entry,
 
 // newKeyedEntryFor is newKeyedEntry for a bucket the caller has already
 // (a state handed off or restored), which the entry takes.
-func newKeyedEntryFor(key string, b bucket.Bucket, c uint32) (*entry, string) {
-	e, _, own := allocKeyed(key)
+func newKeyedEntryFor(key string, b bucket.Bucket, c uint32) *entry {
+	e, _, _ := allocKeyed(key)
 	e.b = b
 	e.meta |= c << flagBits
-	return e, own
+	return e
 }
 
 // allocKeyed allocates a keyed entry (flagKeyed, no bucket yet) and a copy

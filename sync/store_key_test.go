@@ -46,9 +46,9 @@ func TestKeyedEntryForms(t *testing.T) {
 		if !e.has(flagKeyed) || mustKey(t, e) != key {
 			t.Errorf("len %d: after role changes, meta %#x", n, e.meta)
 		}
-		e2, own2 := newKeyedEntryFor(key, e.b, 3)
-		if own2 != key || mustKey(t, e2) != key || e2.b != e.b || e2.used() != 3 {
-			t.Errorf("len %d: newKeyedEntryFor: %q %q", n, own2, mustKey(t, e2))
+		e2 := newKeyedEntryFor(key, e.b, 3)
+		if mustKey(t, e2) != key || e2.b != e.b || e2.used() != 3 {
+			t.Errorf("len %d: newKeyedEntryFor: key %q, used %d", n, mustKey(t, e2), e2.used())
 		}
 	}
 	e, _ := newEntry(perMinute(60), t0, 0)
