@@ -291,7 +291,6 @@ func (t *Transport) sender(ctx context.Context, l *link, h Handler) {
 	defer t.closeStream(l)
 	batch := make([]*peerv1.Envelope, 0, t.cfg.MaxBatch)
 	var next *peerv1.Envelope // taken from the queue but over the last batch's bytes
-	failing := false
 	for {
 		if next == nil {
 			select {
@@ -301,14 +300,7 @@ func (t *Transport) sender(ctx context.Context, l *link, h Handler) {
 			}
 		}
 		batch, next = t.fill(l.queue, append(batch, next))
-		ok := t.deliver(ctx, l, h, batch)
-		switch {
-		case !ok && !failing:
-			t.log.Warn("peer unreachable", "peer", l.name, "addr", l.addr)
-		case ok && failing:
-			t.log.Info("peer reachable again", "peer", l.name, "addr", l.addr)
-		}
-		failing = !ok
+		t.deliver(ctx, l, h, batch)
 		clear(batch)
 		batch = batch[:0]
 	}
@@ -335,11 +327,10 @@ func (t *Transport) fill(queue <-chan *peerv1.Envelope, batch []*peerv1.Envelope
 	return batch, nil
 }
 
-// deliver sends batch to l (see send) and reports whether it succeeded. On
-// failure the batch is dropped, not retried (see Transport), and h learns
-// that the peer is unreachable, unless ctx ended: then the peer left or the
-// transport closed.
-func (t *Transport) deliver(ctx context.Context, l *link, h Handler, batch []*peerv1.Envelope) bool {
+// deliver sends batch to l (see send). On failure the batch is dropped, not
+// retried (see Transport), and h learns that the peer is unreachable, unless
+// ctx ended: then the peer left or the transport closed.
+func (t *Transport) deliver(ctx context.Context, l *link, h Handler, batch []*peerv1.Envelope) {
 	start := t.clock.Now()
 	err := t.send(ctx, l, &peerv1.DeliverRequest{Envelopes: batch})
 	now := t.clock.Now()
@@ -349,14 +340,14 @@ func (t *Transport) deliver(ctx context.Context, l *link, h Handler, batch []*pe
 		t.metrics.sent.Add(float64(len(batch)))
 		if l.failing {
 			l.failing = false
-			t.log.Info("peer reachable again", "peer", l.name)
+			t.log.Info("peer reachable again", "peer", l.name, "addr", l.addr)
 		}
-		return true
+		return
 	}
 	l.errors.Inc()
 	t.metrics.dropped.WithLabelValues(dropRPCError).Add(float64(len(batch)))
 	if ctx.Err() != nil {
-		return true // not the peer's fault
+		return // not the peer's fault
 	}
 	switch code := status.Code(err); {
 	case code != codes.Unavailable && code != codes.DeadlineExceeded && code != codes.Canceled:
@@ -366,13 +357,12 @@ func (t *Transport) deliver(ctx context.Context, l *link, h Handler, batch []*pe
 	case !l.failing:
 		// The first failure of a run: the peer's keys now go by the
 		// partition policy for a while (rlsync.Config.UnreachableAfter).
-		t.log.Info("peer unreachable", "peer", l.name, "envelopes", len(batch), "err", err)
+		t.log.Warn("peer unreachable", "peer", l.name, "addr", l.addr, "envelopes", len(batch), "err", err)
 	default:
 		t.log.Debug("deliver failed", "peer", l.name, "envelopes", len(batch), "err", err)
 	}
 	l.failing = true
 	h.Unreachable(now, l.name)
-	return false
 }
 
 // send sends req to l as the next message of l's stream, opening one when

@@ -113,8 +113,15 @@ func (n *Node) limitWireLocked(l bucket.Limit) *peerv1.Limit {
 // that has never been heard from is sent again (see resendForwardsLocked).
 const forwardResends = 10
 
-// enqueueForwards queues the owner-mode checks of one Check on their owners'
-// queues and sends what may go now (see sendForwardsLocked).
+// enqueueForwards queues the owner-mode checks of one Check, routed on v,
+// on their owners' queues and sends what may go now (see
+// sendForwardsLocked).
+//
+// Check reads v without the lock, so an owner may have left the ring since
+// (its leave announcement or the driver's membership, taken meanwhile on
+// another goroutine). Such a check goes to the key's owner on the current
+// ring, which was handed the state first (see rerouteLocked); only when
+// there is none is it decided by the policy, on the current ring.
 func (n *Node) enqueueForwards(now time.Time, v *view, items []*fwdItem) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -124,7 +131,9 @@ func (n *Node) enqueueForwards(now time.Time, v *view, items []*fwdItem) {
 	for _, it := range items {
 		p := v.peers[it.resp.Owner]
 		if p == nil || p.gone {
-			n.degradeForwardLocked(now, c, v, it)
+			if cur := n.view.Load(); p == nil || !n.rerouteLocked(now, c, cur, p, it) {
+				n.degradeForwardLocked(now, c, cur, it)
+			}
 			continue
 		}
 		if !p.queued() {
@@ -255,7 +264,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 				errors.Is(err, ErrNotOwner) && n.contestLocked(now, nv, p, it) {
 				continue
 			}
-			n.degradeForwardLocked(now, c, v, it)
+			n.degradeForwardLocked(now, c, nv, it)
 			continue
 		}
 		it.resp.Decision, it.resp.Err = d, err

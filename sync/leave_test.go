@@ -176,3 +176,50 @@ func TestContestedCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckRacesLeaveAnnouncement: Check reads the view without the lock,
+// so the leave announcement of the key's owner can be taken (by the
+// goroutine serving the owner's stream) between the moment a Check picks
+// the owner and the moment it queues the forward. The forward then goes to
+// the key's new owner, which was handed the state before the announcement,
+// instead of being decided by the policy on the old ring (a local-share of
+// limit / 3, with the owner's keys spent). This is the interleaving of
+// open fault 2 in docs/reliability.md; the test runs Check's two halves by
+// hand around the announcement.
+func TestCheckRacesLeaveAnnouncement(t *testing.T) {
+	members := []string{"n1", "n2", "n3"}
+	key := keyOwnedBy(t, "n1", members...)
+	l := perHour(100)
+	nw := newTestNet(t, withWait, members...)
+	spend(t, nw, "n2", key, l)
+	n2 := nw.nodes["n2"]
+
+	// Check's first half: n2 reads its view, in which n1 owns the key.
+	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}
+	var resp Response
+	done := false
+	a := asyncs{done: func() { done = true }}
+	v := n2.view.Load()
+	it := n2.checkOne(nw.now, coarse(nw.now), v, &req, &resp, &a)
+	if it == nil {
+		t.Fatalf("the check was decided at once (%+v), want it forwarded to n1", resp)
+	}
+
+	// n1 leaves; n2 takes its hand-off and its leave announcement.
+	nw.nodes["n1"].Leave(nw.now)
+	nw.settle()
+	if o := n2.view.Load().owner(key); o == "n1" {
+		t.Fatal("n2 did not take n1's leave announcement")
+	}
+
+	// Check's second half, on the view it read.
+	n2.enqueueForwards(nw.now, v, []*fwdItem{it})
+	a.c.finish()
+	nw.run(time.Second)
+	if !done {
+		t.Fatal("the check never completed")
+	}
+	if resp.Allowed || resp.Degraded || resp.Err != nil {
+		t.Errorf("answer %+v: want rejected by the key's new owner (spent), not degraded", resp)
+	}
+}
