@@ -75,14 +75,14 @@ func (n *Node) tickContestedLocked(now time.Time, v *view) {
 		switch {
 		case owner != ct.from.name:
 			if !n.routeAgainLocked(now, c, v, ct.from, it) {
-				n.degradeForwardLocked(now, c, v, it)
+				n.degradeForwardLocked(now, c, it)
 			}
 		case !now.Before(it.contestUntil):
-			n.degradeForwardLocked(now, c, v, it)
+			n.degradeForwardLocked(now, c, it)
 		case now.Before(ct.retryAt):
 			d.contested = append(d.contested, ct)
 		case v.peers[ct.from.name] != ct.from || ct.from.gone || ct.from.down(now):
-			n.degradeForwardLocked(now, c, v, it)
+			n.degradeForwardLocked(now, c, it)
 		default:
 			n.queueForwardLocked(now, ct.from, it)
 		}

@@ -131,8 +131,8 @@ func (n *Node) enqueueForwards(now time.Time, v *view, items []*fwdItem) {
 	for _, it := range items {
 		p := v.peers[it.resp.Owner]
 		if p == nil || p.gone {
-			if cur := n.view.Load(); p == nil || !n.rerouteLocked(now, c, cur, p, it) {
-				n.degradeForwardLocked(now, c, cur, it)
+			if p == nil || !n.rerouteLocked(now, c, n.view.Load(), p, it) {
+				n.degradeForwardLocked(now, c, it)
 			}
 			continue
 		}
@@ -244,7 +244,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 	for i := range b.items {
 		it := b.items[i].it
 		if i >= len(rep.Items) {
-			n.degradeForwardLocked(now, c, v, it)
+			n.degradeForwardLocked(now, c, it)
 			continue
 		}
 		d, err := decisionFromWire(rep.Items[i])
@@ -264,7 +264,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 				errors.Is(err, ErrNotOwner) && n.contestLocked(now, nv, p, it) {
 				continue
 			}
-			n.degradeForwardLocked(now, c, nv, it)
+			n.degradeForwardLocked(now, c, it)
 			continue
 		}
 		it.resp.Decision, it.resp.Err = d, err
@@ -280,7 +280,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 func (n *Node) decideHereLocked(now time.Time, c uint32, v *view, it *fwdItem) {
 	if v.owner(it.req.Key) != n.cfg.Self {
 		it.here = false
-		n.degradeForwardLocked(now, c, v, it)
+		n.degradeForwardLocked(now, c, it)
 		return
 	}
 	it.resp.Owner = n.cfg.Self
@@ -334,7 +334,7 @@ func (n *Node) routeAgainLocked(now time.Time, c uint32, v *view, from *peer, it
 			if q := v.peers[prev]; q != nil && q != from && !q.gone {
 				n.queueForwardLocked(now, q, it)
 			} else {
-				n.degradeForwardLocked(now, c, v, it) // parks it
+				n.degradeForwardLocked(now, c, it) // parks it
 			}
 			return true
 		}
@@ -356,8 +356,12 @@ func (n *Node) queueForwardLocked(now time.Time, q *peer, it *fwdItem) {
 	n.sendLaneLocked(now, q, laneOf(it), false)
 }
 
-// degradeForwardLocked decides a forwarded check by its partition policy.
-func (n *Node) degradeForwardLocked(now time.Time, c uint32, v *view, it *fwdItem) {
+// degradeForwardLocked decides a forwarded check by its partition policy,
+// on the current ring: the caller's view may be older (Check and Step read
+// theirs without the lock), and the policy's share depends on the members.
+// The view is replaced only under n.mu, which the caller holds.
+func (n *Node) degradeForwardLocked(now time.Time, c uint32, it *fwdItem) {
+	v := n.view.Load()
 	if it.here {
 		if !n.parkLocked(now, v, it) {
 			n.decideHereLocked(now, c, v, it)
@@ -387,7 +391,7 @@ func (n *Node) failForwardsLocked(now time.Time, p *peer) {
 	p.fwdOut, p.fwd = nil, [numLanes]fwdLane{}
 	fail := func(it *fwdItem) {
 		if !p.gone || !n.rerouteLocked(now, c, v, p, it) {
-			n.degradeForwardLocked(now, c, v, it)
+			n.degradeForwardLocked(now, c, it)
 		}
 	}
 	for _, b := range out {
