@@ -68,7 +68,10 @@ func (n *Node) check(ctx context.Context, items []item, out []rlsync.Response) e
 		return nil
 	}
 	p.resps = append(p.resps[:0], make([]rlsync.Response, len(p.reqs))...)
-	n.core.Check(n.clock.Now(), p.reqs, p.resps, p.fn)
+	if err := n.drv.Check(p.reqs, p.resps, p.fn); err != nil {
+		p.release()
+		return errShuttingDown
+	}
 	if err := p.wait(ctx, n.cfg.CheckTimeout); err != nil {
 		return err // p is abandoned to the core
 	}

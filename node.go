@@ -34,6 +34,7 @@ type Node struct {
 	clock Clock
 
 	core    *rlsync.Node
+	drv     *peer.Driver // applies every input of core in one order
 	ring    *ring.Holder // the same ring as the core's, for status and Owner
 	tr      *peer.Transport
 	cl      *peer.Cluster
@@ -52,9 +53,12 @@ type Node struct {
 	mtls             *peer.MutualTLS // the peers' identity, nil when off
 
 	cancel   context.CancelFunc // ends the node's run context
-	stopTick chan struct{}      // closed to stop the tick loop
+	stopTick chan struct{}      // closed to stop the rules poller
 	leaving  atomic.Bool        // Leave was called on the core
-	handed   chan struct{}      // closed by the tick loop once the core has handed off
+	handed   chan struct{}      // closed on the driver's loop once the core has handed off
+	// handedClosed records that handed is closed; only the driver's loop
+	// touches it.
+	handedClosed bool
 	// membersIn is closed once the first membership has reached the core
 	// and the ring (firstMembers guards the close).
 	membersIn    chan struct{}
@@ -107,8 +111,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err := n.build(); err != nil {
 		return n, err
 	}
+	n.drv.Start(runCtx)
 	n.serve()
-	if err := n.tr.Start(runCtx, n.core); err != nil {
+	if err := n.tr.Start(runCtx, n.drv); err != nil {
 		return n, fmt.Errorf("ringlimit: starting the peer transport: %w", err)
 	}
 	if err := n.cl.Start(runCtx); err != nil {
@@ -219,6 +224,11 @@ func (n *Node) build() error {
 		return fmt.Errorf("ringlimit: peer transport: %w", err)
 	}
 	if n.core, err = rlsync.NewNode(cfg.syncConfig(), n.tr); err != nil {
+		return fmt.Errorf("ringlimit: %w", err)
+	}
+	n.drv, err = peer.NewDriver(n.core, peer.DriverConfig{
+		Clock: n.clock, TickInterval: cfg.Sync.TickInterval, AfterTick: n.afterTick})
+	if err != nil {
 		return fmt.Errorf("ringlimit: %w", err)
 	}
 	if n.ring, err = ring.NewHolder(cfg.Sync.Ring); err != nil {
@@ -338,26 +348,14 @@ func (n *Node) serve() {
 			}
 		})
 	}
-	n.wg.Go(n.tickLoop)
 }
 
-// tickLoop calls the core's Tick every Sync.TickInterval until stopTick is
-// closed, and closes handed once a Leave has handed every key off.
-func (n *Node) tickLoop() {
-	t := time.NewTicker(n.cfg.Sync.TickInterval)
-	defer t.Stop()
-	handed := false
-	for {
-		select {
-		case <-n.stopTick:
-			return
-		case <-t.C:
-		}
-		n.core.Tick(n.clock.Now())
-		if !handed && n.leaving.Load() && n.core.HandedOff() {
-			handed = true
-			close(n.handed)
-		}
+// afterTick runs on the driver's loop after each Tick of the core: it
+// closes handed once a Leave has handed every key off.
+func (n *Node) afterTick(time.Time) {
+	if !n.handedClosed && n.leaving.Load() && n.core.HandedOff() {
+		n.handedClosed = true
+		close(n.handed)
 	}
 }
 
@@ -374,12 +372,19 @@ func (n *Node) onMembers(ms []peer.Member) {
 	n.tr.SetPeers(ms)
 	names := peer.Names(ms)
 	failed := n.cl.Failed()
-	n.core.SetMembership(n.clock.Now(), names, failed)
+	var q rlsync.Quorum
+	err := n.drv.Do(context.Background(), func(now time.Time) {
+		n.core.SetMembership(now, names, failed)
+		q = n.core.Quorum()
+	})
+	if err != nil {
+		n.log.Debug("membership change after the core stopped", "members", names)
+		return
+	}
 	if _, err := n.ring.SetMembers(names); err != nil {
 		n.log.Error("ring update failed", "members", names, "err", err)
 		return
 	}
-	q := n.core.Quorum()
 	if q.Minority {
 		n.log.Warn("membership changed: minority side, the lost members' keys go by the partition policy",
 			"members", names, "lost", q.Lost, "baseline", q.Baseline)

@@ -306,7 +306,10 @@ func (c Checker) Check(ctx context.Context, reqs []rlsync.Request) ([]rlsync.Res
 	p := pendingPool.Get().(*pending)
 	p.reqs = append(p.reqs, reqs...)
 	p.resps = append(p.resps[:0], make([]rlsync.Response, len(reqs))...)
-	n.core.Check(n.clock.Now(), p.reqs, p.resps, p.fn)
+	if err := n.drv.Check(p.reqs, p.resps, p.fn); err != nil {
+		p.release()
+		return nil, errShuttingDown
+	}
 	if err := p.wait(ctx, n.cfg.CheckTimeout); err != nil {
 		return nil, err // p is abandoned to the core
 	}

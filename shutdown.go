@@ -65,7 +65,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 
 	if ctx.Err() == nil && n.cl.Ready() {
 		n.leaving.Store(true)
-		n.core.Leave(n.clock.Now())
+		if err := n.drv.Do(ctx, n.core.Leave); err != nil {
+			n.log.Warn("shutdown: leave not applied", "err", err)
+		}
 		t := time.NewTimer(n.cfg.HandoffTimeout)
 		select {
 		case <-n.handed:
@@ -128,6 +130,9 @@ func (n *Node) teardown() error {
 	close(n.stopTick)
 	if n.tr != nil {
 		errs = append(errs, n.tr.Close())
+	}
+	if n.drv != nil {
+		n.drv.Close() // after the transport: nothing feeds it any more
 	}
 	for _, ln := range []net.Listener{n.grpcLn, n.peerLn, n.httpLn} {
 		if ln != nil {
