@@ -8,7 +8,7 @@ import (
 // msgAlloc hands out the parts of the messages one call builds from a few
 // shared allocations instead of one or more per item: items come from slabs
 // sized by the caller's hint and encoded states are carved from one buffer
-// (a wire limit is shared too, see Node.limitWireLocked). It saves most of
+// (a wire limit is shared too, see Node.limitWire). It saves most of
 // the allocations (and the garbage collection) per coordinated check. What it
 // hands out belongs to the messages being built, which are never modified
 // once sent (see Transport), so nothing is ever reused; a msgAlloc is used by

@@ -95,7 +95,7 @@ func (n *Node) gainedPartitions(now time.Time, old map[int]awaitFrom, before, af
 // awaitingOwner returns the previous owner to ask about key, if key's
 // partition awaits its hand-off at now and this node holds no state for it.
 // The check is then sent to it as a probe (fwdItem.here); a probe that
-// cannot be sent or is not answered waits for the hand-off (parkLocked).
+// cannot be sent or is not answered waits for the hand-off (parkCheck).
 func (n *Node) awaitingOwner(now time.Time, v *view, key string) (string, bool) {
 	if len(v.await) == 0 || n.awaitOver(now, v) {
 		return "", false
@@ -105,7 +105,7 @@ func (n *Node) awaitingOwner(now time.Time, v *view, key string) (string, bool) 
 		return "", false
 	}
 	// Even when the previous owner cannot be asked now (unreachable, or
-	// left), the check waits for the hand-off (parkLocked).
+	// left), the check waits for the hand-off (parkCheck).
 	if n.heldLocally(key) {
 		return "", false
 	}
@@ -122,23 +122,21 @@ type parkedCheck struct {
 // heldLocally reports whether this node holds state for key.
 func (n *Node) heldLocally(key string) bool {
 	s := n.st.shardOf(key)
-	s.mu.Lock()
-	held := n.st.getLocked(s, key) != nil
-	s.mu.Unlock()
+	held := n.st.lookup(s, key) != nil
 	return held
 }
 
-// parkLocked keeps a probe whose previous owner did not answer (it timed
+// parkCheck keeps a probe whose previous owner did not answer (it timed
 // out, is unreachable, or left) while the key's partition still awaits its
 // hand-off and this node holds no state for the key: the previous owner
 // may simply not know this node yet (a node that has just restarted is
 // unknown to the others until gossip reaches them, and they drop what it
-// sends), and hands the key off as soon as it does. tickParkedLocked
+// sends), and hands the key off as soon as it does. tickParked
 // decides it once the state has come or the wait is over; a probe relayed
 // for another node waits at most RequestTimeout/2, less than that node
 // waits for its answer. It reports false when the check is to be decided
 // now.
-func (n *Node) parkLocked(now time.Time, v *view, it *fwdItem) bool {
+func (n *Node) parkCheck(now time.Time, v *view, it *fwdItem) bool {
 	if v.ring == nil || len(v.await) == 0 {
 		return false
 	}
@@ -150,7 +148,7 @@ func (n *Node) parkLocked(now time.Time, v *view, it *fwdItem) bool {
 	if it.relay {
 		until = minTime(until, now.Add(n.cfg.RequestTimeout/2))
 	}
-	n.addParkedLocked(parkedCheck{it: it, until: until})
+	n.addParked(parkedCheck{it: it, until: until})
 	return true
 }
 
@@ -161,14 +159,14 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// tickParkedLocked decides the parked probes whose key's state has come,
+// tickParked decides the parked probes whose key's state has come,
 // or whose wait is over: on the state this node holds (the handed-off one,
 // or a fresh bucket). A relayed probe whose wait is over without the state
 // is answered not-owner: the node that forwarded it applies its partition
 // policy, rather than this node answering from a fresh bucket.
-func (n *Node) tickParkedLocked(now time.Time, v *view) {
+func (n *Node) tickParked(now time.Time, v *view) {
 	d := &n.dur
-	if len(d.parked) == 0 || !n.parkedDueLocked(now) {
+	if len(d.parked) == 0 || !n.parkedDue(now) {
 		return
 	}
 	c := coarse(now)
@@ -185,12 +183,12 @@ func (n *Node) tickParkedLocked(now time.Time, v *view) {
 			done = append(done, pc.it)
 			continue
 		}
-		n.decideHereLocked(now, c, v, pc.it)
+		n.decideHere(now, c, v, pc.it)
 	}
 	clear(d.parked[len(keep):])
 	d.parked = keep
-	n.parkedPassedLocked()
+	n.parkedPassed()
 	for _, it := range done {
-		n.completeLocked(it)
+		n.completeForward(it)
 	}
 }

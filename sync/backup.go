@@ -3,8 +3,6 @@ package sync
 import (
 	"maps"
 	"slices"
-	stdsync "sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -24,7 +22,7 @@ import (
 //     locally, with no message, in the same membership change.
 //   - Cadence. Once per FlushInterval (on Tick), only the keys changed since
 //     their last backup (an owned entry marks itself when its state changes,
-//     markBackupLocked), batched by MaxBatch, at most maxBackupFlights
+//     markBackup), batched by MaxBatch, at most maxBackupFlights
 //     batches unacknowledged per target. A batch not acknowledged within
 //     RequestTimeout is not sent again as it was: its keys are marked again,
 //     so the next round sends their current state.
@@ -64,8 +62,6 @@ const maxBackupFlights = 8
 
 // durability is a Node's state for backups and announced leaves.
 type durability struct {
-	// The fields below up to mu are guarded by Node.mu.
-
 	// nextBackup is when the next backup round is due; nextSweep when the
 	// held states are next swept.
 	nextBackup, nextSweep time.Time
@@ -82,29 +78,25 @@ type durability struct {
 	// it still sends while it finishes its leave is handled (leave.go).
 	departed map[string]departedPeer
 	// forwards holds, per peer, the forwards answered recently (see
-	// forwardSeenLocked).
+	// forwardSeen).
 	forwards map[string]*recentForwards
 	// awaitEnd caches, for one view, when the last of its awaited
-	// hand-offs stops being awaited (see awaitOver); it is read without
-	// Node.mu.
-	awaitEnd atomic.Pointer[awaitEnd]
+	// hand-offs stops being awaited (see awaitOver).
+	awaitEnd *awaitEnd
 	// targets caches the backup target of each partition (see
-	// backupTargetsLocked).
+	// targetsOf).
 	targets backupTargets
 	// parked holds the probes waiting for a hand-off (await.go).
 	parked []parkedCheck
 	// parkDue is the earliest wait among parked at the last pass (or later
 	// park); parkSeen the store's insert count when that pass began (see
-	// parkedDueLocked).
+	// parkedDue).
 	parkDue  time.Time
 	parkSeen uint64
 	// contested holds the checks waiting for two rings to agree on their
 	// owner (contest.go).
 	contested []contestedCheck
 
-	// mu guards held; it is taken after Node.mu, never before, and never
-	// with a shard's lock.
-	mu stdsync.Mutex
 	// held maps a key to the backup this node keeps for another owner.
 	held map[string]*heldBackup
 	// spare is a bucket no one else refers to (a received state that was
@@ -136,10 +128,10 @@ type heldBackup struct {
 	dem  float32
 }
 
-// markBackupLocked notes that an owned entry's state changed: the next
+// markBackup notes that an owned entry's state changed: the next
 // backup round sends it. The round gets the key back from the entry (every
-// owned entry holds its key, see allocKeyed). The caller holds s's lock.
-func markBackupLocked(s *shard, e *entry) {
+// owned entry holds its key, see allocKeyed); s is the key's shard.
+func markBackup(s *shard, e *entry) {
 	if !e.has(flagOwned) || e.has(flagBackup) {
 		return
 	}
@@ -157,9 +149,9 @@ type backupTargets struct {
 	target []int32
 }
 
-// backupTargetsLocked returns the backup target of each partition under v
+// targetsOf returns the backup target of each partition under v
 // and succ (not nil), computed once per view and successor ring.
-func (n *Node) backupTargetsLocked(v *view, succ *ring.Ring) []int32 {
+func (n *Node) targetsOf(v *view, succ *ring.Ring) []int32 {
 	t := &n.dur.targets
 	if t.v == v && t.succ == succ && t.target != nil {
 		return t.target
@@ -177,9 +169,9 @@ func (n *Node) backupTargetsLocked(v *view, succ *ring.Ring) []int32 {
 	return t.target
 }
 
-// successorLocked returns the ring of v without this node, nil when this
+// successorRing returns the ring of v without this node, nil when this
 // node is not on it or is alone.
-func (n *Node) successorLocked(r *ring.Ring) *ring.Ring {
+func (n *Node) successorRing(r *ring.Ring) *ring.Ring {
 	d := &n.dur
 	if r == nil {
 		return nil
@@ -196,18 +188,18 @@ func (n *Node) successorLocked(r *ring.Ring) *ring.Ring {
 	return d.succ
 }
 
-// tickBackupsLocked runs a backup round when one is due: it retires the
+// tickBackups runs a backup round when one is due: it retires the
 // batches that timed out (their keys are marked again), then sends the
 // state of every owned key changed since its last backup to the key's
 // target, in batches of MaxBatch.
-func (n *Node) tickBackupsLocked(now time.Time, v *view) {
+func (n *Node) tickBackups(now time.Time, v *view) {
 	d := &n.dur
-	n.sweepHeldLocked(now)
+	n.sweepHeld(now)
 	if now.Before(d.nextBackup) {
 		return
 	}
 	d.nextBackup = nextDue(d.nextBackup, now, n.cfg.FlushInterval)
-	succ := n.successorLocked(v.ring)
+	succ := n.successorRing(v.ring)
 	if d.out == nil {
 		d.out = map[string]*backupPeer{}
 	}
@@ -220,7 +212,7 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 				return false
 			}
 			n.metrics.BackupsRetried.Add(1)
-			n.remarkLocked(f.items)
+			n.remark(f.items)
 			return true
 		})
 		if gone && len(bp.out) == 0 {
@@ -244,16 +236,14 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 	out := make([][]*peerv1.KeyState, len(v.names))
 	var targets []int32
 	if succ != nil {
-		targets = n.backupTargetsLocked(v, succ)
+		targets = n.targetsOf(v, succ)
 	}
 	// One allocator for the round's states: the listed keys bound them.
 	var a msgAlloc
 	listed := 0
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
-		s.mu.Lock() // checks list keys concurrently
 		listed += len(s.backup)
-		s.mu.Unlock()
 	}
 	a.reserve(listed)
 	// Each target's slice of states starts with the capacity of its even
@@ -261,7 +251,6 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 	share := listed/max(1, len(v.names)-1) + listed/32 + 8
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
-		s.mu.Lock()
 		list := s.backup
 		k := 0
 		for _, e := range list {
@@ -296,7 +285,6 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 		}
 		clear(list[k:])
 		s.backup = list[:k]
-		s.mu.Unlock()
 	}
 	for i, name := range v.names {
 		items := out[i]
@@ -320,24 +308,20 @@ func (n *Node) tickBackupsLocked(now time.Time, v *view) {
 	}
 }
 
-// remarkLocked marks the keys of items for the next backup round again
+// remark marks the keys of items for the next backup round again
 // (those still owned).
-func (n *Node) remarkLocked(items []*peerv1.KeyState) {
+func (n *Node) remark(items []*peerv1.KeyState) {
 	for _, ks := range items {
 		key := ks.Key
 		s := n.st.shardOf(key)
-		s.mu.Lock()
-		if e := n.st.getLocked(s, key); e != nil {
-			markBackupLocked(s, e)
+		if e := n.st.lookup(s, key); e != nil {
+			markBackup(s, e)
 		}
-		s.mu.Unlock()
 	}
 }
 
 // onBackupAck retires an acknowledged backup batch.
 func (n *Node) onBackupAck(p *peer, ack *peerv1.BackupAck) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if ack.BackupIncarnation != n.cfg.Incarnation {
 		return
 	}
@@ -352,7 +336,6 @@ func (n *Node) onBackupAck(p *peer, ack *peerv1.BackupAck) {
 func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 	n.metrics.BackupsReceived.Add(1)
 	d := &n.dur
-	d.mu.Lock()
 	// The held states of up to lookupRun items are looked up at once, before
 	// any is decoded and merged: those lookups, mostly cache misses, then
 	// overlap instead of waiting for each other behind the merges.
@@ -381,18 +364,16 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 			if h == nil && added {
 				h = d.held[ks.Key]
 			}
-			added = n.holdBackupLocked(now, p, ks, h) || added
+			added = n.holdBackup(now, p, ks, h) || added
 		}
 	}
-	d.mu.Unlock()
 	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc}})
 }
 
-// holdBackupLocked keeps the state ks that p backed up with this node,
+// holdBackup keeps the state ks that p backed up with this node,
 // merged with h, what this node holds of its key (nil: nothing), and
-// reports whether it held the key afresh. The caller holds the durability
-// lock.
-func (n *Node) holdBackupLocked(now time.Time, p *peer, ks *peerv1.KeyState, h *heldBackup) bool {
+// reports whether it held the key afresh.
+func (n *Node) holdBackup(now time.Time, p *peer, ks *peerv1.KeyState, h *heldBackup) bool {
 	d := &n.dur
 	bk, ok := n.decodeStateInto(d.spare, ks)
 	if !ok {
@@ -421,16 +402,14 @@ func (n *Node) holdBackupLocked(now time.Time, p *peer, ks *peerv1.KeyState, h *
 	return false
 }
 
-// sweepHeldLocked drops, once per SweepInterval, the held states that have
+// sweepHeld drops, once per SweepInterval, the held states that have
 // refilled to a fresh bucket's: they no longer say anything.
-func (n *Node) sweepHeldLocked(now time.Time) {
+func (n *Node) sweepHeld(now time.Time) {
 	d := &n.dur
 	if now.Before(d.nextSweep) {
 		return
 	}
 	d.nextSweep = now.Add(n.cfg.SweepInterval)
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	for key, h := range d.held {
 		if h.b.Idle(now) {
 			delete(d.held, key)
@@ -442,8 +421,6 @@ func (n *Node) sweepHeldLocked(now time.Time) {
 // sender keep says to give up.
 func (n *Node) takeHeld(keep func(key string, h *heldBackup) bool) ([]string, []*heldBackup) {
 	d := &n.dur
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	var keys []string
 	for key, h := range d.held {
 		if !keep(key, h) {
@@ -460,12 +437,9 @@ func (n *Node) takeHeld(keep func(key string, h *heldBackup) bool) ([]string, []
 }
 
 // heldBucket returns a copy of the bucket this node holds as a backup of
-// key, or nil. It takes the durability lock: never call it with a shard's
-// lock held.
+// key, or nil.
 func (n *Node) heldBucket(key string) bucket.Bucket {
 	d := &n.dur
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	if h := d.held[key]; h != nil {
 		return h.b.Clone()
 	}
@@ -475,8 +449,6 @@ func (n *Node) heldBucket(key string) bucket.Bucket {
 // heldState returns the state this node holds as a backup of key, or nil.
 func (n *Node) heldState(key string) *peerv1.KeyState {
 	d := &n.dur
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	h := d.held[key]
 	if h == nil {
 		return nil
@@ -488,9 +460,9 @@ func (n *Node) heldState(key string) *peerv1.KeyState {
 	return &peerv1.KeyState{Key: key, State: state, Demand: h.dem}
 }
 
-// restoreLocked gives held states to their keys' owners in nv: merged here
+// restoreHeld gives held states to their keys' owners in nv: merged here
 // as owned states when this node owns the key, else sent as a hand-off.
-func (n *Node) restoreLocked(now time.Time, nv *view, keys []string, hs []*heldBackup) {
+func (n *Node) restoreHeld(now time.Time, nv *view, keys []string, hs []*heldBackup) {
 	out := map[*peer][]*peerv1.KeyState{}
 	for i, key := range keys {
 		h := hs[i]
@@ -509,14 +481,14 @@ func (n *Node) restoreLocked(now time.Time, nv *view, keys []string, hs []*heldB
 		}
 		n.metrics.BackupKeysRestored.Add(1)
 	}
-	n.sendHandoffsLocked(now, nv, out)
+	n.sendHandoffs(now, nv, out)
 }
 
-// restoreBackupsLocked restores, on a membership change from old to nv,
-// the states held for members that left the ring (see restoreLocked). It
+// restoreBackups restores, on a membership change from old to nv,
+// the states held for members that left the ring (see restoreHeld). It
 // runs before nv is published, so no check decides such a key on a fresh
 // bucket in between.
-func (n *Node) restoreBackupsLocked(now time.Time, old, nv *view) {
+func (n *Node) restoreBackups(now time.Time, old, nv *view) {
 	if old.ring == nil || nv.ring == nil {
 		return
 	}
@@ -531,7 +503,7 @@ func (n *Node) restoreBackupsLocked(now time.Time, old, nv *view) {
 		return
 	}
 	keys, hs := n.takeHeld(func(_ string, h *heldBackup) bool { return nv.ring.Has(h.from) })
-	n.restoreLocked(now, nv, keys, hs)
+	n.restoreHeld(now, nv, keys, hs)
 }
 
 // backupsPeerRestarted hands the states held for p back to it (or to the
@@ -542,23 +514,21 @@ func (n *Node) backupsPeerRestarted(now time.Time, v *view, p *peer) {
 	if len(keys) == 0 {
 		return
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.restoreLocked(now, v, keys, hs)
+	n.restoreHeld(now, v, keys, hs)
 }
 
-// rebackupLocked marks, after a membership change from old to nv, the
+// rebackup marks, after a membership change from old to nv, the
 // owned keys that need a backup on a new target: those whose partition's
 // target changed and those this node has just gained.
-func (n *Node) rebackupLocked(old, nv *view) {
+func (n *Node) rebackup(old, nv *view) {
 	if nv.ring == nil || !nv.ring.Has(n.cfg.Self) {
 		return
 	}
 	var oldSucc *ring.Ring
 	if old.ring != nil {
-		oldSucc = n.successorLocked(old.ring)
+		oldSucc = n.successorRing(old.ring)
 	}
-	succ := n.successorLocked(nv.ring)
+	succ := n.successorRing(nv.ring)
 	if succ == nil {
 		return
 	}
@@ -589,7 +559,6 @@ func (n *Node) rebackupLocked(old, nv *view) {
 	var keys []string
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
-		s.mu.Lock()
 		keys = keys[:0]
 		for key, e := range s.m.all() {
 			if e.has(flagOwned) && mark[nv.ring.PartitionOf(key)] {
@@ -598,14 +567,13 @@ func (n *Node) rebackupLocked(old, nv *view) {
 		}
 		slices.Sort(keys)
 		for _, key := range keys {
-			markBackupLocked(s, n.st.getLocked(s, key))
+			markBackup(s, n.st.lookup(s, key))
 		}
-		s.mu.Unlock()
 	}
 }
 
-// addParkedLocked parks pc (see parkLocked).
-func (n *Node) addParkedLocked(pc parkedCheck) {
+// addParked parks pc (see parkCheck).
+func (n *Node) addParked(pc parkedCheck) {
 	d := &n.dur
 	if len(d.parked) == 0 || pc.until.Before(d.parkDue) {
 		d.parkDue = pc.until
@@ -613,17 +581,17 @@ func (n *Node) addParkedLocked(pc parkedCheck) {
 	d.parked = append(d.parked, pc)
 }
 
-// parkedDueLocked reports whether a pass over the parked probes (see
-// tickParkedLocked) may decide any at now, so that a Tick skips a pass that
+// parkedDue reports whether a pass over the parked probes (see
+// tickParked) may decide any at now, so that a Tick skips a pass that
 // would decide none: a parked probe waits while its key is not in the
 // store and its wait is not over, and a key enters the store only through
-// store.insertLocked, which counts. If nothing was inserted since the last
+// store.insertInto, which counts. If nothing was inserted since the last
 // pass began (a pass that inserts makes the next one run) and no wait is
 // over, every parked probe still waits. When it reports true it notes the
-// count for the next call; parkedPassedLocked must follow the pass.
-func (n *Node) parkedDueLocked(now time.Time) bool {
+// count for the next call; parkedPassed must follow the pass.
+func (n *Node) parkedDue(now time.Time) bool {
 	d := &n.dur
-	ins := n.st.inserts.Load()
+	ins := n.st.inserts
 	if ins == d.parkSeen && now.Before(d.parkDue) {
 		return false
 	}
@@ -631,9 +599,9 @@ func (n *Node) parkedDueLocked(now time.Time) bool {
 	return true
 }
 
-// parkedPassedLocked notes, after a pass over the parked probes, the
+// parkedPassed notes, after a pass over the parked probes, the
 // earliest wait among those still parked.
-func (n *Node) parkedPassedLocked() {
+func (n *Node) parkedPassed() {
 	d := &n.dur
 	d.parkDue = time.Time{}
 	for i, pc := range d.parked {
@@ -653,7 +621,7 @@ type awaitEnd struct {
 // any more, so that a check skips looking its key's partition up: every
 // mark's until is past. The latest until is computed once per view.
 func (n *Node) awaitOver(now time.Time, v *view) bool {
-	ae := n.dur.awaitEnd.Load()
+	ae := n.dur.awaitEnd
 	if ae == nil || ae.v != v {
 		ae = &awaitEnd{v: v}
 		for _, a := range v.await {
@@ -661,7 +629,7 @@ func (n *Node) awaitOver(now time.Time, v *view) bool {
 				ae.end = a.until
 			}
 		}
-		n.dur.awaitEnd.Store(ae)
+		n.dur.awaitEnd = ae
 	}
 	return !now.Before(ae.end)
 }

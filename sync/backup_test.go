@@ -329,7 +329,7 @@ func TestBackupBatchedAndResent(t *testing.T) {
 	var keys []string
 	for i := 0; len(keys) < 25; i++ {
 		k := keyOwnedBy(t, "a", members...) + "/" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-		if a.view.Load().owner(k) == "a" {
+		if a.view.owner(k) == "a" {
 			keys = append(keys, k)
 		}
 	}
@@ -383,15 +383,13 @@ func TestBackupHolderBound(t *testing.T) {
 	n := 0
 	for i := 0; n < 8; i++ {
 		k := keyOwnedBy(t, "a", members...) + "/" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-		if a.view.Load().owner(k) == "a" {
+		if a.view.owner(k) == "a" {
 			check(t, a, nw.now, Request{Key: k, Hits: 1, Limit: perHour(100)})
 			n++
 		}
 	}
 	nw.run(200 * time.Millisecond)
-	b.dur.mu.Lock()
 	held := len(b.dur.held)
-	b.dur.mu.Unlock()
 	if held != 5 || b.Metrics().BackupKeysDropped.Load() < 1 {
 		t.Errorf("b holds %d backups, dropped %d; want 5 and the rest dropped", held, b.Metrics().BackupKeysDropped.Load())
 	}
@@ -477,7 +475,7 @@ func TestLeavingNodeFlushesAfterAnnouncing(t *testing.T) {
 		t.Errorf("FlushItemsDropped %d, want 0", got)
 	}
 	for _, o := range []string{"a", "b"} {
-		if slices.Contains(nw.nodes[o].view.Load().names, "c") {
+		if slices.Contains(nw.nodes[o].view.names, "c") {
 			t.Errorf("%s still has c on its ring after the announcement", o)
 		}
 	}

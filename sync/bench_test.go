@@ -2,7 +2,6 @@ package sync
 
 import (
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,33 +19,29 @@ func benchKeys(b *testing.B, n int, owner string, members ...string) []string {
 	var keys []string
 	for i := 0; len(keys) < n; i++ {
 		k := fmt.Sprintf("user:%07d", i)
-		if nd.view.Load().owner(k) == owner {
+		if nd.view.owner(k) == owner {
 			keys = append(keys, k)
 		}
 	}
 	return keys
 }
 
-// benchCheck runs cached-mode checks of one hit over keys on n, in parallel.
+// benchCheck runs cached-mode checks of one hit over keys on n, one after
+// another, as its driver applies them.
 func benchCheck(b *testing.B, n *Node, keys []string) {
 	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 1e15, Period: time.Second}
-	var clock atomic.Int64
+	reqs := []Request{{Hits: 1, Limit: l}}
+	resps := make([]Response, 1)
+	done := func() {}
 	b.ReportAllocs()
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		reqs := []Request{{Hits: 1, Limit: l}}
-		resps := make([]Response, 1)
-		done := func() {}
-		i := int(clock.Add(7919))
-		for pb.Next() {
-			reqs[0].Key = keys[i%len(keys)]
-			i++
-			n.Check(t0.Add(time.Duration(clock.Add(1))), reqs, resps, done)
-			if !resps[0].Allowed {
-				b.Fatalf("rejected: %+v", resps[0])
-			}
+	for i := 0; b.Loop(); i++ {
+		reqs[0].Key = keys[(i*7919)%len(keys)]
+		n.Check(t0.Add(time.Duration(i)), reqs, resps, done)
+		if !resps[0].Allowed {
+			b.Fatalf("rejected: %+v", resps[0])
 		}
-	})
+	}
 }
 
 // BenchmarkCheckOwnerLocal is a cached-mode check decided by the key's

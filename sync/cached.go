@@ -8,16 +8,16 @@ import (
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
-// cachedLocked returns the cached entry of key, creating a fresh view (a new
+// cachedEntry returns the cached entry of key, creating a fresh view (a new
 // bucket, never synced) if there is none.
-func (n *Node) cachedLocked(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (e *entry, fresh bool, err error) {
+func (n *Node) cachedEntry(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (e *entry, fresh bool, err error) {
 	h := n.st.hash(key)
 	e = s.m.get(h, key)
 	if e == nil {
 		if e, _, err = newKeyedEntry(key, l, now, c); err != nil {
 			return nil, false, err
 		}
-		n.st.insertEntryLocked(s, h, e, c)
+		n.st.insertEntry(s, h, e, c)
 		return e, true, nil
 	}
 	return e, false, configure(e, l, now)
@@ -35,10 +35,8 @@ const shareExact = 0.999
 // owner has not seen reach the sync threshold, it flushes early.
 func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response) {
 	s := n.st.shardOf(r.Key)
-	s.mu.Lock()
-	e, fresh, err := n.cachedLocked(s, r.Key, r.Limit, now, c)
+	e, fresh, err := n.cachedEntry(s, r.Key, r.Limit, now, c)
 	if err != nil {
-		s.mu.Unlock()
 		resp.Err = err
 		return
 	}
@@ -47,7 +45,6 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Reques
 		// hit goes with the hand-off.
 		e.touch(c, r.Hits, true)
 		resp.Decision, resp.Err = take(e.b, now, r)
-		s.mu.Unlock()
 		return
 	}
 	e.touch(c, r.Hits, false)
@@ -68,9 +65,8 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Reques
 	}
 	// Sync at once on first sight, and early once the hits the owner has
 	// not seen reach the sync threshold.
-	urgent := fresh && !e.has(flagSynced) || r.Hits > 0 && e.n1 >= t && !p.urgent.Load()
-	full := n.markRoutedLocked(s, r.Key, e, p, v)
-	s.mu.Unlock()
+	urgent := fresh && !e.has(flagSynced) || r.Hits > 0 && e.n1 >= t && !p.urgent
+	full := n.markRouted(s, r.Key, e, p, v)
 	if urgent || full {
 		n.flushSoon(now, p)
 	}
@@ -84,15 +80,15 @@ func satAdd32(a uint32, b int64) uint32 {
 	return a + uint32(b)
 }
 
-// markDirtyLocked lists a cached entry for the next flush to p, and reports
+// markDirty lists a cached entry for the next flush to p, and reports
 // whether p's batch is full.
-func (n *Node) markDirtyLocked(s *shard, key string, e *entry, p *peer) bool {
-	return n.markRoutedLocked(s, key, e, p, nil)
+func (n *Node) markDirty(s *shard, key string, e *entry, p *peer) bool {
+	return n.markRouted(s, key, e, p, nil)
 }
 
-// markRoutedLocked is markDirtyLocked for a p known to be the key's owner
+// markRouted is markDirty for a p known to be the key's owner
 // under view v (see route).
-func (n *Node) markRoutedLocked(s *shard, key string, e *entry, p *peer, v *view) bool {
+func (n *Node) markRouted(s *shard, key string, e *entry, p *peer, v *view) bool {
 	if e.has(flagDirty) {
 		return false
 	}
@@ -101,19 +97,18 @@ func (n *Node) markRoutedLocked(s *shard, key string, e *entry, p *peer, v *view
 	if v != nil && v.peers[p.name] != p {
 		r.v = nil // not one of v's peers (a stand-in): routed again on flush
 	}
-	n.st.listDirtyLocked(s, key, r)
-	return p.dirty.Add(1) >= int64(n.cfg.MaxBatch)
+	n.st.listDirty(s, key, r)
+	p.dirty++
+	return p.dirty >= int64(n.cfg.MaxBatch)
 }
 
 // flushSoon sends a flush to p now if none is in flight, and otherwise marks
 // it urgent: it goes as soon as the one in flight is acknowledged.
 func (n *Node) flushSoon(now time.Time, p *peer) {
-	p.urgent.Store(true)
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	p.urgent = true
 	if p.flight == nil && !p.gone {
-		v := n.view.Load()
-		n.flushOneLocked(now, v, p)
+		v := n.view
+		n.flushOne(now, v, p)
 	}
 }
 
@@ -164,25 +159,25 @@ func newFlight(n int64) *flight {
 	return f
 }
 
-// flushLocked builds and sends one flush to each of peers (distinct), from
+// flushPeers builds and sends one flush to each of peers (distinct), from
 // the shards' dirty lists: every key with hits, demand or a lease request
 // bound for that peer, up to MaxBatch items. Keys for other peers, or
 // beyond a full batch, stay listed.
-func (n *Node) flushLocked(now time.Time, v *view, peers []*peer) {
+func (n *Node) flushPeers(now time.Time, v *view, peers []*peer) {
 	var buf [8]*flight // on the stack for a cluster of up to 9 nodes
 	t := flushTargets{peers: peers, fls: buf[:0]}
 	if len(peers) > len(buf) {
 		t.fls = make([]*flight, 0, len(peers))
 	}
 	t.fls = t.fls[:len(peers)]
-	n.flushToLocked(now, v, &t)
+	n.flushTo(now, v, &t)
 }
 
-// flushOneLocked is flushLocked to the one peer p.
-func (n *Node) flushOneLocked(now time.Time, v *view, p *peer) {
+// flushOne is flushPeers to the one peer p.
+func (n *Node) flushOne(now time.Time, v *view, p *peer) {
 	var fl [1]*flight
 	peers := [1]*peer{p}
-	n.flushToLocked(now, v, &flushTargets{peers: peers[:], fls: fl[:]})
+	n.flushTo(now, v, &flushTargets{peers: peers[:], fls: fl[:]})
 }
 
 // flushTargets is the set of peers a flush pass builds flights for, and
@@ -204,23 +199,22 @@ func (t *flushTargets) batch(p *peer) int {
 	return -1
 }
 
-func (n *Node) flushToLocked(now time.Time, v *view, t *flushTargets) {
+func (n *Node) flushTo(now time.Time, v *view, t *flushTargets) {
 	var a msgAlloc
 	hint := 0
 	for _, p := range t.peers {
-		p.urgent.Store(false)
-		hint += int(min(max(p.dirty.Load(), 0), int64(n.cfg.MaxBatch)))
+		p.urgent = false
+		hint += int(min(max(p.dirty, 0), int64(n.cfg.MaxBatch)))
 	}
 	a.reserve(max(hint-len(t.peers)*flightSlab, 0)) // beyond the flights' own slabs
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
-		if n.st.dirtyShards.Load()&s.bit == 0 {
+		if n.st.dirtyShards&s.bit == 0 {
 			continue
 		}
-		s.mu.Lock()
 		k := 0
 		for j, key := range s.dirty {
-			e, p, ok := n.st.resolveLocked(s, j, v)
+			e, p, ok := n.st.resolveRoute(s, j, v)
 			if !ok {
 				continue
 			}
@@ -232,15 +226,14 @@ func (n *Node) flushToLocked(now time.Time, v *view, t *flushTargets) {
 			}
 			f := t.fls[ti]
 			if f == nil {
-				f = newFlight(min(max(p.dirty.Load(), 1), int64(n.cfg.MaxBatch)))
+				f = newFlight(min(max(p.dirty, 1), int64(n.cfg.MaxBatch)))
 				t.fls[ti] = f
 			}
-			f.flush.Items = append(f.flush.Items, n.flushItemLocked(s, key, e, now, f.item(&a)))
+			f.flush.Items = append(f.flush.Items, n.flushItemOf(s, key, e, now, f.item(&a)))
 			e.clear(flagDirty)
-			p.dirty.Add(-1)
+			p.dirty--
 		}
-		n.st.keepDirtyLocked(s, k)
-		s.mu.Unlock()
+		n.st.keepDirty(s, k)
 	}
 	for _, name := range v.names {
 		p := v.peers[name]
@@ -258,11 +251,11 @@ func (n *Node) flushToLocked(now time.Time, v *view, t *flushTargets) {
 	}
 }
 
-// flushItemLocked moves a cached entry's pending hits, demand and lease
+// flushItemOf moves a cached entry's pending hits, demand and lease
 // traffic into it, a new flush item, and returns it.
-func (n *Node) flushItemLocked(s *shard, key string, e *entry, now time.Time, it *peerv1.FlushItem) *peerv1.FlushItem {
+func (n *Node) flushItemOf(s *shard, key string, e *entry, now time.Time, it *peerv1.FlushItem) *peerv1.FlushItem {
 	it.Key = key
-	it.Limit = n.limitWireLocked(e.b.Config())
+	it.Limit = n.limitWire(e.b.Config())
 	it.Hits = e.n1
 	it.Demand = int64(e.u)
 	it.Rate = e.dem * decayFactor(ageOf(coarse(now), e.used()))
@@ -279,8 +272,6 @@ func (n *Node) flushItemLocked(s *shard, key string, e *entry, now time.Time, it
 
 // onFlushAck installs the owner's answer to the flush in flight to p.
 func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	f := p.flight
 	if f == nil || ack.Seq != f.msg.Seq || ack.FlushIncarnation != n.cfg.Incarnation {
 		return // a late answer to a flush already answered, or to a past life
@@ -293,24 +284,24 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 		n.metrics.Malformed.Add(1)
 	}
 	c := coarse(now)
-	// The items were listed shard by shard (flushToLocked).
+	// The items were listed shard by shard (flushTo).
 	n.st.lookupRuns(len(items), func(k int) (string, bool) { return items[k].Key, true },
 		func(s *shard, k int, e *entry) {
 			var ks *peerv1.KeyState
 			if k < len(ack.Items) && ack.Items[k].GetKey() == items[k].Key {
 				ks = ack.Items[k]
 			}
-			n.installAckLocked(now, c, v, p, s, e, items[k], ks, f.first)
+			n.installAck(now, c, v, p, s, e, items[k], ks, f.first)
 		})
-	if p.urgent.Load() || p.dirty.Load() >= int64(n.cfg.MaxBatch) {
-		n.flushOneLocked(now, v, p)
+	if p.urgent || p.dirty >= int64(n.cfg.MaxBatch) {
+		n.flushOne(now, v, p)
 	}
 }
 
-// installAckLocked applies the owner's answer ks (nil if missing) to the
-// flush item it answers; s is the key's shard, locked, and e the key's
+// installAck applies the owner's answer ks (nil if missing) to the
+// flush item it answers; s is the key's shard, and e the key's
 // entry in it (nil if none).
-func (n *Node) installAckLocked(now time.Time, c uint32, v *view, p *peer, s *shard, e *entry, it *peerv1.FlushItem, ks *peerv1.KeyState, first time.Time) {
+func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e *entry, it *peerv1.FlushItem, ks *peerv1.KeyState, first time.Time) {
 	if e == nil || e.has(flagOwned) {
 		return
 	}
@@ -329,7 +320,7 @@ func (n *Node) installAckLocked(now time.Time, c uint32, v *view, p *peer, s *sh
 			l.unfill(it)
 		}
 		if dp := v.peers[v.owner(it.Key)]; dp != nil {
-			n.markRoutedLocked(s, it.Key, e, dp, v)
+			n.markRouted(s, it.Key, e, dp, v)
 		}
 		return
 	}
@@ -347,17 +338,17 @@ func (n *Node) installAckLocked(now time.Time, c uint32, v *view, p *peer, s *sh
 	if !ok {
 		return
 	}
-	n.installLocked(e, b, ks.Share, e.n1+e.n2, now, c, reported)
+	n.install(e, b, ks.Share, e.n1+e.n2, now, c, reported)
 }
 
-// installLocked replaces a cached view with the owner's state b, then takes
+// install replaces a cached view with the owner's state b, then takes
 // this node's own hits not yet included in it (since) again, and records
 // the node's share of the tokens for the budget until the next sync. A view
 // that came from another owner (flagMoved) and that the owner has not been
 // sent yet (reported false) is merged in, keeping the most consumed, and
 // stays flagged: the next flush reports it, so an owner that lost its state
 // rebuilds from it.
-func (n *Node) installLocked(e *entry, b bucket.Bucket, share float32, since int64, now time.Time, c uint32, reported bool) {
+func (n *Node) install(e *entry, b bucket.Bucket, share float32, since int64, now time.Time, c uint32, reported bool) {
 	old := e.b
 	e.b = b
 	if since > 0 {
@@ -412,8 +403,8 @@ func (n *Node) decodeShared(ks *peerv1.KeyState) (bucket.Bucket, bool) {
 }
 
 // decodeSharedFor is decodeShared for a state to be installed in e by
-// installLocked(..., reported): it decodes into e's bucket, saving an
-// allocation, unless installLocked still needs the old bucket to merge.
+// install(..., reported): it decodes into e's bucket, saving an
+// allocation, unless install still needs the old bucket to merge.
 func (n *Node) decodeSharedFor(e *entry, ks *peerv1.KeyState, reported bool) (bucket.Bucket, bool) {
 	if e.has(flagMoved) && !reported {
 		return n.decodeShared(ks)
@@ -435,19 +426,17 @@ func finite(f float32) bool { return f >= 0 && f <= math.MaxFloat32 }
 // onPush installs fresh states pushed by their owner.
 func (n *Node) onPush(now time.Time, v *view, p *peer, push *peerv1.Push) {
 	n.metrics.PushesReceived.Add(1)
-	n.mu.Lock()
 	var applied uint64
 	if push.AppliedIncarnation == n.cfg.Incarnation {
 		applied = push.AppliedSeq
 	}
 	stale := applied < p.lastAcked
 	inflight := p.flight != nil && p.flight.msg.Seq > applied
-	n.mu.Unlock()
 	if stale {
 		return // older than an answer already installed
 	}
 	c := coarse(now)
-	// The owner lists the items shard by shard (tickPushesLocked), under the
+	// The owner lists the items shard by shard (tickPushes), under the
 	// same shard function.
 	items := push.Items
 	n.st.lookupRuns(len(items), func(k int) (string, bool) {
@@ -457,13 +446,13 @@ func (n *Node) onPush(now time.Time, v *view, p *peer, push *peerv1.Push) {
 		}
 		return ks.Key, true
 	}, func(_ *shard, k int, e *entry) {
-		n.installPushLocked(now, c, e, items[k], inflight)
+		n.installPush(now, c, e, items[k], inflight)
 	})
 }
 
-// installPushLocked installs the pushed state ks of a key whose entry is e
-// (nil if none); the key's shard is locked.
-func (n *Node) installPushLocked(now time.Time, c uint32, e *entry, ks *peerv1.KeyState, inflight bool) {
+// installPush installs the pushed state ks of a key whose entry is e
+// (nil if none).
+func (n *Node) installPush(now time.Time, c uint32, e *entry, ks *peerv1.KeyState, inflight bool) {
 	if e == nil || e.has(flagOwned) {
 		n.decodeShared(ks) // counted if malformed, else unused
 		return
@@ -473,6 +462,6 @@ func (n *Node) installPushLocked(now time.Time, c uint32, e *entry, ks *peerv1.K
 		if inflight {
 			since += e.n2
 		}
-		n.installLocked(e, b, ks.Share, since, now, c, false)
+		n.install(e, b, ks.Share, since, now, c, false)
 	}
 }

@@ -145,7 +145,7 @@ func TestRetryBufferDropped(t *testing.T) {
 	var keys []string
 	for i := 0; len(keys) < 10; i++ {
 		k := keyOwnedBy(t, "b", "a", "b") + "/" + string(rune('a'+i))
-		if a.view.Load().owner(k) == "b" {
+		if a.view.owner(k) == "b" {
 			keys = append(keys, k)
 		}
 	}

@@ -13,11 +13,7 @@ func TestCallRecycled(t *testing.T) {
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "b", "a", "b")
 	req := Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: ModeOwner}
-	free := func() int {
-		a.calls.mu.Lock()
-		defer a.calls.mu.Unlock()
-		return len(a.calls.free)
-	}
+	free := func() int { return len(a.calls.free) }
 
 	first := checkAsync(a, t0, req)
 	if first.done || free() != 0 {
@@ -69,10 +65,7 @@ func TestCallRecycledOnPolicy(t *testing.T) {
 	if !p.done || !p.resps[0].Degraded {
 		t.Fatalf("unreachable owner: %+v done=%v, want done, degraded", p.resps[0], p.done)
 	}
-	a.calls.mu.Lock()
-	got := len(a.calls.free)
-	a.calls.mu.Unlock()
-	if got != 1 {
+	if got := len(a.calls.free); got != 1 {
 		t.Errorf("%d free, want 1", got)
 	}
 }

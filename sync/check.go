@@ -1,8 +1,6 @@
 package sync
 
 import (
-	stdsync "sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -12,7 +10,7 @@ import (
 // when the count, one per outstanding answer plus one for Check itself,
 // reaches zero.
 type call struct {
-	n    atomic.Int32
+	n    int32
 	done func()
 	// item is the callItem this call is part of, given back to pool once
 	// done has run; nil for a call allocated alone.
@@ -22,7 +20,8 @@ type call struct {
 
 // finish records one answer written, and runs done after the last.
 func (c *call) finish() {
-	if c.n.Add(-1) == 0 {
+	c.n--
+	if c.n == 0 {
 		c.done()
 		if c.item != nil {
 			c.pool.put(c.item)
@@ -55,7 +54,6 @@ type callItem struct {
 // left may be in a sent message's batch, which is never read through). It
 // saves an allocation of about 180 bytes per forwarded Check.
 type callPool struct {
-	mu stdsync.Mutex
 	// free holds the callItems ready for reuse, zeroed; at most
 	// maxFreeCalls.
 	free []*callItem
@@ -67,26 +65,21 @@ const maxFreeCalls = 1024
 
 // get returns a zero callItem.
 func (p *callPool) get() *callItem {
-	p.mu.Lock()
 	if k := len(p.free); k > 0 {
 		x := p.free[k-1]
 		p.free[k-1] = nil
 		p.free = p.free[:k-1]
-		p.mu.Unlock()
 		return x
 	}
-	p.mu.Unlock()
 	return new(callItem)
 }
 
 // put zeroes x, whose call is done, and keeps it for reuse.
 func (p *callPool) put(x *callItem) {
 	*x = callItem{} // drops what it refers to: the caller's done, its Response
-	p.mu.Lock()
 	if len(p.free) < maxFreeCalls {
 		p.free = append(p.free, x)
 	}
-	p.mu.Unlock()
 }
 
 // item registers one more answer that will be written later and returns a
@@ -103,7 +96,7 @@ func (a *asyncs) item() *fwdItem {
 		x = new(callItem)
 	}
 	x.c.done = a.done
-	x.c.n.Store(1)
+	x.c.n = 1
 	a.c = &x.c
 	x.it.c = a.wait()
 	return &x.it
@@ -113,9 +106,9 @@ func (a *asyncs) item() *fwdItem {
 func (a *asyncs) wait() *call {
 	if a.c == nil {
 		a.c = &call{done: a.done}
-		a.c.n.Store(1)
+		a.c.n = 1
 	}
-	a.c.n.Add(1)
+	a.c.n++
 	return a.c
 }
 
@@ -132,7 +125,7 @@ func (a *asyncs) wait() *call {
 // budget, never waiting; leased from this node's lease. An invalid item gets
 // Response.Err and the others are still answered.
 func (n *Node) Check(now time.Time, reqs []Request, resps []Response, done func()) {
-	v := n.view.Load()
+	v := n.view
 	a := asyncs{done: done, pool: &n.calls}
 	var one [1]*fwdItem // room for the forward of a Check of one item, on the stack
 	fwd := one[:0]
@@ -259,8 +252,6 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 }
 
 func (n *Node) isLeaving() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	return n.leaving
 }
 
@@ -301,8 +292,6 @@ func take(b bucket.Bucket, now time.Time, r *Request) (bucket.Decision, error) {
 func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) {
 	resp.Owner = n.cfg.Self
 	s := n.st.shardOf(r.Key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	e := s.local[r.Key]
 	if e == nil {
 		var err error
@@ -311,7 +300,7 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) 
 			resp.Err = err
 			return
 		}
-		n.st.insertOwnLocked(s, s.local, own, e, c)
+		n.st.insertOwn(s, s.local, own, e, c)
 	} else if err := configure(e, r.Limit, now); err != nil {
 		resp.Err = err
 		return
@@ -320,10 +309,10 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) 
 	resp.Decision, resp.Err = take(e.b, now, r)
 }
 
-// ownedLocked returns the owned entry of key, creating a fresh one or
+// ownedEntry returns the owned entry of key, creating a fresh one or
 // turning a cached view into the authoritative state (this node became the
 // owner and no hand-off has arrived: the view is the best state it has).
-func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (*entry, error) {
+func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (*entry, error) {
 	h := n.st.hash(key)
 	e := s.m.get(h, key)
 	if e == nil {
@@ -332,11 +321,11 @@ func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, now time.Time, 
 			return nil, err
 		}
 		e.makeOwned()
-		n.st.insertEntryLocked(s, h, e, c)
+		n.st.insertEntry(s, h, e, c)
 		return e, nil
 	}
 	if !e.has(flagOwned) {
-		n.dropLeaseLocked(s, key)
+		n.dropLease(s, key)
 		e.makeOwned()
 	}
 	return e, configure(e, l, now)
@@ -349,23 +338,19 @@ func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, now time.Time, 
 // last push reach the sync threshold; in owner and leased modes it decides
 // exactly.
 func (n *Node) decideOwned(now time.Time, c uint32, v *view, r *Request, resp *Response, cached bool) {
-	var push bool
-	n.decideOwnedLocked(now, c, v, r, resp, cached, &push)
-	if push {
+	if n.takeOwned(now, c, v, r, resp, cached) {
 		n.pushSoon(now)
 	}
 }
 
-// decideOwnedLocked is decideOwned under the key's shard lock; push reports
-// that an early push is due (sent once the lock is released).
-func (n *Node) decideOwnedLocked(now time.Time, c uint32, v *view, r *Request, resp *Response, cached bool, push *bool) {
+// takeOwned is decideOwned without the early push: it reports whether one
+// is due.
+func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *Request, resp *Response, cached bool) (pushDue bool) {
 	s := n.st.shardOf(r.Key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, err := n.ownedLocked(s, r.Key, r.Limit, now, c)
+	e, err := n.ownedEntry(s, r.Key, r.Limit, now, c)
 	if err != nil {
 		resp.Err = err
-		return
+		return false
 	}
 	e.touch(c, r.Hits, true)
 	shared := cached && e.interest() != 0
@@ -376,23 +361,22 @@ func (n *Node) decideOwnedLocked(now time.Time, c uint32, v *view, r *Request, r
 		resp.Decision, resp.Err = take(e.b, now, r)
 	}
 	if resp.Err != nil || !resp.Allowed || r.Hits == 0 {
-		return
+		return false
 	}
-	n.markChangedLocked(s, r.Key, e, 0)
-	if shared {
-		// n2 counts the owner's own admissions since the key's last push:
-		// once they reach the sync threshold, push early.
-		e.n2 += r.Hits
-		if e.n2 >= n.syncThreshold(&r.Limit, v.size()) {
-			*push = true
-		}
+	n.markChanged(s, r.Key, e, 0)
+	if !shared {
+		return false
 	}
+	// n2 counts the owner's own admissions since the key's last push: once
+	// they reach the sync threshold, push early.
+	e.n2 += r.Hits
+	return e.n2 >= n.syncThreshold(&r.Limit, v.size())
 }
 
-// markChangedLocked notes that an owned entry changed: every interested
+// markChanged notes that an owned entry changed: every interested
 // node but except (a member bit, or 0) now holds a stale copy, to be pushed.
-func (n *Node) markChangedLocked(s *shard, key string, e *entry, except uint32) {
-	markBackupLocked(s, e) // backup.go: the next backup round sends it
+func (n *Node) markChanged(s *shard, key string, e *entry, except uint32) {
+	markBackup(s, e) // backup.go: the next backup round sends it
 	in := e.interest()
 	st := e.stale() | in&^except
 	if st == e.stale() {
@@ -401,7 +385,7 @@ func (n *Node) markChangedLocked(s *shard, key string, e *entry, except uint32) 
 	e.setSets(in, st)
 	if !e.has(flagChanged) {
 		e.set(flagChanged)
-		n.st.listChangedLocked(s, key, e)
+		n.st.listChanged(s, key, e)
 	}
 }
 

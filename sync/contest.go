@@ -15,7 +15,7 @@ import "time"
 // owner they agree on holds the state.
 //
 //   - On Tick, a waiting check whose owner in this node's view is no longer
-//     the member that refused it goes to its owner now (rerouteLocked's
+//     the member that refused it goes to its owner now (reroute's
 //     rules: decided here when that is this node).
 //   - Otherwise it is sent to the same member again, which may have caught
 //     up: contestRetry after the first refusal, then twice as long after
@@ -40,10 +40,10 @@ func (n *Node) contestRetry(k uint8) time.Duration {
 	return max(n.cfg.TickInterval, n.cfg.RequestTimeout/20) << k
 }
 
-// contestLocked makes it, answered ErrNotOwner by from, wait for the rings
+// holdContested makes it, answered ErrNotOwner by from, wait for the rings
 // to agree (see above) and reports whether it does: only when v names from
 // as the key's owner and the check has not waited RequestTimeout already.
-func (n *Node) contestLocked(now time.Time, v *view, from *peer, it *fwdItem) bool {
+func (n *Node) holdContested(now time.Time, v *view, from *peer, it *fwdItem) bool {
 	if it.here || it.relay || v.owner(it.req.Key) != from.name {
 		return false
 	}
@@ -59,9 +59,9 @@ func (n *Node) contestLocked(now time.Time, v *view, from *peer, it *fwdItem) bo
 	return true
 }
 
-// tickContestedLocked sends on, sends again or decides the contested
+// tickContested sends on, sends again or decides the contested
 // checks that are due (see above).
-func (n *Node) tickContestedLocked(now time.Time, v *view) {
+func (n *Node) tickContested(now time.Time, v *view) {
 	d := &n.dur
 	if len(d.contested) == 0 {
 		return
@@ -74,17 +74,17 @@ func (n *Node) tickContestedLocked(now time.Time, v *view) {
 		owner := v.owner(it.req.Key)
 		switch {
 		case owner != ct.from.name:
-			if !n.routeAgainLocked(now, c, v, ct.from, it) {
-				n.degradeForwardLocked(now, c, it)
+			if !n.routeAgain(now, c, v, ct.from, it) {
+				n.degradeForward(now, c, it)
 			}
 		case !now.Before(it.contestUntil):
-			n.degradeForwardLocked(now, c, it)
+			n.degradeForward(now, c, it)
 		case now.Before(ct.retryAt):
 			d.contested = append(d.contested, ct)
 		case v.peers[ct.from.name] != ct.from || ct.from.gone || ct.from.down(now):
-			n.degradeForwardLocked(now, c, it)
+			n.degradeForward(now, c, it)
 		default:
-			n.queueForwardLocked(now, ct.from, it)
+			n.queueForward(now, ct.from, it)
 		}
 	}
 }

@@ -8,11 +8,17 @@
 // A Node is a state machine, like etcd's raft: it never reads the clock, never
 // sleeps, starts no goroutine and opens no socket. Time comes in as an
 // argument; messages to other nodes go out through the Transport it is given;
-// messages from them come in through Step. The real node (package peer and the
-// module root) drives it from a ticker and gRPC handlers; the simulator (package
-// sim) drives the very same code from a virtual clock and a simulated network.
+// messages from them come in through Step. The real node's driver
+// (peer.Driver, used by the module root) applies its inputs from one
+// goroutine: gRPC handlers, the transport and the ticker queue them; the
+// simulator (package sim) drives the very same code from a virtual clock and
+// a simulated network.
 //
-// The driver's loop:
+// A Node is sequential: it has no lock and is not safe for concurrent use.
+// Its driver applies every input (a check, a message, an unreachable
+// report, a tick, a membership change, the leave, a read of its state) whole,
+// one after another, in one order, so no input ever acts on state that
+// another changed under it. The driver's loop:
 //
 //	n, err := rlsync.NewNode(cfg, transport)        // transport.Send must not block
 //	n.SetMembers(now, []string{"a", "b", "c"})      // on every membership change
@@ -22,10 +28,9 @@
 //	n.Tick(now)                                     // every Config.TickInterval
 //	n.Leave(now); for !n.HandedOff() { Tick; Step } // graceful stop: hand off, then go
 //
-// A Node is safe for concurrent use: a real node calls Check from many
-// goroutines at once. Check, Step, Tick and the others never block; they call
-// Transport.Send and the done callbacks synchronously, possibly while holding
-// internal locks, so neither may block nor call back into the Node.
+// Check, Step, Tick and the others never block; they call Transport.Send
+// and the done callbacks synchronously, so neither may block nor call back
+// into the Node. Only Metrics' counters may be read from another goroutine.
 //
 // What each mode guarantees, the drift bound of cached mode and the measured
 // figures are in docs/consistency.md. In short: the ring gives every key one

@@ -2,14 +2,14 @@ package sync
 
 import "time"
 
-// tickFlushesLocked runs the flush schedule: a flush in flight unanswered
+// tickFlushes runs the flush schedule: a flush in flight unanswered
 // after RequestTimeout is sent again, the same message with the same seq
 // (its owner marked unreachable); once leaving, one sent MaxRetries times
 // is given up. The items retained for an owner that does not answer are
 // bounded by MaxRetryItems. Every FlushInterval, and at once for an owner
 // marked urgent or whose batch filled, a flush goes to each reachable owner
 // with none in flight.
-func (n *Node) tickFlushesLocked(now time.Time, v *view) {
+func (n *Node) tickFlushes(now time.Time, v *view) {
 	for _, name := range v.names {
 		p := v.peers[name]
 		if p == nil {
@@ -19,7 +19,7 @@ func (n *Node) tickFlushesLocked(now time.Time, v *view) {
 			p.markDown(now, n.cfg.UnreachableAfter)
 			if n.leaving && f.retries >= n.cfg.MaxRetries {
 				p.flight = nil
-				n.dropFlightLocked(f)
+				n.dropFlight(f)
 			} else {
 				f.retries++
 				f.sentAt = now
@@ -32,8 +32,8 @@ func (n *Node) tickFlushesLocked(now time.Time, v *view) {
 			if p.flight != nil {
 				held = int64(len(p.flight.msg.Items))
 			}
-			if excess := held + p.dirty.Load() - int64(n.cfg.MaxRetryItems); excess > 0 {
-				n.dropDirtyLocked(v, p, excess)
+			if excess := held + p.dirty - int64(n.cfg.MaxRetryItems); excess > 0 {
+				n.dropDirty(v, p, excess)
 			}
 		}
 	}
@@ -41,57 +41,54 @@ func (n *Node) tickFlushesLocked(now time.Time, v *view) {
 	if due {
 		n.nextFlush = nextDue(n.nextFlush, now, n.cfg.FlushInterval)
 	}
-	n.flushAllLocked(now, v, due)
+	n.flushAll(now, v, due)
 }
 
-// flushAllLocked sends a flush to every reachable peer with none in flight
+// flushAll sends a flush to every reachable peer with none in flight
 // (all of them when due, else those urgent or with a full batch).
-func (n *Node) flushAllLocked(now time.Time, v *view, due bool) {
+func (n *Node) flushAll(now time.Time, v *view, due bool) {
 	var buf [8]*peer // on the stack for a cluster of up to 9 nodes
 	peers := buf[:0]
 	for _, p := range v.peers {
 		if p.flight != nil || p.down(now) {
 			continue
 		}
-		if due || p.urgent.Load() || p.dirty.Load() >= int64(n.cfg.MaxBatch) {
+		if due || p.urgent || p.dirty >= int64(n.cfg.MaxBatch) {
 			peers = append(peers, p)
 		}
 	}
 	if len(peers) > 0 {
-		n.flushLocked(now, v, peers)
+		n.flushPeers(now, v, peers)
 	}
 }
 
-// dropFlightLocked gives up a flush in flight: its items are counted as
+// dropFlight gives up a flush in flight: its items are counted as
 // dropped and no longer counted as in flight.
-func (n *Node) dropFlightLocked(f *flight) {
+func (n *Node) dropFlight(f *flight) {
 	n.metrics.FlushItemsDropped.Add(int64(len(f.msg.Items)))
 	for _, it := range f.msg.Items {
 		s := n.st.shardOf(it.Key)
-		s.mu.Lock()
-		if e := n.st.getLocked(s, it.Key); e != nil && !e.has(flagOwned) {
+		if e := n.st.lookup(s, it.Key); e != nil && !e.has(flagOwned) {
 			e.n2 = max(0, e.n2-it.Hits)
 		}
 		if l := s.leases[it.Key]; l != nil && it.LeaseWant > 0 {
 			l.asking = false
 		}
-		s.mu.Unlock()
 	}
 }
 
-// dropDirtyLocked drops the pending hits of up to excess keys bound for p,
+// dropDirty drops the pending hits of up to excess keys bound for p,
 // the earliest listed first, counting each in FlushItemsDropped: the retry
 // buffer of an owner that does not answer is bounded.
-func (n *Node) dropDirtyLocked(v *view, p *peer, excess int64) {
+func (n *Node) dropDirty(v *view, p *peer, excess int64) {
 	for i := range n.st.shards {
 		if excess <= 0 {
 			return
 		}
 		s := &n.st.shards[i]
-		s.mu.Lock()
 		k := 0
 		for j, key := range s.dirty {
-			e := n.st.getLocked(s, key)
+			e := n.st.lookup(s, key)
 			if excess <= 0 || e == nil || e.has(flagOwned) || !e.has(flagDirty) || v.peers[v.owner(key)] != p {
 				s.dirty[k], s.routes[k] = key, s.routes[j]
 				k++
@@ -99,11 +96,10 @@ func (n *Node) dropDirtyLocked(v *view, p *peer, excess int64) {
 			}
 			e.n1, e.u = 0, 0
 			e.clear(flagDirty)
-			p.dirty.Add(-1)
+			p.dirty--
 			excess--
 			n.metrics.FlushItemsDropped.Add(1)
 		}
-		n.st.keepDirtyLocked(s, k)
-		s.mu.Unlock()
+		n.st.keepDirty(s, k)
 	}
 }

@@ -23,7 +23,7 @@ type fwdItem struct {
 	// serveForward): its answer goes back to that node, which counts it.
 	relay bool
 	// rerouted is set once the check was sent again to a new owner (see
-	// rerouteLocked): it is not sent a third time.
+	// reroute): it is not sent a third time.
 	rerouted bool
 	// contestUntil, once set, is when a check its owner refused stops
 	// waiting for the rings to agree, and contests counts the refusals
@@ -74,7 +74,7 @@ type fwdBatch struct {
 	lane   int
 	items  []sentItem
 	sentAt time.Time
-	// msg is the message, kept to be sent again (resendForwardsLocked);
+	// msg is the message, kept to be sent again (resendForwards);
 	// resentAt is when it last was, unheard whether the receiver had ever
 	// sent this node anything by then.
 	msg      *peerv1.Forward
@@ -98,11 +98,11 @@ type fwdSend struct {
 	f peerv1.Forward
 }
 
-// limitWireLocked returns the wire form of l, shared with every message
+// limitWire returns the wire form of l, shared with every message
 // built since l was last different: a wire limit is never modified once
 // made (it belongs to messages sent, see Transport), so most forwards,
 // which carry the same few limits, need none of their own.
-func (n *Node) limitWireLocked(l bucket.Limit) *peerv1.Limit {
+func (n *Node) limitWire(l bucket.Limit) *peerv1.Limit {
 	if n.wireLimit == nil || n.wireLimitOf != l {
 		n.wireLimitOf, n.wireLimit = l, limitToWire(l)
 	}
@@ -110,29 +110,26 @@ func (n *Node) limitWireLocked(l bucket.Limit) *peerv1.Limit {
 }
 
 // forwardResends is how many times per RequestTimeout a forward to a peer
-// that has never been heard from is sent again (see resendForwardsLocked).
+// that has never been heard from is sent again (see resendForwards).
 const forwardResends = 10
 
 // enqueueForwards queues the owner-mode checks of one Check, routed on v,
 // on their owners' queues and sends what may go now (see
-// sendForwardsLocked).
+// sendForwards).
 //
-// Check reads v without the lock, so an owner may have left the ring since
-// (its leave announcement or the driver's membership, taken meanwhile on
-// another goroutine). Such a check goes to the key's owner on the current
-// ring, which was handed the state first (see rerouteLocked); only when
-// there is none is it decided by the policy, on the current ring.
+// A check routed to a peer that is gone (its leave announcement was
+// applied) goes to the key's owner on the current ring, which was handed
+// the state first (see reroute); only when there is none is it decided by
+// the policy, on the current ring.
 func (n *Node) enqueueForwards(now time.Time, v *view, items []*fwdItem) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	var buf [4]*peer // on the stack for a Check of a few items
 	touched := buf[:0]
 	c := coarse(now)
 	for _, it := range items {
 		p := v.peers[it.resp.Owner]
 		if p == nil || p.gone {
-			if p == nil || !n.rerouteLocked(now, c, n.view.Load(), p, it) {
-				n.degradeForwardLocked(now, c, it)
+			if p == nil || !n.reroute(now, c, n.view, p, it) {
+				n.degradeForward(now, c, it)
 			}
 			continue
 		}
@@ -142,7 +139,7 @@ func (n *Node) enqueueForwards(now time.Time, v *view, items []*fwdItem) {
 		p.enqueue(now, it)
 	}
 	for _, p := range touched {
-		n.sendForwardsLocked(now, p, false)
+		n.sendForwards(now, p, false)
 	}
 }
 
@@ -165,19 +162,19 @@ func (p *peer) queued() bool {
 	return false
 }
 
-// sendForwardsLocked sends p's queued checks, lane by lane, in batches of
+// sendForwards sends p's queued checks, lane by lane, in batches of
 // at most MaxBatch while the rules allow (or all of them when force is
 // set): a lane's batch goes at once when none of that lane is in flight;
 // otherwise its checks coalesce until the batch in flight is answered,
 // ForwardWindow has passed or MaxBatch checks wait.
-func (n *Node) sendForwardsLocked(now time.Time, p *peer, force bool) {
+func (n *Node) sendForwards(now time.Time, p *peer, force bool) {
 	for lane := range p.fwd {
-		n.sendLaneLocked(now, p, lane, force)
+		n.sendLane(now, p, lane, force)
 	}
 }
 
-// sendLaneLocked is sendForwardsLocked for one lane.
-func (n *Node) sendLaneLocked(now time.Time, p *peer, lane int, force bool) {
+// sendLane is sendForwards for one lane.
+func (n *Node) sendLane(now time.Time, p *peer, lane int, force bool) {
 	l := &p.fwd[lane]
 	for len(l.q) > 0 {
 		due := force || l.out == 0 || len(l.q) >= n.cfg.MaxBatch || now.Sub(l.since) >= n.cfg.ForwardWindow
@@ -195,11 +192,11 @@ func (n *Node) sendLaneLocked(now time.Time, p *peer, lane int, force bool) {
 		p.fwdOut = append(p.fwdOut, b)
 		msg := &x.f
 		msg.Id, msg.Items = b.id, make([]*peerv1.ForwardItem, k)
-		b.msg, b.resentAt, b.unheard = msg, now, p.seenInc.Load() == 0
+		b.msg, b.resentAt, b.unheard = msg, now, p.seenInc == 0
 		for i, it := range l.q[:k] {
 			b.items[i].it = it
 			fi := &b.items[i].fi
-			fi.Key, fi.Limit, fi.Hits = it.req.Key, n.limitWireLocked(it.req.Limit), it.req.Hits
+			fi.Key, fi.Limit, fi.Hits = it.req.Key, n.limitWire(it.req.Limit), it.req.Hits
 			fi.Lease, fi.Release, fi.Relayed = it.req.Lease, it.req.Release, it.probe()
 			msg.Items[i] = fi
 		}
@@ -218,8 +215,6 @@ func (n *Node) sendLaneLocked(now time.Time, p *peer, lane int, force bool) {
 
 // onForwardReply completes the checks of an answered batch.
 func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.ForwardReply) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if rep.ForwardIncarnation != n.cfg.Incarnation {
 		return
 	}
@@ -227,7 +222,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 	for i, x := range p.fwdOut {
 		if x.id == rep.Id {
 			b = x
-			// In place: no one else holds p.fwdOut (failForwardsLocked
+			// In place: no one else holds p.fwdOut (failForwards
 			// takes it over and leaves p a fresh one).
 			p.fwdOut = slices.Delete(p.fwdOut, i, i+1)
 			p.fwd[b.lane].out--
@@ -244,60 +239,60 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 	for i := range b.items {
 		it := b.items[i].it
 		if i >= len(rep.Items) {
-			n.degradeForwardLocked(now, c, it)
+			n.degradeForward(now, c, it)
 			continue
 		}
 		d, err := decisionFromWire(rep.Items[i])
 		if errors.Is(err, ErrLeaving) && !p.gone {
 			// The answer is an announcement of p's leave (see leave.go).
-			n.departLocked(now, p, p.seenInc.Load())
+			n.depart(now, p, p.seenInc)
 		}
 		if errors.Is(err, ErrNotOwner) || errors.Is(err, ErrLeaving) {
 			if it.here {
 				// The previous owner answered: whatever state it had for
 				// the key was handed off before, on the same queue.
-				n.decideHereLocked(now, c, v, it)
+				n.decideHere(now, c, v, it)
 				continue
 			}
-			nv := n.view.Load()
-			if n.rerouteLocked(now, c, nv, p, it) ||
-				errors.Is(err, ErrNotOwner) && n.contestLocked(now, nv, p, it) {
+			nv := n.view
+			if n.reroute(now, c, nv, p, it) ||
+				errors.Is(err, ErrNotOwner) && n.holdContested(now, nv, p, it) {
 				continue
 			}
-			n.degradeForwardLocked(now, c, it)
+			n.degradeForward(now, c, it)
 			continue
 		}
 		it.resp.Decision, it.resp.Err = d, err
-		n.completeLocked(it)
+		n.completeForward(it)
 	}
-	n.sendForwardsLocked(now, p, false)
+	n.sendForwards(now, p, false)
 }
 
-// decideHereLocked decides a probe (fwdItem.here) on this node's owned
+// decideHere decides a probe (fwdItem.here) on this node's owned
 // state of the key. If the ring gave the key to another node meanwhile, a
 // probe relayed for another node is answered not-owner and one of this
 // node's clients is decided by its partition policy.
-func (n *Node) decideHereLocked(now time.Time, c uint32, v *view, it *fwdItem) {
+func (n *Node) decideHere(now time.Time, c uint32, v *view, it *fwdItem) {
 	if v.owner(it.req.Key) != n.cfg.Self {
 		it.here = false
-		n.degradeForwardLocked(now, c, it)
+		n.degradeForward(now, c, it)
 		return
 	}
 	it.resp.Owner = n.cfg.Self
-	var push bool // a push is an optimisation: the next Tick sends it
-	n.decideOwnedLocked(now, c, v, &it.req, it.resp, it.resp.Mode == ModeCached, &push)
-	n.completeLocked(it)
+	// A push is an optimisation: the next Tick sends it.
+	_ = n.takeOwned(now, c, v, &it.req, it.resp, it.resp.Mode == ModeCached)
+	n.completeForward(it)
 }
 
-// completeLocked finishes an answered forwarded check.
-func (n *Node) completeLocked(it *fwdItem) {
+// completeForward finishes an answered forwarded check.
+func (n *Node) completeForward(it *fwdItem) {
 	if !it.relay {
 		n.record(it.resp)
 	}
 	it.c.finish()
 }
 
-// rerouteLocked sends a forwarded check that from could not decide (from
+// reroute sends a forwarded check that from could not decide (from
 // left the ring, or says it does not own the key) to the key's owner in v,
 // once, and reports whether it did. When v gives the key to this node, the
 // check is decided here, or sent to the previous owner while its hand-off
@@ -305,21 +300,21 @@ func (n *Node) completeLocked(it *fwdItem) {
 // when the check was already sent again, is a hand-off probe (here), was
 // passed on for another node and v gives the key to a third, or v still
 // names from (or no reachable member) as the owner.
-func (n *Node) rerouteLocked(now time.Time, c uint32, v *view, from *peer, it *fwdItem) bool {
+func (n *Node) reroute(now time.Time, c uint32, v *view, from *peer, it *fwdItem) bool {
 	if it.rerouted || it.here {
 		return false
 	}
-	if !n.routeAgainLocked(now, c, v, from, it) {
+	if !n.routeAgain(now, c, v, from, it) {
 		return false
 	}
 	it.rerouted = true
 	return true
 }
 
-// routeAgainLocked sends it, which from could not decide, to the key's
-// owner in v, or decides it here (see rerouteLocked), and reports whether
+// routeAgain sends it, which from could not decide, to the key's
+// owner in v, or decides it here (see reroute), and reports whether
 // it did.
-func (n *Node) routeAgainLocked(now time.Time, c uint32, v *view, from *peer, it *fwdItem) bool {
+func (n *Node) routeAgain(now time.Time, c uint32, v *view, from *peer, it *fwdItem) bool {
 	owner := v.owner(it.req.Key)
 	if owner == "" || owner == from.name {
 		return false
@@ -332,13 +327,13 @@ func (n *Node) routeAgainLocked(now time.Time, c uint32, v *view, from *peer, it
 			it.here = true
 			it.resp.Owner = prev
 			if q := v.peers[prev]; q != nil && q != from && !q.gone {
-				n.queueForwardLocked(now, q, it)
+				n.queueForward(now, q, it)
 			} else {
-				n.degradeForwardLocked(now, c, it) // parks it
+				n.degradeForward(now, c, it) // parks it
 			}
 			return true
 		}
-		n.decideHereLocked(now, c, v, it)
+		n.decideHere(now, c, v, it)
 		return true
 	}
 	q := v.peers[owner]
@@ -346,25 +341,24 @@ func (n *Node) routeAgainLocked(now time.Time, c uint32, v *view, from *peer, it
 		return false
 	}
 	it.resp.Owner = owner
-	n.queueForwardLocked(now, q, it)
+	n.queueForward(now, q, it)
 	return true
 }
 
-// queueForwardLocked queues one check for q and sends what may go now.
-func (n *Node) queueForwardLocked(now time.Time, q *peer, it *fwdItem) {
+// queueForward queues one check for q and sends what may go now.
+func (n *Node) queueForward(now time.Time, q *peer, it *fwdItem) {
 	q.enqueue(now, it)
-	n.sendLaneLocked(now, q, laneOf(it), false)
+	n.sendLane(now, q, laneOf(it), false)
 }
 
-// degradeForwardLocked decides a forwarded check by its partition policy,
-// on the current ring: the caller's view may be older (Check and Step read
-// theirs without the lock), and the policy's share depends on the members.
-// The view is replaced only under n.mu, which the caller holds.
-func (n *Node) degradeForwardLocked(now time.Time, c uint32, it *fwdItem) {
-	v := n.view.Load()
+// degradeForward decides a forwarded check by its partition policy,
+// on the current ring: the view a forwarded check was routed on may be older
+// than the current one, and the policy's share depends on the members.
+func (n *Node) degradeForward(now time.Time, c uint32, it *fwdItem) {
+	v := n.view
 	if it.here {
-		if !n.parkLocked(now, v, it) {
-			n.decideHereLocked(now, c, v, it)
+		if !n.parkCheck(now, v, it) {
+			n.decideHere(now, c, v, it)
 		}
 		return
 	}
@@ -372,26 +366,26 @@ func (n *Node) degradeForwardLocked(now time.Time, c uint32, it *fwdItem) {
 	if it.relay {
 		// Passed on for another node: it applies its own policy.
 		it.resp.Err = ErrNotOwner
-		n.completeLocked(it)
+		n.completeForward(it)
 		return
 	}
 	n.degrade(now, c, v, &it.req, it.resp, it.pol)
-	n.completeLocked(it)
+	n.completeForward(it)
 }
 
-// failForwardsLocked decides every check queued for or in flight to p by
+// failForwards decides every check queued for or in flight to p by
 // the partition policy (p is unreachable), or, when p left the ring, sends
-// each to the key's new owner (rerouteLocked): a member that left answers
+// each to the key's new owner (reroute): a member that left answers
 // nothing any more, and one that announced its leave had handed its keys
 // off first, so the new owner decides on the handed-off state.
-func (n *Node) failForwardsLocked(now time.Time, p *peer) {
-	v := n.view.Load()
+func (n *Node) failForwards(now time.Time, p *peer) {
+	v := n.view
 	c := coarse(now)
 	out, lanes := p.fwdOut, p.fwd
 	p.fwdOut, p.fwd = nil, [numLanes]fwdLane{}
 	fail := func(it *fwdItem) {
-		if !p.gone || !n.rerouteLocked(now, c, v, p, it) {
-			n.degradeForwardLocked(now, c, it)
+		if !p.gone || !n.reroute(now, c, v, p, it) {
+			n.degradeForward(now, c, it)
 		}
 	}
 	for _, b := range out {
@@ -406,10 +400,10 @@ func (n *Node) failForwardsLocked(now time.Time, p *peer) {
 	}
 }
 
-// tickForwardsLocked sends batches whose window passed and decides batches
+// tickForwards sends batches whose window passed and decides batches
 // unanswered after RequestTimeout by the policy, marking their owner
 // unreachable.
-func (n *Node) tickForwardsLocked(now time.Time, v *view) {
+func (n *Node) tickForwards(now time.Time, v *view) {
 	for _, name := range v.names {
 		p := v.peers[name]
 		if p == nil || (len(p.fwdOut) == 0 && !p.queued()) {
@@ -419,15 +413,15 @@ func (n *Node) tickForwardsLocked(now time.Time, v *view) {
 			p.markDown(now, n.cfg.UnreachableAfter)
 		}
 		if p.down(now) {
-			n.failForwardsLocked(now, p)
+			n.failForwards(now, p)
 			continue
 		}
-		n.resendForwardsLocked(now, p)
-		n.sendForwardsLocked(now, p, false)
+		n.resendForwards(now, p)
+		n.sendForwards(now, p, false)
 	}
 }
 
-// resendForwardsLocked sends again, every RequestTimeout/forwardResends,
+// resendForwards sends again, every RequestTimeout/forwardResends,
 // the forwards in flight that were sent to a peer this node had never
 // received anything from, until one such send follows a message from it.
 // Such a peer may not know this node yet: this node has just started (or
@@ -435,12 +429,12 @@ func (n *Node) tickForwardsLocked(now time.Time, v *view) {
 // this node sends. Without the resend, checks sent in that window wait for
 // RequestTimeout and fall to the partition policy, although the owner
 // learns of this node well within it. The receiver answers each
-// (incarnation, id) once (forwardSeenLocked).
-func (n *Node) resendForwardsLocked(now time.Time, p *peer) {
+// (incarnation, id) once (forwardSeen).
+func (n *Node) resendForwards(now time.Time, p *peer) {
 	every := n.cfg.RequestTimeout / forwardResends
 	for _, b := range p.fwdOut {
 		if b.unheard && b.msg != nil && now.Sub(b.resentAt) >= every {
-			b.resentAt, b.unheard = now, p.seenInc.Load() == 0
+			b.resentAt, b.unheard = now, p.seenInc == 0
 			n.send(p.name, forwardBody{clone(b.msg)})
 		}
 	}
@@ -461,10 +455,8 @@ func (n *Node) resendForwardsLocked(now time.Time, p *peer) {
 // the asking node, which is then the key's owner or about to be, on the
 // same ordered queue as the answer.
 func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peerv1.Forward) {
-	n.mu.Lock()
-	dup := n.forwardSeenLocked(p.name, inc, f.Id)
+	dup := n.forwardSeen(p.name, inc, f.Id)
 	leaving := n.leaving
-	n.mu.Unlock()
 	if dup {
 		return // sent again while the answer was on its way
 	}
@@ -496,7 +488,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 	var restore []*peerv1.KeyState
 	var resp Response // the answer of the item being decided here
 	// The items of a forward mostly share their wire limit (see
-	// limitWireLocked): one that is the previous item's is not converted
+	// limitWire): one that is the previous item's is not converted
 	// and validated again (a received message is never modified).
 	var lastWire *peerv1.Limit
 	var lastL bucket.Limit
@@ -550,9 +542,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 		decisionIntoWire(&decs[i], resp.Decision, resp.Err)
 	}
 	if len(restore) > 0 {
-		n.mu.Lock()
-		n.sendHandoffsLocked(now, v, map[*peer][]*peerv1.KeyState{p: restore})
-		n.mu.Unlock()
+		n.sendHandoffs(now, v, map[*peer][]*peerv1.KeyState{p: restore})
 	}
 	if len(a.fwd) > 0 {
 		n.enqueueForwards(now, v, a.fwd)
@@ -606,9 +596,9 @@ type recentForwards struct {
 	next int
 }
 
-// forwardSeenLocked reports whether the forward id of from's incarnation
+// forwardSeen reports whether the forward id of from's incarnation
 // inc was answered already, and records it otherwise.
-func (n *Node) forwardSeenLocked(from string, inc, id uint64) bool {
+func (n *Node) forwardSeen(from string, inc, id uint64) bool {
 	d := &n.dur
 	if d.forwards == nil {
 		d.forwards = map[string]*recentForwards{}

@@ -13,7 +13,7 @@ import (
 // lease is a non-owner's lease on one key (leased mode): tokens the owner
 // drained from its bucket and granted to this node, spendable here until
 // they expire. Two grants can be live at once (the current one and a
-// renewal); the older is spent first. Guarded by the shard's lock.
+// renewal); the older is spent first.
 type lease struct {
 	cur, next       int64 // tokens left
 	curExp, nextExp int64 // expiry, Unix ns: LeaseTTL after the asking flush was first sent
@@ -139,17 +139,14 @@ const leaseWarmDemand = 0.5
 // if not.
 func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response, pol Policy) (forward bool) {
 	s := n.st.shardOf(r.Key)
-	s.mu.Lock()
-	e, _, err := n.cachedLocked(s, r.Key, r.Limit, now, c)
+	e, _, err := n.cachedEntry(s, r.Key, r.Limit, now, c)
 	if err != nil {
-		s.mu.Unlock()
 		resp.Err = err
 		return false
 	}
 	if e.has(flagOwned) {
 		e.touch(c, r.Hits, true)
 		resp.Decision, resp.Err = take(e.b, now, r)
-		s.mu.Unlock()
 		return false
 	}
 	e.touch(c, r.Hits, false)
@@ -167,7 +164,6 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Reques
 	warm := e.dem-float32(r.Hits) >= leaseWarmDemand
 	switch {
 	case l == nil && !warm:
-		s.mu.Unlock()
 		if down {
 			n.degrade(now, c, v, r, resp, pol)
 			return false
@@ -201,9 +197,8 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Reques
 		}
 	}
 	urgent := l.want && !l.zero
-	full := n.markRoutedLocked(s, r.Key, e, p, v)
+	full := n.markRouted(s, r.Key, e, p, v)
 	spent := !forward && !resp.Allowed && resp.RetryAfter != bucket.MaxRetry
-	s.mu.Unlock()
 	if (urgent || full) && !down {
 		n.flushSoon(now, p)
 	}
@@ -213,23 +208,23 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Reques
 	return forward
 }
 
-// dropLeaseLocked forgets this node's lease on key (the key became this
+// dropLease forgets this node's lease on key (the key became this
 // node's own: its tokens were drained from the bucket it now holds, so they
 // are simply not spent: under-admission, never over).
-func (n *Node) dropLeaseLocked(s *shard, key string) {
+func (n *Node) dropLease(s *shard, key string) {
 	delete(s.leases, key)
 }
 
-// sweepLeasesLocked expires leases, lists unspent tokens to be given back,
+// sweepLeases expires leases, lists unspent tokens to be given back,
 // and forgets leases with nothing left whose key is idle.
-func (n *Node) sweepLeasesLocked(s *shard, now time.Time) {
-	v := n.view.Load()
+func (n *Node) sweepLeases(s *shard, now time.Time) {
+	v := n.view
 	t := now.UnixNano()
 	c := coarse(now)
 	var back []string
 	for key, l := range s.leases {
 		l.expire(t)
-		e := n.st.getLocked(s, key)
+		e := n.st.lookup(s, key)
 		switch {
 		case e == nil || e.has(flagOwned):
 			delete(s.leases, key)
@@ -239,25 +234,24 @@ func (n *Node) sweepLeasesLocked(s *shard, now time.Time) {
 			delete(s.leases, key)
 		}
 	}
-	n.markReturnsLocked(s, v, back)
+	n.markReturns(s, v, back)
 }
 
-// markReturnsLocked lists the keys (sorted, so flushes are reproducible)
+// markReturns lists the keys (sorted, so flushes are reproducible)
 // for the next flush to their owners.
-func (n *Node) markReturnsLocked(s *shard, v *view, keys []string) {
+func (n *Node) markReturns(s *shard, v *view, keys []string) {
 	slices.Sort(keys)
 	for _, key := range keys {
-		if p, e := v.peers[v.owner(key)], n.st.getLocked(s, key); p != nil && e != nil {
-			n.markRoutedLocked(s, key, e, p, v)
+		if p, e := v.peers[v.owner(key)], n.st.lookup(s, key); p != nil && e != nil {
+			n.markRouted(s, key, e, p, v)
 		}
 	}
 }
 
-// returnLeasesLocked gives back every unspent lease token (graceful leave).
-func (n *Node) returnLeasesLocked(v *view) {
+// returnLeases gives back every unspent lease token (graceful leave).
+func (n *Node) returnLeases(v *view) {
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
-		s.mu.Lock()
 		var back []string
 		for key, l := range s.leases {
 			l.ret += l.avail()
@@ -266,7 +260,6 @@ func (n *Node) returnLeasesLocked(v *view) {
 				back = append(back, key)
 			}
 		}
-		n.markReturnsLocked(s, v, back)
-		s.mu.Unlock()
+		n.markReturns(s, v, back)
 	}
 }

@@ -19,18 +19,18 @@ import (
 //     Handoff with leaving set (acknowledged and retried like any hand-off;
 //     HandedOff waits for it).
 //   - A peer that receives it takes the leaving node off its ring at once
-//     (departLocked): the keys it had just been handed become its own, and
+//     (depart): the keys it had just been handed become its own, and
 //     the checks it had in flight to the leaving node are sent again to
-//     their new owners (rerouteLocked), which have the state, since the
+//     their new owners (reroute), which have the state, since the
 //     hand-off came first on the same queue. A forward answered ErrLeaving
 //     is itself such an announcement.
 //   - The leaving node stays off the peer's ring until the driver's
 //     membership drops it, or a message from another incarnation of it
 //     arrives (it restarted): then the driver's membership applies again.
 
-// announceLeaveLocked sends every peer of v (the view without this node)
+// announceLeave sends every peer of v (the view without this node)
 // a leaving hand-off.
-func (n *Node) announceLeaveLocked(now time.Time, v *view) {
+func (n *Node) announceLeave(now time.Time, v *view) {
 	for _, name := range v.names {
 		p := v.peers[name]
 		if p == nil {
@@ -50,9 +50,9 @@ type departedPeer struct {
 	p   *peer
 }
 
-// departLocked takes p, whose incarnation inc announced its leave, off the
+// depart takes p, whose incarnation inc announced its leave, off the
 // ring now.
-func (n *Node) departLocked(now time.Time, p *peer, inc uint64) {
+func (n *Node) depart(now time.Time, p *peer, inc uint64) {
 	d := &n.dur
 	if prev, ok := d.departed[p.name]; ok && prev.inc == inc {
 		return
@@ -61,13 +61,13 @@ func (n *Node) departLocked(now time.Time, p *peer, inc uint64) {
 		d.departed = map[string]departedPeer{}
 	}
 	d.departed[p.name] = departedPeer{inc: inc, p: p}
-	n.applyMembersLocked(now)
+	n.applyMembers(now)
 }
 
-// withoutDepartedLocked returns names without the members that announced
+// withoutDeparted returns names without the members that announced
 // their leave, and forgets the announcements of members the driver's
 // membership no longer lists.
-func (n *Node) withoutDepartedLocked(names []string) []string {
+func (n *Node) withoutDeparted(names []string) []string {
 	d := &n.dur
 	if len(d.departed) == 0 {
 		return names
@@ -92,19 +92,15 @@ func (n *Node) withoutDepartedLocked(names []string) []string {
 // lease tokens, hand-offs sent again, checks of its clients) is handled as
 // from a member, against a view without it.
 func (n *Node) fromDeparted(now time.Time, v *view, env *peerv1.Envelope) (*view, *peer) {
-	n.mu.Lock()
 	dp, ok := n.dur.departed[env.From]
 	if !ok {
-		n.mu.Unlock()
 		return v, nil
 	}
 	if env.Incarnation != dp.inc {
 		delete(n.dur.departed, env.From)
-		n.applyMembersLocked(now)
-		n.mu.Unlock()
-		v = n.view.Load()
+		n.applyMembers(now)
+		v = n.view
 		return v, v.peers[env.From]
 	}
-	n.mu.Unlock()
 	return v, dp.p
 }

@@ -199,7 +199,7 @@ func TestCheckRacesLeaveAnnouncement(t *testing.T) {
 	var resp Response
 	done := false
 	a := asyncs{done: func() { done = true }}
-	v := n2.view.Load()
+	v := n2.view
 	it := n2.checkOne(nw.now, coarse(nw.now), v, &req, &resp, &a)
 	if it == nil {
 		t.Fatalf("the check was decided at once (%+v), want it forwarded to n1", resp)
@@ -208,7 +208,7 @@ func TestCheckRacesLeaveAnnouncement(t *testing.T) {
 	// n1 leaves; n2 takes its hand-off and its leave announcement.
 	nw.nodes["n1"].Leave(nw.now)
 	nw.settle()
-	if o := n2.view.Load().owner(key); o == "n1" {
+	if o := n2.view.owner(key); o == "n1" {
 		t.Fatal("n2 did not take n1's leave announcement")
 	}
 

@@ -48,29 +48,25 @@ func (n *Node) SetMembers(now time.Time, members []string) {
 // given back and its pending hits flushed. Poll HandedOff (while calling
 // Tick and Step) to know when it may go.
 func (n *Node) Leave(now time.Time) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.leaving {
 		return
 	}
 	n.leaving = true
-	n.applyMembersLocked(now)
-	v := n.view.Load()
-	n.announceLeaveLocked(now, v) // leave.go: after the hand-offs, before the flushes
-	n.returnLeasesLocked(v)
-	n.flushAllLocked(now, v, true)
+	n.applyMembers(now)
+	v := n.view
+	n.announceLeave(now, v) // leave.go: after the hand-offs, before the flushes
+	n.returnLeases(v)
+	n.flushAll(now, v, true)
 }
 
 // HandedOff reports whether a Leave has finished: every hand-off and flush
 // acknowledged or given up (after MaxRetries sends, each RequestTimeout
 // apart), nothing left to flush. It is false before Leave.
 func (n *Node) HandedOff() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if !n.leaving {
 		return false
 	}
-	v := n.view.Load()
+	v := n.view
 	for _, p := range v.peers {
 		if p.flight != nil || len(p.hoOut) > 0 {
 			return false
@@ -78,15 +74,13 @@ func (n *Node) HandedOff() bool {
 	}
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
-		s.mu.Lock()
 		busy := false
 		for _, key := range s.dirty {
-			if e := n.st.getLocked(s, key); e != nil && e.has(flagDirty) && v.peers[v.owner(key)] != nil {
+			if e := n.st.lookup(s, key); e != nil && e.has(flagDirty) && v.peers[v.owner(key)] != nil {
 				busy = true
 				break
 			}
 		}
-		s.mu.Unlock()
 		if busy {
 			return false
 		}
@@ -94,13 +88,13 @@ func (n *Node) HandedOff() bool {
 	return true
 }
 
-// applyMembersLocked builds the view of n.members (without this node once
+// applyMembers builds the view of n.members (without this node once
 // leaving; on a minority side, of the quorum baseline, see quorum.go),
 // publishes it and moves the keys.
-func (n *Node) applyMembersLocked(now time.Time) {
-	names, lost := n.ringMembersLocked()
-	names = n.withoutDepartedLocked(names) // leave.go: announced leaves
-	old := n.view.Load()
+func (n *Node) applyMembers(now time.Time) {
+	names, lost := n.ringMembers()
+	names = n.withoutDeparted(names) // leave.go: announced leaves
+	old := n.view
 	var (
 		r   *ring.Ring
 		err error
@@ -138,21 +132,21 @@ func (n *Node) applyMembersLocked(now time.Time) {
 		}
 		nv.peers[name] = p
 	}
-	n.restoreBackupsLocked(now, old, nv) // backup.go: before checks see nv
-	n.view.Store(nv)
-	n.moveKeysLocked(now, old, nv)
+	n.restoreBackups(now, old, nv) // backup.go: before checks see nv
+	n.view = nv
+	n.moveKeys(now, old, nv)
 	for _, name := range old.names {
 		if p := old.peers[name]; p != nil && nv.peers[name] == nil {
-			n.abandonLocked(now, nv, p)
+			n.abandon(now, nv, p)
 		}
 	}
-	n.rebackupLocked(old, nv)
+	n.rebackup(old, nv)
 }
 
-// moveKeysLocked hands off the owned keys that moved and converts the
+// moveKeys hands off the owned keys that moved and converts the
 // entries whose role changed (see SetMembers). Keys are visited shard by
 // shard in sorted order, so the hand-off batches are reproducible.
-func (n *Node) moveKeysLocked(now time.Time, old, nv *view) {
+func (n *Node) moveKeys(now time.Time, old, nv *view) {
 	var remap [32]uint32 // an old member bit -> the new bits of its names
 	for name, i := range old.index {
 		remap[i%32] |= nv.bit(name)
@@ -166,14 +160,13 @@ func (n *Node) moveKeysLocked(now time.Time, old, nv *view) {
 		return out
 	}
 	for _, p := range nv.peers {
-		p.dirty.Store(0)
+		p.dirty = 0
 	}
 	out := map[*peer][]*peerv1.KeyState{}
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
-		s.mu.Lock()
-		for _, key := range s.sortedKeysLocked() {
-			e := n.st.getLocked(s, key)
+		for _, key := range s.sortedKeys() {
+			e := n.st.lookup(s, key)
 			owner := nv.owner(key)
 			if e.has(flagOwned) {
 				if owner == n.cfg.Self {
@@ -188,7 +181,7 @@ func (n *Node) moveKeysLocked(now time.Time, old, nv *view) {
 				continue
 			}
 			if owner == n.cfg.Self {
-				n.dropLeaseLocked(s, key)
+				n.dropLease(s, key)
 				e.makeOwned()
 				continue
 			}
@@ -196,25 +189,24 @@ func (n *Node) moveKeysLocked(now time.Time, old, nv *view) {
 				e.set(flagMoved)
 			}
 			if p := nv.peers[owner]; p != nil && e.has(flagDirty) {
-				p.dirty.Add(1)
+				p.dirty++
 			}
 		}
-		s.mu.Unlock()
 	}
-	n.sendHandoffsLocked(now, nv, out)
+	n.sendHandoffs(now, nv, out)
 }
 
-// abandonLocked routes again what was in flight to p, which left: a flush's
+// abandon routes again what was in flight to p, which left: a flush's
 // hits go back to pending (to the keys' new owners with the next flush),
 // checks are decided by the partition policy, hand-offs go to the keys' new
 // owners.
-func (n *Node) abandonLocked(now time.Time, nv *view, p *peer) {
+func (n *Node) abandon(now time.Time, nv *view, p *peer) {
 	p.gone = true
-	n.failForwardsLocked(now, p)
+	n.failForwards(now, p)
 	if f := p.flight; f != nil {
 		p.flight = nil
 		for _, it := range f.msg.Items {
-			n.requeueLocked(nv, it)
+			n.requeue(nv, it)
 		}
 	}
 	out := map[*peer][]*peerv1.KeyState{}
@@ -228,16 +220,14 @@ func (n *Node) abandonLocked(now time.Time, nv *view, p *peer) {
 		}
 	}
 	p.hoOut = nil
-	n.sendHandoffsLocked(now, nv, out)
+	n.sendHandoffs(now, nv, out)
 }
 
-// requeueLocked puts an unapplied flush item's hits and demand back as
+// requeue puts an unapplied flush item's hits and demand back as
 // pending.
-func (n *Node) requeueLocked(v *view, it *peerv1.FlushItem) {
+func (n *Node) requeue(v *view, it *peerv1.FlushItem) {
 	s := n.st.shardOf(it.Key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := n.st.getLocked(s, it.Key)
+	e := n.st.lookup(s, it.Key)
 	if e == nil || e.has(flagOwned) {
 		return
 	}
@@ -248,13 +238,13 @@ func (n *Node) requeueLocked(v *view, it *peerv1.FlushItem) {
 		l.unfill(it)
 	}
 	if p := v.peers[v.owner(it.Key)]; p != nil {
-		n.markDirtyLocked(s, it.Key, e, p)
+		n.markDirty(s, it.Key, e, p)
 	}
 }
 
-// sendHandoffsLocked sends the states in out to their new owners, in
+// sendHandoffs sends the states in out to their new owners, in
 // batches of MaxBatch, in member order.
-func (n *Node) sendHandoffsLocked(now time.Time, v *view, out map[*peer][]*peerv1.KeyState) {
+func (n *Node) sendHandoffs(now time.Time, v *view, out map[*peer][]*peerv1.KeyState) {
 	for _, name := range v.names {
 		p := v.peers[name]
 		items := out[p]
@@ -284,9 +274,7 @@ func (n *Node) onHandoff(now time.Time, v *view, p *peer, inc uint64, h *peerv1.
 	}
 	n.metrics.HandoffsReceived.Add(1)
 	if h.Leaving {
-		n.mu.Lock()
-		n.departLocked(now, p, inc) // leave.go
-		n.mu.Unlock()
+		n.depart(now, p, inc) // leave.go
 	}
 	n.send(p.name, handoffAckBody{&peerv1.HandoffAck{Seq: h.Seq, HandoffIncarnation: inc}})
 }
@@ -294,29 +282,27 @@ func (n *Node) onHandoff(now time.Time, v *view, p *peer, inc uint64, h *peerv1.
 // mergeState folds a handed-off state b of key into the store, keeping the
 // most consumed view: as the authoritative state if the ring gives the key
 // to this node, else as a cached view that came from another owner (its
-// flushes then carry it to the owner). Only shard locks are taken.
+// flushes then carry it to the owner).
 func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, demand float32) {
 	c := coarse(now)
 	mine := v.owner(key) == n.cfg.Self
 	s := n.st.shardOf(key)
 	h := n.st.hash(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	e := s.m.get(h, key)
 	if e == nil {
 		e = newKeyedEntryFor(key, b, c)
 		if mine {
 			e.makeOwned()
 			e.dem = demand
-			markBackupLocked(s, e)
+			markBackup(s, e)
 		} else {
 			e.makeCached(true)
 		}
-		n.st.insertEntryLocked(s, h, e, c)
+		n.st.insertEntry(s, h, e, c)
 		return
 	}
 	if mine && !e.has(flagOwned) {
-		n.dropLeaseLocked(s, key)
+		n.dropLease(s, key)
 		e.makeOwned()
 	}
 	if e.b.Merge(now, b) != nil && e.has(flagOwned) {
@@ -324,14 +310,12 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 	}
 	if e.has(flagOwned) {
 		e.dem = max(e.dem, demand)
-		n.markChangedLocked(s, key, e, 0)
+		n.markChanged(s, key, e, 0)
 	}
 }
 
 // onHandoffAck retires an acknowledged hand-off.
 func (n *Node) onHandoffAck(p *peer, ack *peerv1.HandoffAck) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if ack.HandoffIncarnation != n.cfg.Incarnation {
 		return
 	}
@@ -356,8 +340,6 @@ func (n *Node) resendHandoffs(now time.Time, p *peer, env *peerv1.Envelope) {
 	if ack := env.GetHandoffAck(); ack != nil && ack.HandoffIncarnation == n.cfg.Incarnation {
 		before = ack.Seq
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	for _, b := range p.hoOut {
 		if before == 0 || b.msg.Seq < before {
 			b.sentAt = now
@@ -366,10 +348,10 @@ func (n *Node) resendHandoffs(now time.Time, p *peer, env *peerv1.Envelope) {
 	}
 }
 
-// tickHandoffsLocked sends unacknowledged hand-offs again after
+// tickHandoffs sends unacknowledged hand-offs again after
 // RequestTimeout, and gives up on one after MaxRetries (the new owner then
 // rebuilds those keys from the non-owners' reports).
-func (n *Node) tickHandoffsLocked(now time.Time, v *view) {
+func (n *Node) tickHandoffs(now time.Time, v *view) {
 	for _, name := range v.names {
 		p := v.peers[name]
 		if p == nil {

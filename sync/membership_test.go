@@ -41,9 +41,7 @@ func TestHandoffOnJoin(t *testing.T) {
 	if got := a.Metrics().HandoffKeys.Load(); got < 1 {
 		t.Errorf("HandoffKeys %d, want >= 1", got)
 	}
-	a.mu.Lock()
-	out := len(a.view.Load().peers["c"].hoOut)
-	a.mu.Unlock()
+	out := len(a.view.peers["c"].hoOut)
 	if out != 0 {
 		t.Errorf("%d hand-offs unacknowledged after settle", out)
 	}
@@ -62,7 +60,7 @@ func TestHandoffOnLeave(t *testing.T) {
 	var keys []string
 	for i := range 300 {
 		k := keyOwnedBy(t, "a", "a", "b", "c") + "/" + string(rune('A'+i%26)) + string(rune('a'+i/26))
-		if a.view.Load().owner(k) == "a" {
+		if a.view.owner(k) == "a" {
 			keys = append(keys, k)
 			check(t, a, t0, Request{Key: k, Hits: 4000, Limit: l})
 		}
@@ -84,7 +82,7 @@ func TestHandoffOnLeave(t *testing.T) {
 	// The others learn that a left: the keys are theirs, still spent.
 	nw.setMembers([]string{"b", "c"}, "b", "c")
 	for _, k := range keys {
-		owner := nw.nodes["b"].view.Load().owner(k)
+		owner := nw.nodes["b"].view.owner(k)
 		if got := remainingOn(nw.nodes[owner], nw.now, k); got < 0 || got > 2001 {
 			t.Fatalf("%s: new owner %s remaining %d, want about 2000", k, owner, got)
 		}
@@ -179,7 +177,7 @@ func TestJoinRoutesPending(t *testing.T) {
 	if got < 0 || got > 5960 {
 		t.Errorf("c remaining %d, want about 5949 (b's hand-off and a's pending)", got)
 	}
-	if !slices.Contains(c.view.Load().names, "a") {
+	if !slices.Contains(c.view.names, "a") {
 		t.Fatal("c does not know a")
 	}
 }

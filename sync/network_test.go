@@ -332,9 +332,7 @@ func checkAsync(n *Node, now time.Time, reqs ...Request) *pending {
 // -1 if it holds none.
 func remainingOn(n *Node, now time.Time, key string) int64 {
 	s := n.st.shardOf(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := n.st.getLocked(s, key)
+	e := n.st.lookup(s, key)
 	if e == nil {
 		return -1
 	}
@@ -344,8 +342,6 @@ func remainingOn(n *Node, now time.Time, key string) int64 {
 
 func isOwned(n *Node, key string) bool {
 	s := n.st.shardOf(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := n.st.getLocked(s, key)
+	e := n.st.lookup(s, key)
 	return e != nil && e.has(flagOwned)
 }

@@ -2,8 +2,6 @@ package sync
 
 import (
 	"slices"
-	stdsync "sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -16,28 +14,26 @@ import (
 // Node is one cluster member's coordination state machine: the owner's
 // authoritative store of the keys the ring gives it, cached views of the
 // others, pending hits and their flushes, pushes, leases, forwarded checks,
-// hand-off and the partition policy. It is safe for concurrent use; see the
-// package documentation for the driver's loop and docs/consistency.md for
-// what each mode guarantees.
+// hand-off and the partition policy. See the package documentation for the
+// driver's loop and docs/consistency.md for what each mode guarantees.
 //
-// Locking: the keyed store is striped (64 shards, each a mutex and maps);
-// the per-peer protocol state (flushes, forwards, hand-offs, duplicate
-// detection) is guarded by mu. mu may be held while taking a shard's lock,
-// never the reverse. The membership is an immutable view swapped atomically,
-// so Check reads it without a lock.
+// A Node is sequential and not safe for concurrent use: it has no lock. Its
+// driver applies every input (Check, Step, Unreachable, Tick, SetMembership,
+// Leave, and the reads) one after another, each whole, in one order; the
+// real node's driver is peer.Driver, the simulator's is its event loop. The
+// keyed store is split in 64 shards only to bound the work of a sweep step
+// and of a flush pass, not for concurrency. Only Metrics may be read from
+// another goroutine (its counters are atomic).
 type Node struct {
 	cfg     Config
 	tr      Transport
 	metrics Metrics
 	st      *store
-	view    atomic.Pointer[view]
+	view    *view
 	// pushing is set while an early push runs (pushSoon).
-	pushing atomic.Bool
+	pushing bool
 	// calls recycles the calls of forwarded Checks (check.go).
 	calls callPool
-
-	mu stdsync.Mutex
-	// The fields below are guarded by mu.
 
 	// members is the membership last given to SetMembers.
 	members []string
@@ -56,7 +52,7 @@ type Node struct {
 	// fwdID numbers forward batches.
 	fwdID uint64
 	// wireLimit is the wire form of wireLimitOf, shared by the forwards
-	// built since (see limitWireLocked).
+	// built since (see limitWire).
 	wireLimitOf bucket.Limit
 	wireLimit   *peerv1.Limit
 }
@@ -114,13 +110,13 @@ type peer struct {
 	name string
 	// downUntil is when the peer stops counting as unreachable (Unix ns);
 	// zero or past when reachable.
-	downUntil atomic.Int64
+	downUntil int64
 	// dirty approximates the cached keys with something to flush to this
 	// peer; urgent asks for a flush as soon as none is in flight.
-	dirty  atomic.Int64
-	urgent atomic.Bool
+	dirty  int64
+	urgent bool
 	// seenInc is the highest incarnation of the peer seen in an envelope.
-	seenInc atomic.Uint64
+	seenInc uint64
 
 	// The fields below are guarded by Node.mu.
 
@@ -146,11 +142,11 @@ type peer struct {
 }
 
 // down reports whether p counts as unreachable at now.
-func (p *peer) down(now time.Time) bool { return p.downUntil.Load() > now.UnixNano() }
+func (p *peer) down(now time.Time) bool { return p.downUntil > now.UnixNano() }
 
 // markDown makes p unreachable until now + d.
 func (p *peer) markDown(now time.Time, d time.Duration) {
-	p.downUntil.Store(now.Add(d).UnixNano())
+	p.downUntil = now.Add(d).UnixNano()
 }
 
 // NewNode returns a Node for cfg that sends through tr. It starts nothing;
@@ -161,12 +157,13 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, tr: tr}
 	n.st = newStore(cfg.MaxKeys, &n.metrics)
-	n.view.Store(&view{index: map[string]int{}, peers: map[string]*peer{}})
+	n.view = &view{index: map[string]int{}, peers: map[string]*peer{}}
 	return n, nil
 }
 
 // Metrics returns the node's counters. The pointer stays valid for the
-// Node's life; fields are read atomically.
+// Node's life; its fields are atomic, so another goroutine (a metrics
+// scrape) may read them while the driver applies inputs.
 func (n *Node) Metrics() *Metrics { return &n.metrics }
 
 // Config returns the node's configuration.
@@ -233,7 +230,7 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		n.metrics.Malformed.Add(1)
 		return
 	}
-	v := n.view.Load()
+	v := n.view
 	p := v.peers[env.From]
 	if p == nil && env.To == n.cfg.Self {
 		v, p = n.fromDeparted(now, v, env) // leave.go: a member that announced its leave
@@ -242,16 +239,14 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		n.metrics.EnvelopesDropped.Add(1)
 		return
 	}
-	p.downUntil.Store(0)
-	for prev := p.seenInc.Load(); env.Incarnation > prev; prev = p.seenInc.Load() {
-		if p.seenInc.CompareAndSwap(prev, env.Incarnation) {
-			if prev != 0 {
-				n.peerRestarted(v, p)
-				n.backupsPeerRestarted(now, v, p)
-			}
-			n.resendHandoffs(now, p, env) // membership.go: before env is answered
-			break
+	p.downUntil = 0
+	if prev := p.seenInc; env.Incarnation > prev {
+		p.seenInc = env.Incarnation
+		if prev != 0 {
+			n.peerRestarted(v, p)
+			n.backupsPeerRestarted(now, v, p)
 		}
+		n.resendHandoffs(now, p, env) // membership.go: before env is answered
 	}
 	switch b := env.Body.(type) {
 	case *peerv1.Envelope_Flush:
@@ -286,7 +281,6 @@ func (n *Node) peerRestarted(v *view, p *peer) {
 	n.metrics.PeerRestarts.Add(1)
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
-		s.mu.Lock()
 		var keys []string
 		for key, e := range s.m.all() {
 			if !e.has(flagOwned) && e.has(flagSynced) && v.owner(key) == p.name {
@@ -295,11 +289,10 @@ func (n *Node) peerRestarted(v *view, p *peer) {
 		}
 		slices.Sort(keys)
 		for _, key := range keys {
-			e := n.st.getLocked(s, key)
+			e := n.st.lookup(s, key)
 			e.set(flagMoved)
-			n.markDirtyLocked(s, key, e, p)
+			n.markDirty(s, key, e, p)
 		}
-		s.mu.Unlock()
 	}
 }
 
@@ -308,14 +301,12 @@ func (n *Node) peerRestarted(v *view, p *peer) {
 // checks of its keys are decided by the partition policy at once; flushes
 // and hand-offs to it are retried on Tick.
 func (n *Node) Unreachable(now time.Time, peer string) {
-	p := n.view.Load().peers[peer]
+	p := n.view.peers[peer]
 	if p == nil {
 		return
 	}
 	p.markDown(now, n.cfg.UnreachableAfter)
-	n.mu.Lock()
-	n.failForwardsLocked(now, p)
-	n.mu.Unlock()
+	n.failForwards(now, p)
 }
 
 // Tick advances the Node's timers to now: forward windows and timeouts,
@@ -323,27 +314,25 @@ func (n *Node) Unreachable(now time.Time, peer string) {
 // of the store's sweep (idle eviction, interest and lease expiry, hot keys).
 // The driver calls it every Config.TickInterval.
 func (n *Node) Tick(now time.Time) {
-	v := n.view.Load()
-	n.mu.Lock()
-	if n.expireFailedLocked(now) {
-		v = n.view.Load()
+	v := n.view
+	if n.expireFailed(now) {
+		v = n.view
 	}
-	n.tickForwardsLocked(now, v)
-	n.tickFlushesLocked(now, v)
-	n.tickPushesLocked(now, v, false)
-	n.tickHandoffsLocked(now, v)
-	n.tickBackupsLocked(now, v)
-	n.tickParkedLocked(now, v)
-	n.tickContestedLocked(now, v)
-	i, sweep := n.sweepDueLocked(now)
-	n.mu.Unlock()
+	n.tickForwards(now, v)
+	n.tickFlushes(now, v)
+	n.tickPushes(now, v, false)
+	n.tickHandoffs(now, v)
+	n.tickBackups(now, v)
+	n.tickParked(now, v)
+	n.tickContested(now, v)
+	i, sweep := n.sweepDue(now)
 	if sweep {
 		n.sweepShard(now, i)
 	}
 }
 
-// sweepDueLocked reports whether a shard is due for its sweep, and which.
-func (n *Node) sweepDueLocked(now time.Time) (int, bool) {
+// sweepDue reports whether a shard is due for its sweep, and which.
+func (n *Node) sweepDue(now time.Time) (int, bool) {
 	if now.Before(n.nextSweep) {
 		return 0, false
 	}
@@ -361,8 +350,6 @@ func (n *Node) sweepDueLocked(now time.Time) (int, bool) {
 func (n *Node) sweepShard(now time.Time, i int) {
 	s := &n.st.shards[i]
 	c := coarse(now)
-	s.mu.Lock()
-	n.st.sweepLocked(s, now, c, toCoarse(n.cfg.SweepInterval), toCoarse(n.cfg.InterestTTL))
-	n.sweepLeasesLocked(s, now)
-	s.mu.Unlock()
+	n.st.sweepEntries(s, now, c, toCoarse(n.cfg.SweepInterval), toCoarse(n.cfg.InterestTTL))
+	n.sweepLeases(s, now)
 }

@@ -14,8 +14,6 @@ import (
 // of a flush already applied) is counted and answered again without being
 // applied; a flush from an older incarnation of p is ignored.
 func (n *Node) serveFlush(now time.Time, v *view, p *peer, inc uint64, f *peerv1.Flush) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	switch {
 	case inc < p.inInc:
 		return
@@ -100,9 +98,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
 	}
 	s := n.st.shardOf(it.Key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, err := n.ownedLocked(s, it.Key, l, now, c)
+	e, err := n.ownedEntry(s, it.Key, l, now, c)
 	if err != nil {
 		n.metrics.Malformed.Add(1)
 		return &peerv1.KeyState{Key: it.Key}
@@ -128,10 +124,10 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *
 	}
 	var granted int64
 	if it.LeaseWant > 0 && len(v.lost) == 0 { // a minority side grants nothing (quorum.go)
-		granted = n.grantLocked(e, now, it)
+		granted = n.grantLease(e, now, it)
 	}
 	if it.Hits > 0 || it.LeaseReturn > 0 || granted > 0 || len(it.View) > 0 {
-		n.markChangedLocked(s, it.Key, e, bit)
+		n.markChanged(s, it.Key, e, bit)
 	}
 	state, _ := e.b.AppendBinary(slot.state[:0])
 	ks := &slot.ks
@@ -159,12 +155,12 @@ func activeShare(e *entry) float32 {
 	return 1 / float32(max(k, 1))
 }
 
-// grantLocked sizes and grants a lease on an owned key: the asking node's
+// grantLease sizes and grants a lease on an owned key: the asking node's
 // share of the demand (its rate over the owner's total) times the tokens
 // available now, at least one token when any is available, at most what it
 // asked for. The tokens are drained at once, so the leases outstanding never
 // exceed what the bucket had.
-func (n *Node) grantLocked(e *entry, now time.Time, it *peerv1.FlushItem) int64 {
+func (n *Node) grantLease(e *entry, now time.Time, it *peerv1.FlushItem) int64 {
 	peek, err := e.b.Take(now, 0)
 	if err != nil || peek.Remaining <= 0 {
 		return 0
@@ -183,10 +179,10 @@ func (n *Node) grantLocked(e *entry, now time.Time, it *peerv1.FlushItem) int64 
 	return g
 }
 
-// tickPushesLocked sends, once per FlushInterval, the fresh state of every
+// tickPushes sends, once per FlushInterval, the fresh state of every
 // owned key that changed to the interested nodes whose copy is stale, one
 // push message per node (chunked at MaxBatch).
-func (n *Node) tickPushesLocked(now time.Time, v *view, force bool) {
+func (n *Node) tickPushes(now time.Time, v *view, force bool) {
 	if !force && now.Before(n.nextPush) {
 		return
 	}
@@ -207,12 +203,11 @@ func (n *Node) tickPushesLocked(now time.Time, v *view, force bool) {
 	a.reserve(16)
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
-		if n.st.changedShards.Load()&s.bit == 0 {
+		if n.st.changedShards&s.bit == 0 {
 			continue
 		}
-		s.mu.Lock()
 		for j, key := range s.changed {
-			e := n.st.changedLocked(s, j)
+			e := n.st.changedEntry(s, j)
 			if e == nil {
 				continue
 			}
@@ -236,8 +231,7 @@ func (n *Node) tickPushesLocked(now time.Time, v *view, force bool) {
 				}
 			}
 		}
-		n.st.clearChangedLocked(s)
-		s.mu.Unlock()
+		n.st.clearChanged(s)
 	}
 	for i, p := range peers {
 		items := out[i]
@@ -260,13 +254,12 @@ func nextDue(prev, now time.Time, d time.Duration) time.Time {
 }
 
 // pushSoon pushes the changed keys now (an owner's own admissions of a key
-// reached the sync threshold). Concurrent callers coalesce.
+// reached the sync threshold). A call from within a push is ignored.
 func (n *Node) pushSoon(now time.Time) {
-	if !n.pushing.CompareAndSwap(false, true) {
+	if n.pushing {
 		return
 	}
-	n.mu.Lock()
-	n.tickPushesLocked(now, n.view.Load(), true)
-	n.mu.Unlock()
-	n.pushing.Store(false)
+	n.pushing = true
+	n.tickPushes(now, n.view, true)
+	n.pushing = false
 }

@@ -51,25 +51,18 @@ func shareLimit(l bucket.Limit, members int) bucket.Limit {
 func (n *Node) decideShare(now time.Time, c uint32, v *view, r *Request, resp *Response) {
 	l := shareLimit(r.Limit, v.size())
 	s := n.st.shardOf(r.Key)
-	s.mu.Lock()
-	if s.share[r.Key] == nil && n.st.getLocked(s, r.Key) == nil {
+	var held bucket.Bucket
+	if s.share[r.Key] == nil && n.st.lookup(s, r.Key) == nil {
 		// A new share with no view to start from: a held backup may be one.
-		// It is read without the shard's lock (see durability.mu).
-		s.mu.Unlock()
-		held := n.heldBucket(r.Key)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		n.decideShareLocked(now, c, v, s, r, resp, l, held)
-		return
+		held = n.heldBucket(r.Key)
 	}
-	defer s.mu.Unlock()
-	n.decideShareLocked(now, c, v, s, r, resp, l, nil)
+	n.decideShareOn(now, c, v, s, r, resp, l, held)
 }
 
-// decideShareLocked is decideShare with s, the key's shard, locked; held is
+// decideShareOn is decideShare on s, the key's shard; held is
 // a backup of the key's state to start a new share from when this node has
 // no view of the key, or nil.
-func (n *Node) decideShareLocked(now time.Time, c uint32, v *view, s *shard, r *Request, resp *Response, l bucket.Limit, held bucket.Bucket) {
+func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *Request, resp *Response, l bucket.Limit, held bucket.Bucket) {
 	e := s.share[r.Key]
 	if e == nil {
 		var err error
@@ -78,13 +71,13 @@ func (n *Node) decideShareLocked(now time.Time, c uint32, v *view, s *shard, r *
 			return
 		}
 		from := held
-		if base := n.st.getLocked(s, r.Key); base != nil {
+		if base := n.st.lookup(s, r.Key); base != nil {
 			from = base.b.Clone()
 		}
 		if from != nil && from.Config().Algorithm == l.Algorithm && from.Reconfigure(now, l) == nil {
 			e.b = from
 		}
-		n.st.insertLocked(s, s.share, r.Key, e, c)
+		n.st.insertInto(s, s.share, r.Key, e, c)
 	} else if err := configure(e, l, now); err != nil {
 		resp.Err = err
 		return
@@ -94,10 +87,10 @@ func (n *Node) decideShareLocked(now time.Time, c uint32, v *view, s *shard, r *
 	if resp.Err != nil || !resp.Allowed || r.Hits == 0 || resp.Mode != ModeCached {
 		return
 	}
-	if base := n.st.getLocked(s, r.Key); base != nil && !base.has(flagOwned) {
+	if base := n.st.lookup(s, r.Key); base != nil && !base.has(flagOwned) {
 		base.n1 += r.Hits
 		if p := v.peers[v.owner(r.Key)]; p != nil {
-			n.markDirtyLocked(s, r.Key, base, p)
+			n.markDirty(s, r.Key, base, p)
 		}
 	}
 }

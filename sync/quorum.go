@@ -144,12 +144,10 @@ type Quorum struct {
 // Quorum returns this node's quorum: its live members, its baseline and
 // whether it is on a minority side.
 func (n *Node) Quorum() Quorum {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.quorumLocked()
+	return n.currentQuorum()
 }
 
-func (n *Node) quorumLocked() Quorum {
+func (n *Node) currentQuorum() Quorum {
 	lost := n.quorum.lost()
 	live := len(n.members)
 	return Quorum{Live: live, Baseline: live + len(lost), Minority: minority(live, live+len(lost)), Lost: lost}
@@ -166,34 +164,32 @@ func (n *Node) quorumLocked() Quorum {
 // partition policy, degraded (see quorum.go). SetMembers(now, live) is
 // SetMembership(now, live, nil): every departure counts as a leave.
 func (n *Node) SetMembership(now time.Time, live, failed []string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	prev := n.members
 	n.members = slices.Clone(live)
 	n.quorum.update(now, n.cfg.FailedMemberTTL, prev, live, failed)
-	n.applyMembersLocked(now)
+	n.applyMembers(now)
 }
 
-// expireFailedLocked forgets the failed members past FailedMemberTTL and,
+// expireFailed forgets the failed members past FailedMemberTTL and,
 // if it forgot any, applies the membership again. It reports whether the
 // view changed.
-func (n *Node) expireFailedLocked(now time.Time) bool {
+func (n *Node) expireFailed(now time.Time) bool {
 	if len(n.quorum.failed) == 0 || !n.quorum.expire(now, n.cfg.FailedMemberTTL) {
 		return false
 	}
-	n.applyMembersLocked(now)
+	n.applyMembers(now)
 	return true
 }
 
-// ringMembersLocked returns the names the ring is built of, and the lost
+// ringMembers returns the names the ring is built of, and the lost
 // members among them: the live members (without this node once leaving),
 // or on a minority side the baseline, the failed members being lost.
-func (n *Node) ringMembersLocked() (names, lost []string) {
+func (n *Node) ringMembers() (names, lost []string) {
 	names = slices.Clone(n.members)
 	if n.leaving {
 		return slices.DeleteFunc(names, func(s string) bool { return s == n.cfg.Self }), nil
 	}
-	q := n.quorumLocked()
+	q := n.currentQuorum()
 	if !q.Minority {
 		return names, nil
 	}
@@ -204,7 +200,7 @@ func (n *Node) ringMembersLocked() (names, lost []string) {
 // reachable, never sent to (it is not among the view's peers).
 func lostPeer(name string) *peer {
 	p := &peer{name: name, gone: true}
-	p.downUntil.Store(math.MaxInt64)
+	p.downUntil = math.MaxInt64
 	return p
 }
 

@@ -278,7 +278,7 @@ func TestQuorumMinorityGrantsNoLeases(t *testing.T) {
 	var key string
 	for i := 0; key == ""; i++ {
 		k := keyOwnedBy(t, "a", all...) + fmt.Sprint("-", i)
-		if o, _ := nw.nodes["a"].view.Load().ring.Owner(k); o != "a" {
+		if o, _ := nw.nodes["a"].view.ring.Owner(k); o != "a" {
 			continue
 		}
 		if h, _ := without.Owner(k); h != "b" {

@@ -33,7 +33,7 @@ func receiver(b *testing.B) (*Node, *peer) {
 		b.Fatal(err)
 	}
 	n.SetMembers(t0, []string{"a", "b"})
-	return n, n.view.Load().peers["a"]
+	return n, n.view.peers["a"]
 }
 
 // receiveState returns the encoded state of a fresh bucket of receiveLimit() with
@@ -108,7 +108,7 @@ func BenchmarkOnBackup(b *testing.B) {
 // listed shard by shard as an owner lists them.
 func BenchmarkOnPush(b *testing.B) {
 	n, p := receiver(b)
-	v := n.view.Load()
+	v := n.view
 	keys := receiveKeys(func(k string) bool { return v.owner(k) == "a" })
 	reqs := []Request{{Hits: 1, Limit: receiveLimit(), Mode: ModeCached}}
 	resps := make([]Response, 1)

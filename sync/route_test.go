@@ -5,7 +5,7 @@ import (
 )
 
 // TestFlushRoutes checks the routes cached in the dirty lists (route,
-// shard.resolveLocked) against what a lookup of every listed key gives: a
+// shard.resolveRoute) against what a lookup of every listed key gives: a
 // key routed to b stays listed while flushes go to other peers and goes with
 // the flush to b; a listed entry that became owned is dropped; and after an
 // entry was removed and the key listed again with a new entry, the first
@@ -18,32 +18,26 @@ func TestFlushRoutes(t *testing.T) {
 		nw := newTestNet(t, nil, "a", "b", "c")
 		a := nw.nodes["a"]
 		key := keyOwnedBy(t, "b", "a", "b", "c")
-		return a, a.view.Load(), a.st.shardOf(key), key
+		return a, a.view, a.st.shardOf(key), key
 	}
 	list := func(t *testing.T, a *Node, v *view, s *shard, key string, hits int64) *entry {
 		t.Helper()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		e, _, err := a.cachedLocked(s, key, l, t0, c)
+		e, _, err := a.cachedEntry(s, key, l, t0, c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.n1 += hits
-		a.markRoutedLocked(s, key, e, v.peers["b"], v)
+		a.markRouted(s, key, e, v.peers["b"], v)
 		return e
 	}
 	flush := func(a *Node, v *view, to string) *flight {
-		a.mu.Lock()
-		defer a.mu.Unlock()
 		p := v.peers[to]
-		a.flushOneLocked(t0, v, p)
+		a.flushOne(t0, v, p)
 		f := p.flight
 		p.flight = nil
 		return f
 	}
 	listed := func(s *shard) int {
-		s.mu.Lock()
-		defer s.mu.Unlock()
 		if len(s.dirty) != len(s.routes) {
 			t.Fatalf("dirty list of %d keys, %d routes", len(s.dirty), len(s.routes))
 		}
@@ -70,9 +64,7 @@ func TestFlushRoutes(t *testing.T) {
 	t.Run("owned", func(t *testing.T) {
 		a, v, s, key := setup(t)
 		e := list(t, a, v, s, key, 3)
-		s.mu.Lock()
 		e.makeOwned()
-		s.mu.Unlock()
 		if f := flush(a, v, "c"); f != nil {
 			t.Errorf("flush to c: got %d items, want none", len(f.msg.Items))
 		}
@@ -84,14 +76,12 @@ func TestFlushRoutes(t *testing.T) {
 		// A peer value that is not v's (quorum.go's stand-ins for members
 		// lost to a partition) is not trusted as a route.
 		a, v, s, key := setup(t)
-		s.mu.Lock()
-		e, _, err := a.cachedLocked(s, key, l, t0, c)
+		e, _, err := a.cachedEntry(s, key, l, t0, c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.n1 = 4
-		a.markRoutedLocked(s, key, e, &peer{name: "b"}, v)
-		s.mu.Unlock()
+		a.markRouted(s, key, e, &peer{name: "b"}, v)
 		f := flush(a, v, "b")
 		if f == nil || len(f.msg.Items) != 1 || f.msg.Items[0].Hits != 4 {
 			t.Fatalf("flush to b: got %v, want one item with 4 hits", f)
@@ -100,10 +90,8 @@ func TestFlushRoutes(t *testing.T) {
 	t.Run("replaced", func(t *testing.T) {
 		a, v, s, key := setup(t)
 		e := list(t, a, v, s, key, 3)
-		s.mu.Lock()
 		e.makeOwned()
-		a.st.removeLocked(s, key, e)
-		s.mu.Unlock()
+		a.st.removeEntry(s, key, e)
 		list(t, a, v, s, key, 5)
 		if got := listed(s); got != 2 {
 			t.Fatalf("%d keys listed, want the stale listing and the new one", got)

@@ -201,7 +201,7 @@ func TestLeasedUnderAdmission(t *testing.T) {
 	for _, rate := range []int{9000, 100} {
 		nw := newTestNet(t, nil, "a", "b", "c")
 		key := "user:42"
-		owner := nw.nodes["a"].view.Load().owner(key)
+		owner := nw.nodes["a"].view.owner(key)
 		var clients []string
 		for _, n := range nw.names {
 			if n != owner {

@@ -5,8 +5,6 @@ import (
 	"hash/maphash"
 	"slices"
 	"strings"
-	stdsync "sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -15,9 +13,11 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 )
 
-// numShards is the number of lock stripes of the keyed store. A power of two,
-// so a key's shard is a mask of its hash; 64 keeps contention low on any
-// common core count while the per-shard overhead stays negligible.
+// numShards is the number of shards of the keyed store. A power of two, so a
+// key's shard is a mask of its hash. Shards bound the work of one sweep step
+// (a shard per step) and let flushes and pushes visit only the shards with
+// work (dirtyShards, changedShards); they are not for concurrency: the Node
+// is sequential.
 const numShards = 64
 
 // The flags of an entry, in the low bits of entry.meta.
@@ -133,11 +133,8 @@ func (e *entry) makeCached(moved bool) {
 	e.n1, e.n2, e.u = 0, 0, 0
 }
 
-// shard is one stripe of the store.
+// shard is one part of the store.
 type shard struct {
-	mu stdsync.Mutex
-	// The fields below are guarded by mu.
-
 	// m holds the owned and cached entries.
 	m table
 	// local holds the buckets of ModeLocal checks, and share those of the
@@ -176,15 +173,15 @@ type route struct {
 	v *view
 }
 
-// resolveLocked returns the entry of s.dirty[j] and the peer it is to be
+// resolveRoute returns the entry of s.dirty[j] and the peer it is to be
 // flushed to under v, or ok false when it is to be dropped from the list
 // (its entry is gone, owned or no longer dirty, or it has no owner to go
 // to; its flagDirty is then cleared).
-func (st *store) resolveLocked(s *shard, j int, v *view) (e *entry, p *peer, ok bool) {
+func (st *store) resolveRoute(s *shard, j int, v *view) (e *entry, p *peer, ok bool) {
 	r := s.routes[j]
 	e = r.e
 	if e == nil || !e.has(flagDirty) || e.has(flagOwned) {
-		e = st.getLocked(s, s.dirty[j])
+		e = st.lookup(s, s.dirty[j])
 	}
 	if e == nil || e.has(flagOwned) || !e.has(flagDirty) {
 		if e != nil {
@@ -205,7 +202,7 @@ func (st *store) resolveLocked(s *shard, j int, v *view) (e *entry, p *peer, ok 
 	return e, p, true
 }
 
-// store is the striped keyed store of a Node.
+// store is the keyed store of a Node, in shards.
 type store struct {
 	shards [numShards]shard
 	// maxKeys bounds the keys of all shards (Config.MaxKeys); metrics.Keys
@@ -214,51 +211,51 @@ type store struct {
 	metrics *Metrics
 	// dirtyShards and changedShards have shard i's bit set while its dirty
 	// (changed) list is not empty, so that flushes and pushes visit only
-	// those shards. They change under the shard's lock.
-	dirtyShards, changedShards atomic.Uint64
-	// inserts counts the keys inserted (insertLocked), so that a pass over
+	// those shards.
+	dirtyShards, changedShards uint64
+	// inserts counts the keys inserted (insertInto), so that a pass over
 	// the parked probes can tell that none of their keys came (see
-	// Node.parkedDueLocked).
-	inserts atomic.Uint64
+	// Node.parkedDue).
+	inserts uint64
 	// seed seeds the store hash (hash): one per store.
 	seed maphash.Seed
 }
 
-// listDirtyLocked appends key, routed by r, to s's dirty list.
-func (st *store) listDirtyLocked(s *shard, key string, r route) {
+// listDirty appends key, routed by r, to s's dirty list.
+func (st *store) listDirty(s *shard, key string, r route) {
 	if len(s.dirty) == 0 {
-		st.dirtyShards.Or(s.bit)
+		st.dirtyShards |= s.bit
 	}
 	s.dirty = append(s.dirty, key)
 	s.routes = append(s.routes, r)
 }
 
-// keepDirtyLocked truncates s's dirty list to its first k keys, once a pass
+// keepDirty truncates s's dirty list to its first k keys, once a pass
 // has moved the keys it keeps to the front.
-func (st *store) keepDirtyLocked(s *shard, k int) {
+func (st *store) keepDirty(s *shard, k int) {
 	clear(s.dirty[k:])
 	clear(s.routes[k:])
 	s.dirty, s.routes = s.dirty[:k], s.routes[:k]
 	if k == 0 {
-		st.dirtyShards.And(^s.bit)
+		st.dirtyShards &^= s.bit
 	}
 }
 
-// listChangedLocked appends key, whose entry is e, to s's changed list.
-func (st *store) listChangedLocked(s *shard, key string, e *entry) {
+// listChanged appends key, whose entry is e, to s's changed list.
+func (st *store) listChanged(s *shard, key string, e *entry) {
 	if len(s.changed) == 0 {
-		st.changedShards.Or(s.bit)
+		st.changedShards |= s.bit
 	}
 	s.changed = append(s.changed, key)
 	s.changedE = append(s.changedE, e)
 }
 
-// changedLocked returns the entry of s.changed[j] if it is still an owned,
+// changedEntry returns the entry of s.changed[j] if it is still an owned,
 // changed entry of s.m, or nil.
-func (st *store) changedLocked(s *shard, j int) *entry {
+func (st *store) changedEntry(s *shard, j int) *entry {
 	e := s.changedE[j]
 	if !e.has(flagOwned) || !e.has(flagChanged) {
-		e = st.getLocked(s, s.changed[j])
+		e = st.lookup(s, s.changed[j])
 	}
 	if e == nil || !e.has(flagOwned) || !e.has(flagChanged) {
 		return nil
@@ -266,16 +263,16 @@ func (st *store) changedLocked(s *shard, j int) *entry {
 	return e
 }
 
-// clearChangedLocked empties s's changed list.
-func (st *store) clearChangedLocked(s *shard) {
+// clearChanged empties s's changed list.
+func (st *store) clearChanged(s *shard) {
 	clear(s.changed)
 	clear(s.changedE)
 	s.changed, s.changedE = s.changed[:0], s.changedE[:0]
-	st.changedShards.And(^s.bit)
+	st.changedShards &^= s.bit
 }
 
-// removeLocked deletes key, whose entry is e, from s.m (see forget).
-func (st *store) removeLocked(s *shard, key string, e *entry) {
+// removeEntry deletes key, whose entry is e, from s.m (see forget).
+func (st *store) removeEntry(s *shard, key string, e *entry) {
 	s.m.del(st.hash(key), e)
 	st.forget(e)
 }
@@ -319,46 +316,45 @@ func (st *store) hash(key string) uint64 { return maphash.String(st.seed, key) }
 // the shard is the same on every node and in every run: an owner lists
 // the keys of a push shard by shard, in an order its peers can apply in
 // runs (lookupRuns), and the simulator reproduces a run to the byte. At
-// worst a client puts its keys in one shard: one lock for all, as with a
-// single lock, not a slower lookup.
+// worst a client puts its keys in one shard: a longer sweep step there, not
+// a slower lookup.
 func (st *store) shardOf(key string) *shard {
 	return &st.shards[xxhash.Sum64String(key)&(numShards-1)]
 }
 
-// getLocked returns the entry of key in s.m, or nil; s is key's shard,
-// locked.
-func (st *store) getLocked(s *shard, key string) *entry { return s.m.get(st.hash(key), key) }
+// lookup returns the entry of key in s.m, or nil; s is key's shard.
+func (st *store) lookup(s *shard, key string) *entry { return s.m.get(st.hash(key), key) }
 
-// sizeLocked returns the number of keys the shard stores.
-func (s *shard) sizeLocked() int { return s.m.len() + len(s.local) + len(s.share) }
+// entries returns the number of keys the shard stores.
+func (s *shard) entries() int { return s.m.len() + len(s.local) + len(s.share) }
 
-// insertLocked adds e under a copy of key to the map into, first evicting
+// insertInto adds e under a copy of key to the map into, first evicting
 // the least recently used keys of its shard if the store is full.
-func (st *store) insertLocked(s *shard, into map[string]*entry, key string, e *entry, c uint32) {
-	st.insertOwnLocked(s, into, strings.Clone(key), e, c) // never pin a caller's larger buffer
+func (st *store) insertInto(s *shard, into map[string]*entry, key string, e *entry, c uint32) {
+	st.insertOwn(s, into, strings.Clone(key), e, c) // never pin a caller's larger buffer
 }
 
-// insertOwnLocked is insertLocked for a key that is the store's own copy
+// insertOwn is insertInto for a key that is the store's own copy
 // already (see newKeyedEntry).
-func (st *store) insertOwnLocked(s *shard, into map[string]*entry, key string, e *entry, c uint32) {
+func (st *store) insertOwn(s *shard, into map[string]*entry, key string, e *entry, c uint32) {
 	if st.metrics.Keys.Load() >= st.maxKeys {
-		st.evictLocked(s, c)
+		st.evict(s, c)
 	}
 	into[key] = e
 	st.metrics.Keys.Add(1)
-	st.inserts.Add(1)
+	st.inserts++
 }
 
-// insertEntryLocked adds e, a keyed entry (newKeyedEntry) whose key has the
-// store hash h and is not in s.m, to s.m, first evicting as insertLocked
+// insertEntry adds e, a keyed entry (newKeyedEntry) whose key has the
+// store hash h and is not in s.m, to s.m, first evicting as insertInto
 // does.
-func (st *store) insertEntryLocked(s *shard, h uint64, e *entry, c uint32) {
+func (st *store) insertEntry(s *shard, h uint64, e *entry, c uint32) {
 	if st.metrics.Keys.Load() >= st.maxKeys {
-		st.evictLocked(s, c)
+		st.evict(s, c)
 	}
 	s.m.put(h, e)
 	st.metrics.Keys.Add(1)
-	st.inserts.Add(1)
+	st.inserts++
 }
 
 // newEntry returns an entry for a fresh bucket of l at now, or the bucket's
@@ -422,7 +418,7 @@ type entryKeyLong struct {
 const longKey = 255
 
 // newKeyedEntry is newEntry for key, which it also copies: it returns the
-// entry and the copy, to be inserted with insertOwnLocked. The copy is never
+// entry and the copy, to be inserted with insertOwn. The copy is never
 // modified, and the entry stays allocated while either is in use.
 func newKeyedEntry(key string, l bucket.Limit, now time.Time, c uint32) (*entry, string, error) {
 	e, sp, own := allocKeyed(key)
@@ -499,19 +495,19 @@ func configure(e *entry, l bucket.Limit, now time.Time) error {
 	return nil
 }
 
-// evictLocked makes room in a full store: it removes the least recently used
+// evict makes room in a full store: it removes the least recently used
 // eighth of the shard's keys (by last use, ties broken by key, so the choice
 // is deterministic), at least one. Cached entries with hits still to flush
 // and keys with a live lease are kept. Sorting costs O(n log n) once per
 // about n/8 insertions.
-func (st *store) evictLocked(s *shard, c uint32) {
+func (st *store) evict(s *shard, c uint32) {
 	type cand struct {
 		age uint32
 		key string
 		e   *entry
 		m   map[string]*entry // nil for s.m
 	}
-	cands := make([]cand, 0, s.sizeLocked())
+	cands := make([]cand, 0, s.entries())
 	for k, e := range s.m.all() {
 		if e.has(flagDirty) || !e.has(flagOwned) && e.n2 != 0 || s.leases[k] != nil {
 			continue
@@ -529,19 +525,19 @@ func (st *store) evictLocked(s *shard, c uint32) {
 	n := max(1, len(cands)/8)
 	for _, cd := range cands[:min(n, len(cands))] {
 		if cd.m == nil {
-			st.removeLocked(s, cd.key, cd.e)
+			st.removeEntry(s, cd.key, cd.e)
 		} else {
 			st.removeFrom(cd.m, cd.key, cd.e)
 		}
 	}
 }
 
-// sweepLocked evicts the keys of s whose state equals a fresh bucket's,
+// sweepEntries evicts the keys of s whose state equals a fresh bucket's,
 // that carry nothing to send and that were not used for grace (a sweep
 // period: a key in steady use under a large limit is not evicted and
 // created again); it forgets interest older than interestTTL, and records
 // the shard's hottest keys.
-func (st *store) sweepLocked(s *shard, now time.Time, c, grace, interestTTL uint32) {
+func (st *store) sweepEntries(s *shard, now time.Time, c, grace, interestTTL uint32) {
 	s.top = s.top[:0]
 	for k, e := range s.m.all() {
 		age := ageOf(c, e.used())
@@ -550,11 +546,11 @@ func (st *store) sweepLocked(s *shard, now time.Time, c, grace, interestTTL uint
 				e.setSets(0, 0)
 			}
 			if age >= grace && e.interest() == 0 && !e.has(flagChanged) && e.b.Idle(now) {
-				st.removeLocked(s, k, e)
+				st.removeEntry(s, k, e)
 				continue
 			}
 		} else if age >= grace && !e.has(flagDirty) && e.n1 == 0 && e.n2 == 0 && s.leases[k] == nil && e.b.Idle(now) {
-			st.removeLocked(s, k, e)
+			st.removeEntry(s, k, e)
 			continue
 		}
 		s.noteHot(k, e, c)
@@ -611,7 +607,7 @@ const lookupRun = 16
 // lookupRun consecutive items of one shard (key(i) gives item i's key, or
 // false to skip the item), looks up the entries of a run's keys, and then
 // calls apply(s, i, e) for each item i of the run, in order, with s its
-// shard, locked, and e its entry (nil if none). Looking a run's entries up
+// shard and e its entry (nil if none). Looking a run's entries up
 // before applying any lets those lookups, mostly cache misses, overlap
 // instead of each waiting behind the work on the item before. It pays when
 // the sender lists its items shard by shard (flush answers, pushes); apply
@@ -645,14 +641,7 @@ func (st *store) lookupRuns(n int, key func(int) (string, bool), apply func(s *s
 			}
 			k = 0
 		}
-		if is != s {
-			if s != nil {
-				s.mu.Unlock()
-			}
-			if s = is; s != nil {
-				s.mu.Lock()
-			}
-		}
+		s = is
 		if is != nil {
 			idx[k], keys[k], hashes[k] = i, ki, hi
 			k++

@@ -19,7 +19,7 @@ import (
 //
 // A removal shifts the entries that follow back (no tombstones), so that a
 // lookup never probes past an empty slot. The zero table is empty and
-// ready to use. It is guarded by its shard's lock.
+// ready to use.
 type table struct {
 	slots []tslot
 	// n is the number of entries; shift is 64 - log2(len(slots)), so that
@@ -156,9 +156,9 @@ func (t *table) all() iter.Seq2[string, *entry] {
 	}
 }
 
-// sortedKeysLocked returns the keys of s.m, sorted: for the passes whose
+// sortedKeys returns the keys of s.m, sorted: for the passes whose
 // messages must not depend on where the keys sit in the table.
-func (s *shard) sortedKeysLocked() []string {
+func (s *shard) sortedKeys() []string {
 	keys := make([]string, 0, s.m.len())
 	for k := range s.m.all() {
 		keys = append(keys, k)
