@@ -24,9 +24,6 @@ func item1(name, key string, limit int64, mode ringlimitv1.Mode) *ringlimitv1.Ch
 
 func TestOwnerModeAdmitsExactlyLimitAcrossNodes(t *testing.T) {
 	nodes := startCluster(t, 3, nil)
-	if coreIsTemporary(t, nodes[0]) {
-		t.Skip("package sync still has its temporary local-only body: owner mode is not implemented yet")
-	}
 	var clients []ringlimitv1.RateLimiterClient
 	for _, n := range nodes {
 		clients = append(clients, dial(t, n))

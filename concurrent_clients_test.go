@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // Many clients on one key, as production has them: 64 goroutines call three
@@ -90,4 +93,91 @@ func TestConcurrentClientsOneKeyEachMode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The zombie owner through real nodes: 32 goroutines hammer keys of 100 per
+// hour through every node while a fourth node joins and becomes their owner.
+// Each key moves from one of the first three to the newcomer; whatever
+// order the nodes learn of the join in, the cluster admits at most the
+// limit in owner and leased mode, and at most the limit plus cached mode's
+// drift bound in cached mode. (Before the core took its inputs in one
+// order, a check that read the ring before its node's membership change and
+// decided after it resurrected the old owner's bucket: 198 for 100.)
+func TestJoinUnderConcurrentClients(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	const keysPerMode = 4
+	after := []string{"n1", "n2", "n3", "n4"}
+	future, err := ring.New(DefaultConfig().Sync.Ring, after...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tracked struct {
+		item     *ringlimitv1.CheckItem
+		admitted atomic.Int64
+		slack    int64
+	}
+	var keys []*tracked
+	for _, m := range []struct {
+		mode  ringlimitv1.Mode
+		slack int64
+	}{{ringlimitv1.Mode_MODE_OWNER, 0}, {ringlimitv1.Mode_MODE_LEASED, 0}, {ringlimitv1.Mode_MODE_CACHED, 8}} {
+		found := 0
+		for i := 0; found < keysPerMode && i < 100000; i++ {
+			k := fmt.Sprintf("join-%v-%d", m.mode, i)
+			if o, _ := future.Owner(Key("join", k)); o != "n4" {
+				continue
+			}
+			found++
+			keys = append(keys, &tracked{item: &ringlimitv1.CheckItem{Name: "join", UniqueKey: k, Hits: 1, Limit: 100,
+				Period: durationpb.New(time.Hour), Mode: m.mode}, slack: m.slack})
+		}
+	}
+	var clients []ringlimitv1.RateLimiterClient
+	for _, n := range nodes {
+		clients = append(clients, dial(t, n))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	// The load runs until stopAt calls were made: first a bound, then, once
+	// every node sees the newcomer, 2000 calls more.
+	var calls, stopAt atomic.Int64
+	stopAt.Store(200000)
+	for w := range 32 {
+		wg.Go(func() {
+			for i := w; ; i++ {
+				if calls.Add(1) > stopAt.Load() {
+					return
+				}
+				k := keys[i%len(keys)]
+				resp, err := clients[i%len(clients)].Check(t.Context(), &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{k.item}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if resp.Items[0].Status == ringlimitv1.Status_STATUS_UNDER_LIMIT {
+					k.admitted.Add(1)
+				}
+			}
+		})
+	}
+	// The join happens while the load runs.
+	cfg := testConfig("n4", nodes[0].GossipAddr())
+	n4 := startNode(t, cfg)
+	waitMembers(t, append(nodes, n4), after)
+	stopAt.Store(calls.Load() + 2000)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		got := k.admitted.Load()
+		if got > 100+k.slack {
+			t.Errorf("%v key %s: %d admitted across n4's join, limit 100 (+%d allowed)", k.item.Mode, k.item.UniqueKey, got, k.slack)
+		}
+		if got < 95 {
+			t.Errorf("%v key %s: %d admitted, want the key spent (at least 95 of 100) by the end", k.item.Mode, k.item.UniqueKey, got)
+		}
+	}
+	t.Logf("%d calls across the join", calls.Load())
 }

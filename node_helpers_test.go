@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 func TestMain(m *testing.M) {
@@ -129,16 +128,4 @@ func dial(t *testing.T, n *Node) ringlimitv1.RateLimiterClient {
 	}
 	t.Cleanup(func() { cc.Close() })
 	return ringlimitv1.NewRateLimiterClient(cc)
-}
-
-// coreIsTemporary reports whether package sync still has its temporary,
-// local-only body: it then answers owner-mode checks in local mode.
-func coreIsTemporary(t *testing.T, n *Node) bool {
-	t.Helper()
-	resp, err := n.Check(t.Context(), &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{
-		item1("probe", "probe", 0, ringlimitv1.Mode_MODE_OWNER)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.Items[0].Mode == ringlimitv1.Mode(rlsync.ModeLocal)
 }

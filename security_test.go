@@ -184,19 +184,15 @@ func TestClusterOverMutualTLS(t *testing.T) {
 		t.Fatalf("peer address %s is the gRPC address", n1.PeerAddr())
 	}
 
-	if coreIsTemporary(t, n1) {
-		t.Log("package sync has its temporary local-only core: forwarding over mTLS not checked")
-	} else {
-		for _, owner := range []string{"n2", "n3"} {
-			k := keysOwnedBy(t, n1, "mtls", owner, 1)[0]
-			it := item1("mtls", k, 10, ringlimitv1.Mode_MODE_OWNER)
-			resp, err := n1.Check(t.Context(), &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{it}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r := resp.Items[0]; r.Status != ringlimitv1.Status_STATUS_UNDER_LIMIT || r.Owner != owner || r.Degraded {
-				t.Errorf("owner-mode check of a key of %s via n1: %v", owner, r)
-			}
+	for _, owner := range []string{"n2", "n3"} {
+		k := keysOwnedBy(t, n1, "mtls", owner, 1)[0]
+		it := item1("mtls", k, 10, ringlimitv1.Mode_MODE_OWNER)
+		resp, err := n1.Check(t.Context(), &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{it}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := resp.Items[0]; r.Status != ringlimitv1.Status_STATUS_UNDER_LIMIT || r.Owner != owner || r.Degraded {
+			t.Errorf("owner-mode check of a key of %s via n1: %v", owner, r)
 		}
 	}
 

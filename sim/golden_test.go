@@ -16,7 +16,6 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 //
 //	go test ./sim -run TestGolden -update
 func TestGolden(t *testing.T) {
-	requireReal(t, true)
 	vs, _ := ParseVariants("", "")
 	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {

