@@ -40,6 +40,14 @@ type Metrics struct {
 	// NotOwner counts items this node was sent for keys it does not own
 	// (answered not-owner; the sender routes them again).
 	NotOwner atomic.Int64
+	// LeasesDeferred counts lease requests this node, a key's new owner,
+	// answered with an empty grant because the key's state was still on its
+	// way from the previous owner (the holder asks again).
+	LeasesDeferred atomic.Int64
+	// FlushItemsDeferred counts flushed items this node, their new owner,
+	// answered as not applied because the key's state was still on its way
+	// from the previous owner (the sender flushes them again).
+	FlushItemsDeferred atomic.Int64
 	// Contested counts the times a check was refused by the owner this
 	// node's ring names and held for the rings to agree (contest.go).
 	Contested atomic.Int64
