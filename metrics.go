@@ -113,7 +113,6 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 		{"ringlimit_pushes_received_total", "State pushes received from owners.", &c.PushesReceived},
 		{"ringlimit_forward_timeouts_total", "Owner-mode checks decided by the partition policy after a timeout or an unreachable owner.", &c.ForwardTimeouts},
 		{"ringlimit_not_owner_total", "Items other nodes sent here for keys this node does not own (they route them again).", &c.NotOwner},
-		{"ringlimit_leases_deferred_total", "Lease requests answered with an empty grant while the key's state was on its way from its previous owner (asked again).", &c.LeasesDeferred},
 		{"ringlimit_flush_items_deferred_total", "Flushed items this node, their new owner, did not apply while the key's state was on its way from its previous owner (flushed again).", &c.FlushItemsDeferred},
 		{"ringlimit_contested_total", "Checks refused by the owner this node's ring names, held until the two rings agree (a membership change reaching members at different times).", &c.Contested},
 		{"ringlimit_core_envelopes_dropped_total", "Envelopes the core dropped: sender not a member, or addressed to another node.", &c.EnvelopesDropped},

@@ -40,10 +40,6 @@ type Metrics struct {
 	// NotOwner counts items this node was sent for keys it does not own
 	// (answered not-owner; the sender routes them again).
 	NotOwner atomic.Int64
-	// LeasesDeferred counts lease requests this node, a key's new owner,
-	// answered with an empty grant because the key's state was still on its
-	// way from the previous owner (the holder asks again).
-	LeasesDeferred atomic.Int64
 	// FlushItemsDeferred counts flushed items this node, their new owner,
 	// answered as not applied because the key's state was still on its way
 	// from the previous owner (the sender flushes them again).

@@ -97,12 +97,6 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *
 		n.metrics.NotOwner.Add(1)
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
 	}
-	// While the key's state is still on its way from its previous owner
-	// (awaitFrom), no lease is granted: a grant from the fresh bucket made
-	// here would be lost when the hand-off is merged (the most consumed
-	// state wins), and the holder would spend tokens the key no longer has.
-	// The holder is answered an empty grant and asks again.
-	_, awaiting := n.awaitingOwner(now, v, it.Key)
 	s := n.st.shardOf(it.Key)
 	e, err := n.ownedEntry(s, it.Key, l, now, c)
 	if err != nil {
@@ -129,12 +123,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *
 		n.metrics.LeaseTokensReturned.Add(it.LeaseReturn)
 	}
 	var granted int64
-	switch {
-	case it.LeaseWant == 0:
-	case len(v.lost) > 0: // a minority side grants nothing (quorum.go)
-	case awaiting:
-		n.metrics.LeasesDeferred.Add(1)
-	default:
+	if it.LeaseWant > 0 && len(v.lost) == 0 { // a minority side grants nothing (quorum.go)
 		granted = n.grantLease(e, now, it)
 	}
 	if it.Hits > 0 || it.LeaseReturn > 0 || granted > 0 || len(it.View) > 0 {
