@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,8 +79,9 @@ type Step struct {
 	Key string
 	// Value is the value written in the rule: empty matches any value (a
 	// per-value limit: each distinct value gets its own bucket); a value
-	// ending in '*' matches every value with that prefix; any other value
-	// matches exactly.
+	// holding '*' is a wildcard, each '*' standing for any run of bytes
+	// ("foo*", "bar*b", "foo*bar*baz", as in Lyft's service); any other
+	// value matches exactly.
 	Value string
 }
 
@@ -114,6 +116,16 @@ type Rule struct {
 	// Shadow rules are decided as usual but always reported as allowed, to
 	// observe a limit before enforcing it (Lyft's shadow_mode).
 	Shadow bool
+	// Quota rules are Lyft's quota_mode: a quota descriptor over its limit
+	// is reported OVER_LIMIT, but it makes the whole request OVER_LIMIT only
+	// when every quota descriptor of the request is over its limit (and
+	// any ordinary descriptor over its limit still does).
+	Quota bool
+	// Shared is Lyft's share_threshold along the rule's path: when
+	// Shared[i] is true, the entries that match Path[i] (a wildcard) all
+	// count in one bucket, as if their value were the wildcard itself,
+	// instead of one bucket per value. Nil when no step shares.
+	Shared []bool
 	// Limit configures the rule's buckets. It is the zero Limit when the rule
 	// is Unlimited or denies all (RequestsPerUnit == 0).
 	Limit bucket.Limit
@@ -149,8 +161,8 @@ func (r *Rule) Request(key string, hits int64) rlsync.Request {
 func (r *Rule) equal(o *Rule) bool {
 	if r.Name != o.Name || r.Label != o.Label || r.RequestsPerUnit != o.RequestsPerUnit ||
 		r.Unit != o.Unit || r.Multiplier != o.Multiplier || r.Unlimited != o.Unlimited ||
-		r.Shadow != o.Shadow || r.Limit != o.Limit || r.Mode != o.Mode || r.Policy != o.Policy ||
-		len(r.Replaces) != len(o.Replaces) {
+		r.Shadow != o.Shadow || r.Quota != o.Quota || r.Limit != o.Limit || r.Mode != o.Mode ||
+		r.Policy != o.Policy || !slices.Equal(r.Shared, o.Shared) || len(r.Replaces) != len(o.Replaces) {
 		return false
 	}
 	for i := range r.Replaces {
@@ -201,6 +213,24 @@ func DescriptorKey(domain string, entries []Entry) string {
 		escapeTo(&b, e.Value)
 	}
 	return b.String()
+}
+
+// BucketKey returns the cluster-wide bucket key of the descriptor entries of
+// domain under r: [DescriptorKey], except that an entry matched by a step of
+// r that shares (Lyft's share_threshold, see Rule.Shared) counts under the
+// step's wildcard value, so every value it matches lands in one bucket.
+// entries must be the entries r was matched for.
+func (r *Rule) BucketKey(domain string, entries []Entry) string {
+	if r.Shared == nil {
+		return DescriptorKey(domain, entries)
+	}
+	shared := slices.Clone(entries)
+	for i, s := range r.Shared {
+		if s && i < len(shared) && i < len(r.Path) {
+			shared[i].Value = r.Path[i].Value
+		}
+	}
+	return DescriptorKey(domain, shared)
 }
 
 // escapeTo writes s to b with '%', '/', '=' and bytes below 0x20 or equal
