@@ -36,10 +36,12 @@ func loadLyft(name string, content []byte) (cfg config.RateLimitConfig, err erro
 }
 
 // staticProvider hands Lyft's service one configuration.
-type staticProvider struct{ ch chan provider.ConfigUpdateEvent }
+type staticProvider struct {
+	ch chan provider.ConfigUpdateEvent
+}
 
 func (p staticProvider) ConfigUpdateEvent() <-chan provider.ConfigUpdateEvent { return p.ch }
-func (p staticProvider) Stop()                                               {}
+func (p staticProvider) Stop()                                                {}
 
 // configEvent is a loaded configuration.
 type configEvent struct{ cfg config.RateLimitConfig }
@@ -111,4 +113,3 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
-

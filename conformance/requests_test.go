@@ -9,8 +9,8 @@ import (
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"gopkg.in/yaml.v3"
 )
@@ -119,6 +119,25 @@ func targets(ds []ydesc, max int) []target {
 	return out
 }
 
+// extraTargets returns the descriptors a file names in comments of the
+// form "# conformance: k=v,k=v", for cases its tree does not give.
+func extraTargets(content []byte) []target {
+	var out []target
+	for _, line := range strings.Split(string(content), "\n") {
+		spec, ok := strings.CutPrefix(line, "# conformance: ")
+		if !ok {
+			continue
+		}
+		var es []*rlv3.RateLimitDescriptor_Entry
+		for _, p := range strings.Split(spec, ",") {
+			k, v, _ := strings.Cut(p, "=")
+			es = append(es, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+		}
+		out = append(out, target{es, 3})
+	}
+	return out
+}
+
 // entriesString renders entries as k=v,k=v.
 func entriesString(es []*rlv3.RateLimitDescriptor_Entry) string {
 	parts := make([]string, len(es))
@@ -152,7 +171,7 @@ func sequences(content []byte, short bool) []sequence {
 		if r.Domain != "" {
 			domain = r.Domain
 		}
-		ts := targets(r.Descriptors, max)
+		ts := append(targets(r.Descriptors, max), extraTargets(content)...)
 		for _, tg := range ts {
 			d := func() *rlv3.RateLimitDescriptor { return descriptor(tg.entries) }
 			peek := func() *rlv3.RateLimitDescriptor {
