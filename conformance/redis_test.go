@@ -24,6 +24,7 @@ func startRedis(t *testing.T) string {
 		port := freePort(t)
 		cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 			"--save", "", "--appendonly", "no")
+		dieWithParent(cmd)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
