@@ -279,9 +279,12 @@ func (p *parser) descriptors(d *domain, l *level, path []Step, shared []bool, se
 			fl.shared = append(slices.Clip(shared), false)
 		}
 		rl := f["rate_limit"]
-		for k, set := range map[string]bool{"shadow_mode": fl.shadow, "quota_mode": fl.quota} {
-			if rl == nil && set {
-				p.errorf(f[keyPrefix+k], "%s without a rate_limit in the same descriptor does nothing (Lyft's service ignores it too); remove it or add the rate_limit", k)
+		for _, flag := range []struct {
+			key string
+			set bool
+		}{{"shadow_mode", fl.shadow}, {"quota_mode", fl.quota}} {
+			if rl == nil && flag.set {
+				p.errorf(f[keyPrefix+flag.key], "%s without a rate_limit in the same descriptor does nothing (Lyft's service ignores it too); remove it or add the rate_limit", flag.key)
 			}
 		}
 		if rl != nil {
