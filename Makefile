@@ -120,8 +120,8 @@ e2e:
 ## sequences to both, every response field compared with the golden results
 ## (docs/envoy.md#conformance-with-lyfts-service). A module of its own
 ## (conformance/), so the product's go.mod does not depend on Lyft's.
-## CONFORMANCEFLAGS adds flags: -short (CI; about 2,300 requests instead of
-## 4,200) or -update (rewrite the golden results after checking them).
+## CONFORMANCEFLAGS adds flags: -short (CI; about 3,100 requests instead of
+## 7,400) or -update (rewrite the golden results after checking them).
 CONFORMANCEFLAGS ?=
 conformance:
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -198,6 +199,13 @@ func sequences(content []byte, short bool) []sequence {
 			}
 			out = append(out, s)
 		}
+		if len(ts) > 0 {
+			n := 200
+			if short {
+				n = 50
+			}
+			out = append(out, randomSequence(r.Domain, ts, n, 1))
+		}
 		if len(ts) > 1 {
 			var all []*rlv3.RateLimitDescriptor
 			for i := 0; i < len(ts) && i < 20; i++ {
@@ -212,6 +220,30 @@ func sequences(content []byte, short bool) []sequence {
 		}
 	}
 	return append(out, probes(domain))
+}
+
+// randomSequence returns n requests over the targets of a file, drawn from
+// a seeded source: 1 to 3 descriptors each (the same one twice at times),
+// request and descriptor hits_addend from 0 to the limit and beyond, the
+// clock moving on by 0 to 700 ms between requests.
+func randomSequence(domain string, ts []target, n int, seed uint64) sequence {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	s := sequence{name: domain + " random"}
+	var at time.Duration
+	for range n {
+		var ds []*rlv3.RateLimitDescriptor
+		for range 1 + rng.IntN(3) {
+			tg := ts[rng.IntN(len(ts))]
+			d := descriptor(tg.entries)
+			if rng.IntN(4) == 0 {
+				d.HitsAddend = wrapperspb.UInt64(uint64(rng.IntN(int(tg.rpu) + 3)))
+			}
+			ds = append(ds, d)
+		}
+		s.steps = append(s.steps, step{at, request(domain, uint32(rng.IntN(4)), ds...)})
+		at += time.Duration(rng.IntN(8)) * 100 * time.Millisecond
+	}
+	return s
 }
 
 // probes are requests whose answer does not depend on the rules: malformed

@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +44,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2}
   - key: api
     rate_limit: {unit: second, requests_per_unit: 50}
+  - key: zero
+    rate_limit: {unit: second, requests_per_unit: 0}
 `
 
 // lyftStep is one call of a Lyft table: the descriptors, the hits of the
@@ -166,5 +169,40 @@ func TestLyftCurrentLimitName(t *testing.T) {
 	}
 	if want := []string{"first_a", ""}; !slices.Equal(names, want) {
 		t.Errorf("current_limit names %q, want %q", names, want)
+	}
+}
+
+// TestLyftCountDenied: with count_rejected, a rule of 0 counts the hits it
+// refuses, so a peek after them is refused too, as in Lyft's service; a
+// peek before any, or in the next window, passes.
+func TestLyftCountDenied(t *testing.T) {
+	client, fc, clock := newTestServer(t, parseRules(t, lyftRules), DefaultConfig())
+	peek := func() *rlv3.RateLimitDescriptor { return withHits(desc("zero=k"), 0) }
+	runLyft(t, client, []lyftStep{
+		{"a peek before any hit passes", []*rlv3.RateLimitDescriptor{peek()}, 0,
+			rlsv3.RateLimitResponse_OK, []string{"OK 0/SECOND reset=1s"}},
+		{"a hit is refused", []*rlv3.RateLimitDescriptor{desc("zero=k")}, 0,
+			rlsv3.RateLimitResponse_OVER_LIMIT, []string{"OVER_LIMIT 0/SECOND reset=1s"}},
+		{"a peek after it is refused", []*rlv3.RateLimitDescriptor{peek()}, 0,
+			rlsv3.RateLimitResponse_OVER_LIMIT, []string{"OVER_LIMIT 0/SECOND reset=1s"}},
+		{"another value has its own counter", []*rlv3.RateLimitDescriptor{withHits(desc("zero=j"), 0)}, 0,
+			rlsv3.RateLimitResponse_OK, []string{"OK 0/SECOND reset=1s"}},
+	})
+	clock.Set(t0.Add(time.Second))
+	runLyft(t, client, []lyftStep{
+		{"the next second, a peek passes", []*rlv3.RateLimitDescriptor{peek()}, 0,
+			rlsv3.RateLimitResponse_OK, []string{"OK 0/SECOND reset=1s"}},
+	})
+	n := 0
+	for _, b := range fc.TakeBatches() {
+		for _, r := range b {
+			n++
+			if !strings.HasSuffix(r.Key, "\x00denied") || r.Limit.Limit != 1 || !r.Limit.CountRejected {
+				t.Errorf("deny counter check %q %+v: want a key of its own and a counting limit of 1", r.Key, r.Limit)
+			}
+		}
+	}
+	if n != 5 {
+		t.Errorf("%d checks of the deny counter, want 5 (one per request)", n)
 	}
 }

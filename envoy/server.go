@@ -168,9 +168,14 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			p.hits = 0 // refunds are not supported: peek
 		}
 		plans[i] = p
-		if r != nil && !r.Unlimited && !r.DeniesAll() {
+		switch {
+		case r == nil || r.Unlimited:
+		case !r.DeniesAll():
 			plans[i].req = len(batch)
 			batch = append(batch, r.Request(r.BucketKey(domain, entries), p.hits))
+		case r.CountDenied:
+			plans[i].req = len(batch)
+			batch = append(batch, r.DenyCheck(r.BucketKey(domain, entries), p.hits))
 		}
 	}
 	dropReplaced(plans, &batch)
@@ -198,7 +203,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				return nil, itemError(i, r.Err)
 			}
 		}
-		st := descriptorStatus(p.rule, r, now)
+		st := descriptorStatus(p.rule, r, p.hits, now)
 		out.Statuses[i] = st
 		isQuota := p.rule != nil && p.rule.Quota && !p.rule.Unlimited
 		if isQuota {
@@ -210,7 +215,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				continue
 			}
 			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			over = append(over, r) // nil for a rule that denies all
+			if p.rule.DeniesAll() {
+				r = nil // no retry-after: it never passes
+			}
+			over = append(over, r)
 		}
 	}
 	if quota > 0 && quotaOver == quota {
@@ -280,9 +288,9 @@ func dropReplaced(plans []plan, batch *[]rlsync.Request) {
 	*batch = kept
 }
 
-// descriptorStatus answers one descriptor: r is its check's response, nil
-// when it was not checked.
-func descriptorStatus(rule *rules.Rule, r *rlsync.Response, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
+// descriptorStatus answers one descriptor of hits hits: r is its check's
+// response, nil when it was not checked.
+func descriptorStatus(rule *rules.Rule, r *rlsync.Response, hits int64, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
 	switch {
 	case rule == nil:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -290,7 +298,12 @@ func descriptorStatus(rule *rules.Rule, r *rlsync.Response, now time.Time) *rlsv
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 	}
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: currentLimit(rule)}
-	if r == nil { // denies all: "resets" at the end of the current unit, as Lyft reports it
+	if rule.DeniesAll() { // "resets" at the end of the current unit, as Lyft reports it
+		// A peek passes, as in Lyft's service, unless the rule counts
+		// refused hits and has counted some in this window.
+		if hits == 0 && (r == nil || r.Remaining == 1) {
+			st.Code = rlsv3.RateLimitResponse_OK
+		}
 		p := rule.Period()
 		st.DurationUntilReset = wholeSeconds(p - time.Duration(now.UnixNano()%int64(p)))
 	} else {

@@ -173,6 +173,8 @@ func TestShouldRateLimit(t *testing.T) {
 			rlsv3.RateLimitResponse_OK, []string{"OK 100/MINUTE rem=99 reset=1m0s"}, 1},
 		{"requests_per_unit 0 denies without a check", "edge", []*rlv3.RateLimitDescriptor{desc("remote_address=50.0.0.5")}, 0,
 			rlsv3.RateLimitResponse_OVER_LIMIT, []string{"OVER_LIMIT 0/SECOND reset=1s"}, 0},
+		{"requests_per_unit 0: a peek is OK, as in Lyft's service", "edge", []*rlv3.RateLimitDescriptor{withHits(desc("remote_address=50.0.0.5"), 0)}, 0,
+			rlsv3.RateLimitResponse_OK, []string{"OK 0/SECOND reset=1s"}, 0},
 		{"nested, hits_addend 3 takes all", "edge", []*rlv3.RateLimitDescriptor{desc("path=/login", "user=ada")}, 3,
 			rlsv3.RateLimitResponse_OK, []string{"OK 3/MINUTE reset=1m0s"}, 1},
 		{"nested, hits_addend 0 counts one", "edge", []*rlv3.RateLimitDescriptor{desc("path=/login", "user=ada")}, 0,

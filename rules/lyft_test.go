@@ -146,7 +146,12 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_log}
   - key: tb
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token_bucket, count_rejected: false}
+  - key: zero
+    rate_limit: {unit: minute, requests_per_unit: 0}
 `)
+	if z, _ := s.Lookup("k/zero"); !z.CountDenied {
+		t.Error("k/zero: a rule of 0 does not count the hits it refuses under the domain's count_rejected")
+	}
 	q, _ := s.Lookup("k/q")
 	if !q.Quota || !q.Limit.CountRejected || q.Limit.Algorithm != bucket.FixedWindow {
 		t.Errorf("k/q: Quota %v CountRejected %v, want true true", q.Quota, q.Limit.CountRejected)
@@ -170,6 +175,12 @@ descriptors:
 	q2, _ := s.Override("k", []Entry{{"x", "y"}}, 5, UnitSecond, 1)
 	if !q2.Limit.CountRejected {
 		t.Error("an override does not take the domain's count_rejected")
+	}
+	if z, _ := s.Override("k", []Entry{{"x", "y"}}, 0, UnitSecond, 1); !z.DeniesAll() || !z.CountDenied {
+		t.Error("an override of 0 does not count the hits it refuses under the domain's count_rejected")
+	}
+	if z, _ := mustParse(t, "domain: z\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n").Lookup("z/k"); z.CountDenied {
+		t.Error("a rule of 0 counts without count_rejected")
 	}
 }
 

@@ -340,6 +340,7 @@ func (p *parser) rateLimit(d *domain, path []Step, at, n *yaml.Node, fl flags) *
 		p.errorf(at, "missing requests_per_unit (0 denies every request)")
 	}
 	r.RequestsPerUnit = rpu
+	r.CountDenied = rpu == 0 && df.countRejected
 	if m, ok := p.integer(f, "unit_multiplier", 1, math.MaxUint32); ok {
 		r.Multiplier = uint32(max(m, 1))
 	}

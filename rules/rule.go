@@ -126,6 +126,12 @@ type Rule struct {
 	// count in one bucket, as if their value were the wildcard itself,
 	// instead of one bucket per value. Nil when no step shares.
 	Shared []bool
+	// CountDenied is set on a rule that denies all (RequestsPerUnit 0) when
+	// count_rejected applies to it: the hits it refuses are counted in
+	// windows of its period (see [Rule.DenyCheck]), so that a request of no
+	// hits (a peek) is refused after them, as Lyft's service counts. Without
+	// it a peek at such a rule is admitted: a limit of 0 keeps no counter.
+	CountDenied bool
 	// Limit configures the rule's buckets. It is the zero Limit when the rule
 	// is Unlimited or denies all (RequestsPerUnit == 0).
 	Limit bucket.Limit
@@ -156,12 +162,28 @@ func (r *Rule) Request(key string, hits int64) rlsync.Request {
 	return rlsync.Request{Key: key, Hits: hits, Limit: r.Limit, Mode: r.Mode, Policy: r.Policy}
 }
 
+// denySuffix ends the bucket key of the counter of a rule that denies all:
+// a key of its own, since its limit of 1 is no limit, so that a reload to a
+// positive limit starts a fresh bucket instead of scaling the counter.
+// [DescriptorKey] escapes control bytes, so no descriptor's key ends so.
+const denySuffix = "\x00denied"
+
+// DenyCheck returns the check request that counts hits refused by a rule
+// that denies all and has CountDenied, under the bucket key key: a fixed
+// window of the rule's period and limit 1 that counts every hit, so that
+// the decision's Remaining is 1 exactly when no hit was counted in the
+// window yet (the request is then a peek that Lyft's service admits).
+func (r *Rule) DenyCheck(key string, hits int64) rlsync.Request {
+	l := bucket.Limit{Algorithm: bucket.FixedWindow, Limit: 1, Period: r.Period(), CountRejected: true}
+	return rlsync.Request{Key: key + denySuffix, Hits: hits, Limit: l, Mode: r.Mode, Policy: r.Policy}
+}
+
 // equal reports whether a and b configure the same limit the same way (File
 // and Line aside).
 func (r *Rule) equal(o *Rule) bool {
 	if r.Name != o.Name || r.Label != o.Label || r.RequestsPerUnit != o.RequestsPerUnit ||
 		r.Unit != o.Unit || r.Multiplier != o.Multiplier || r.Unlimited != o.Unlimited ||
-		r.Shadow != o.Shadow || r.Quota != o.Quota || r.Limit != o.Limit || r.Mode != o.Mode ||
+		r.Shadow != o.Shadow || r.Quota != o.Quota || r.CountDenied != o.CountDenied || r.Limit != o.Limit || r.Mode != o.Mode ||
 		r.Policy != o.Policy || !slices.Equal(r.Shared, o.Shared) || len(r.Replaces) != len(o.Replaces) {
 		return false
 	}

@@ -245,6 +245,7 @@ func (s *Set) Override(domainName string, entries []Entry, requestsPerUnit int64
 		return nil, fmt.Errorf("%w: requests_per_unit %d is negative", ErrInvalidOverride, requestsPerUnit)
 	}
 	if requestsPerUnit == 0 {
+		r.CountDenied = d.defaults.countRejected
 		return r, nil
 	}
 	r.Limit = bucket.Limit{Algorithm: d.defaults.algorithm, Limit: requestsPerUnit, Period: r.Period(),
