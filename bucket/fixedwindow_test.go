@@ -436,3 +436,44 @@ func TestFixedWindowCountRejected(t *testing.T) {
 		{name: "1 more: fits", at: 200 * time.Millisecond, hits: 1, allowed: true, remain: 19, reset: time.Second},
 	})
 }
+
+// TestFixedWindowCountRejectedModel compares FixedWindow with CountRejected
+// to a naive model of Lyft's counting (a counter per window index, every
+// hit added, a request admitted when its window's counter stays within the
+// limit) over seeded random sequences, times going forward and back.
+func TestFixedWindowCountRejectedModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 0))
+	base := time.Unix(1_700_000_000, 0)
+	for seq := range 500 {
+		limit := 1 + rng.Int64N(20)
+		period := time.Duration(1+rng.Int64N(5)) * time.Second
+		b, err := New(Limit{Algorithm: FixedWindow, Limit: limit, Period: period, CountRejected: true}, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts := map[int64]int64{} // the model: hits per window index
+		latest := base
+		at := base
+		for step := range 60 {
+			at = at.Add(time.Duration(rng.Int64N(int64(period))) - period/4) // sometimes back in time
+			hits := rng.Int64N(limit + 3)
+			d, err := b.Take(at, hits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eff := at // the bucket never goes back: it decides at the latest time seen
+			if eff.Before(latest) {
+				eff = latest
+			}
+			latest = eff
+			w := fwIndex(eff.UnixNano(), int64(period))
+			counts[w] += hits
+			want := counts[w] <= limit
+			remain := max(0, limit-counts[w])
+			if d.Allowed != want || d.Remaining != remain {
+				t.Fatalf("sequence %d step %d (limit %d per %v, %d hits at +%v): allowed %v remaining %d, model %v %d",
+					seq, step, limit, period, hits, at.Sub(base), d.Allowed, d.Remaining, want, remain)
+			}
+		}
+	}
+}
