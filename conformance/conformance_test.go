@@ -96,58 +96,63 @@ func TestConformance(t *testing.T) {
 	var lyftOK, total int
 	ringOK := map[string]int{}
 	for fi, path := range configFiles(t) {
-		content, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := strings.TrimPrefix(path, "testdata/")
-		total++
-		fmt.Fprintf(&report, "\n## %s\n", name)
-		lcfg, lerr := loadLyft(name, content)
-		fmt.Fprintf(&report, "lyft: %s\n", accepted(lerr))
-		if lerr == nil {
-			lyftOK++
-		}
-		clients := map[string]rlsv3.RateLimitServiceClient{}
-		for _, v := range variants {
-			vc := variantContent(v, content)
-			_, rerr := rules.Parse(name, vc)
-			fmt.Fprintf(&report, "%s: %s\n", v, accepted(rerr))
-			if rerr == nil {
-				ringOK[v]++
-				if lerr == nil {
-					clients[v] = startRinglimit(t, name, vc, clk)
+		// A subtest per file: its services stop when it ends.
+		t.Run(strings.TrimPrefix(path, "testdata/"), func(t *testing.T) {
+			name := strings.TrimPrefix(path, "testdata/")
+			content, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total++
+			fmt.Fprintf(&report, "\n## %s\n", name)
+			lcfg, lerr := loadLyft(name, content)
+			fmt.Fprintf(&report, "lyft: %s\n", accepted(lerr))
+			if lerr == nil {
+				lyftOK++
+			}
+			clients := map[string]rlsv3.RateLimitServiceClient{}
+			for _, v := range variants {
+				vc := variantContent(v, content)
+				_, rerr := rules.Parse(name, vc)
+				fmt.Fprintf(&report, "%s: %s\n", v, accepted(rerr))
+				if rerr == nil {
+					ringOK[v]++
+					if lerr == nil {
+						clients[v] = startRinglimit(t, name, vc, clk)
+					}
 				}
 			}
-		}
-		if lerr != nil || len(clients) == 0 {
-			continue
-		}
-		seqs := sequences(content, short)
-		for _, v := range variants {
-			if clients[v] == nil {
-				continue
+			if lerr != nil || len(clients) == 0 {
+				return
 			}
-			// A Lyft service of its own per variant, under its own Redis key
-			// prefix: each variant replays the sequences from fresh counters.
-			lyft := startLyft(t, redisAddr, fmt.Sprintf("f%d_%s_", fi, v), lcfg, clk)
-			tl := &tally{}
-			epoch := time.Unix(2_000_000_000, 250_000_000)
-			for si, s := range seqs {
-				// Every sequence starts more than a year after the last one
-				// ended: fresh windows in both services for every unit.
-				start := epoch.Add(time.Duration(si) * 400 * 24 * time.Hour)
-				for i, st := range s.steps {
-					clk.Set(start.Add(st.at))
-					want := call(lyft, st.req)
-					got := call(clients[v], st.req)
-					tl.add(fmt.Sprintf("%s, step %d", s.name, i+1), st.req, want, got)
+			seqs := sequences(content, short)
+			for _, v := range variants {
+				if clients[v] == nil {
+					continue
 				}
+				// A Lyft service of its own per variant, under its own Redis
+				// key prefix: each variant replays the sequences from fresh
+				// counters.
+				lyft := startLyft(t, redisAddr, fmt.Sprintf("f%d_%s_", fi, v), lcfg, clk)
+				tl := &tally{}
+				epoch := time.Unix(2_000_000_000, 250_000_000)
+				for si, s := range seqs {
+					// Every sequence starts more than a year after the last
+					// one ended: fresh windows in both services for every
+					// unit.
+					start := epoch.Add(time.Duration(si) * 400 * 24 * time.Hour)
+					for i, st := range s.steps {
+						clk.Set(start.Add(st.at))
+						want := call(lyft, st.req)
+						got := call(clients[v], st.req)
+						tl.add(fmt.Sprintf("%s, step %d", s.name, i+1), st.req, want, got)
+					}
+				}
+				fmt.Fprintf(&report, "%s: %d requests compared, %d identical, %d differ\n", v, tl.requests, tl.requests-tl.differ, tl.differ)
+				report.WriteString(tl.summary())
+				totals[v].merge(tl)
 			}
-			fmt.Fprintf(&report, "%s: %d requests compared, %d identical, %d differ\n", v, tl.requests, tl.requests-tl.differ, tl.differ)
-			report.WriteString(tl.summary())
-			totals[v].merge(tl)
-		}
+		})
 	}
 	var head strings.Builder
 	fmt.Fprintf(&head, "# Conformance of ringlimit's Envoy service with Lyft's ratelimit\n")
