@@ -6,7 +6,7 @@ PKGS      := ./...
 N         ?= 3
 BENCHTIME ?= 1s
 
-.PHONY: all build test race lint bench bench-cluster proto fuzz soak run cluster sim e2e
+.PHONY: all build test race lint bench bench-cluster proto fuzz soak run cluster sim e2e conformance
 
 all: lint test
 
@@ -113,3 +113,16 @@ e2e:
 	@command -v nginx >/dev/null || (apt-get update -qq && apt-get install -y -qq nginx)
 	$(GO) test -tags e2e -count=1 -v -timeout 5m ./e2e/nginx/
 	RINGLIMIT_IMAGE=ringlimit:e2e $(GO) test -tags e2e -count=1 -v -timeout 10m ./deploy/
+
+## conformance: ringlimit's Envoy service against Lyft's reference service
+## (github.com/envoyproxy/ratelimit, in-process over Debian's redis-server,
+## installed if missing): the same config files and ShouldRateLimit
+## sequences to both, every response field compared with the golden results
+## (docs/envoy.md#conformance-with-lyfts-service). A module of its own
+## (conformance/), so the product's go.mod does not depend on Lyft's.
+## CONFORMANCEFLAGS adds flags: -short (CI; about 3,100 requests instead of
+## 7,400) or -update (rewrite the golden results after checking them).
+CONFORMANCEFLAGS ?=
+conformance:
+	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+	cd conformance && $(GO) vet ./... && $(GO) test -count=1 -timeout 5m -v -run TestConformance $(CONFORMANCEFLAGS) .

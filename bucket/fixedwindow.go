@@ -13,7 +13,10 @@ import (
 // counter. Bound: Limit admitted hits per aligned window, but up to 2*Limit
 // within an interval straddling a window edge, however short (Limit at the end
 // of one window, Limit at the start of the next). A rejected caller waits for
-// the next window, where any debt left by Drain is forgiven.
+// the next window, where any debt left by Drain is forgiven. With
+// CountRejected every hit counts, admitted or not, as Lyft's ratelimit
+// service counts them: once a window's count passes Limit, every request of
+// that window is rejected, a request of zero hits included.
 type fixedWindow struct {
 	l     Limit
 	last  int64 // latest time seen, Unix ns: the current window is the one holding it
@@ -127,9 +130,18 @@ func (b *fixedWindow) Take(now time.Time, hits int64) (Decision, error) {
 	eff := b.advance(nanos(now))
 	end := fwEnd(eff, int64(b.l.Period))
 	d := Decision{Limit: b.l.Limit, ResetAt: unix(end)}
+	admit := hits <= b.l.Limit-b.count
+	if b.l.CountRejected {
+		// Lyft's counting: every hit counts, admitted or not, and a request
+		// is admitted when the count with its hits stays within the limit.
+		b.count = addSat(b.count, hits)
+		admit = b.count <= b.l.Limit
+	}
 	switch {
-	case hits <= b.l.Limit-b.count:
-		b.count += hits
+	case admit:
+		if !b.l.CountRejected {
+			b.count += hits
+		}
 		d.Allowed = true
 	case hits > b.l.Limit:
 		d.RetryAfter = MaxRetry

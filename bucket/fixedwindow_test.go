@@ -407,3 +407,73 @@ func BenchmarkTakeFixedWindow(b *testing.B) {
 		bk.Take(t0.Add(time.Duration(i)*time.Microsecond), 1)
 	}
 }
+
+// TestFixedWindowCountRejected plays Lyft's counting: after a request of 60
+// hits on 50 per second, every later request of that window is rejected,
+// with nothing remaining; the next window starts afresh.
+func TestFixedWindowCountRejected(t *testing.T) {
+	base := time.Unix(1_700_000_000, 0)
+	l := Limit{Algorithm: FixedWindow, Limit: 50, Period: time.Second, CountRejected: true}
+	b, err := New(l, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwRun(t, b, base, []fwStep{
+		{name: "30 fit", hits: 30, allowed: true, remain: 20, reset: time.Second},
+		{name: "60 more: over, and counted", at: 100 * time.Millisecond, hits: 60, retry: MaxRetry, reset: time.Second},
+		{name: "1 more: still over", at: 200 * time.Millisecond, hits: 1, retry: 800 * time.Millisecond, reset: time.Second},
+		{name: "a peek: over too", at: 300 * time.Millisecond, hits: 0, retry: 700 * time.Millisecond, reset: time.Second},
+		{name: "next window", at: time.Second, hits: 50, allowed: true, remain: 0, reset: 2 * time.Second},
+		{name: "51st: over", at: 1100 * time.Millisecond, hits: 1, retry: 900 * time.Millisecond, reset: 2 * time.Second},
+	})
+	// Without CountRejected the rejected 60 do not count: the next request
+	// that fits is admitted.
+	l.CountRejected = false
+	b, _ = New(l, base)
+	fwRun(t, b, base, []fwStep{
+		{name: "30 fit", hits: 30, allowed: true, remain: 20, reset: time.Second},
+		{name: "60 more: over, not counted", at: 100 * time.Millisecond, hits: 60, remain: 20, retry: MaxRetry, reset: time.Second},
+		{name: "1 more: fits", at: 200 * time.Millisecond, hits: 1, allowed: true, remain: 19, reset: time.Second},
+	})
+}
+
+// TestFixedWindowCountRejectedModel compares FixedWindow with CountRejected
+// to a naive model of Lyft's counting (a counter per window index, every
+// hit added, a request admitted when its window's counter stays within the
+// limit) over seeded random sequences, times going forward and back.
+func TestFixedWindowCountRejectedModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 0))
+	base := time.Unix(1_700_000_000, 0)
+	for seq := range 500 {
+		limit := 1 + rng.Int64N(20)
+		period := time.Duration(1+rng.Int64N(5)) * time.Second
+		b, err := New(Limit{Algorithm: FixedWindow, Limit: limit, Period: period, CountRejected: true}, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts := map[int64]int64{} // the model: hits per window index
+		latest := base
+		at := base
+		for step := range 60 {
+			at = at.Add(time.Duration(rng.Int64N(int64(period))) - period/4) // sometimes back in time
+			hits := rng.Int64N(limit + 3)
+			d, err := b.Take(at, hits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eff := at // the bucket never goes back: it decides at the latest time seen
+			if eff.Before(latest) {
+				eff = latest
+			}
+			latest = eff
+			w := fwIndex(eff.UnixNano(), int64(period))
+			counts[w] += hits
+			want := counts[w] <= limit
+			remain := max(0, limit-counts[w])
+			if d.Allowed != want || d.Remaining != remain {
+				t.Fatalf("sequence %d step %d (limit %d per %v, %d hits at +%v): allowed %v remaining %d, model %v %d",
+					seq, step, limit, period, hits, at.Sub(base), d.Allowed, d.Remaining, want, remain)
+			}
+		}
+	}
+}

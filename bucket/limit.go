@@ -93,7 +93,10 @@ type Limit struct {
 	// Algorithm selects the algorithm.
 	Algorithm Algorithm
 	// CountRejected makes SlidingLog record rejected attempts too, so a client
-	// that keeps hammering stays blocked until it pauses.
+	// that keeps hammering stays blocked until it pauses, and makes
+	// FixedWindow count rejected hits as Lyft's ratelimit service does (a
+	// request is admitted when the window's count, its own hits included,
+	// stays within Limit). Other algorithms ignore it.
 	CountRejected bool // placed here, beside Algorithm, to keep Limit at 56 bytes
 	// Limit is the number of permits per Period (for Concurrency: the number of
 	// permits held at once). It must be positive.

@@ -50,7 +50,8 @@ type Item struct {
 	MaxWait time.Duration
 	// MinGap is the least time between two admitted hits (SlidingLog).
 	MinGap time.Duration
-	// CountRejected makes SlidingLog count rejected attempts too.
+	// CountRejected makes SlidingLog and FixedWindow count rejected attempts
+	// too (FixedWindow: as Lyft's ratelimit service counts).
 	CountRejected bool
 	// WarmUp is the warm-up period of SmoothWarmingUp (required there).
 	WarmUp time.Duration

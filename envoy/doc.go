@@ -5,8 +5,8 @@
 //
 // A request's domain and each descriptor are matched to a rule (package
 // rules); each limited descriptor becomes one check of the bucket
-// rules.DescriptorKey(domain, entries), and all of a request's checks go to
-// the Checker in one batch. The wiring:
+// rule.BucketKey(domain, entries), and all of a request's checks go to the
+// Checker in one batch. The wiring:
 //
 //	st, _ := rules.NewStore(rules.DefaultStoreConfig("/etc/ringlimit/rules"))
 //	srv, err := envoy.New(node.Checker(), st, envoy.DefaultConfig()) // or a client.Checker

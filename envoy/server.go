@@ -128,18 +128,22 @@ type plan struct {
 }
 
 // ShouldRateLimit decides every descriptor of req and answers OVER_LIMIT if
-// any is over its limit. Descriptors that match no rule (or whose domain is
-// unknown) are OK with no limit, as in Lyft's service. An invalid request
-// fails with InvalidArgument; a failed check fails the whole call (mostly
-// Unavailable), so that Envoy applies its failure_mode_deny setting: the
-// server never answers UNKNOWN, which Envoy asserts against.
+// any is over its limit (for quota_mode rules: if all of them are).
+// Descriptors that match no rule (or whose domain is unknown, or that have
+// no entries) are OK with no limit, as in Lyft's service. An empty domain or
+// descriptor list fails with the gRPC code Unknown and Lyft's message, as
+// Lyft's service fails it; more than MaxDescriptors descriptors or an
+// invalid limit override fail with InvalidArgument; a failed check fails the
+// whole call (mostly Unavailable), so that Envoy applies its
+// failure_mode_deny setting. The overall code is never UNKNOWN, which
+// Envoy asserts against.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	domain, descs := req.GetDomain(), req.GetDescriptors()
 	switch {
 	case domain == "":
-		return nil, status.Error(codes.InvalidArgument, "domain must not be empty")
+		return nil, status.Error(codes.Unknown, "rate limit domain must not be empty")
 	case len(descs) == 0:
-		return nil, status.Error(codes.InvalidArgument, "descriptors must not be empty")
+		return nil, status.Error(codes.Unknown, "rate limit descriptor list must not be empty")
 	case len(descs) > s.cfg.MaxDescriptors:
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, more than the maximum %d", len(descs), s.cfg.MaxDescriptors)
 	}
@@ -151,10 +155,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	plans := make([]plan, len(descs))
 	var batch []rlsync.Request
 	for i, d := range descs {
-		entries, err := entriesOf(i, d)
-		if err != nil {
-			return nil, err
-		}
+		entries := entriesOf(d)
 		r, err := ruleOf(set, domain, entries, d.GetLimit())
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
@@ -167,9 +168,14 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			p.hits = 0 // refunds are not supported: peek
 		}
 		plans[i] = p
-		if r != nil && !r.Unlimited && !r.DeniesAll() {
+		switch {
+		case r == nil || r.Unlimited:
+		case !r.DeniesAll():
 			plans[i].req = len(batch)
-			batch = append(batch, r.Request(rules.DescriptorKey(domain, entries), p.hits))
+			batch = append(batch, r.Request(r.BucketKey(domain, entries), p.hits))
+		case r.CountDenied:
+			plans[i].req = len(batch)
+			batch = append(batch, r.DenyCheck(r.BucketKey(domain, entries), p.hits))
 		}
 	}
 	dropReplaced(plans, &batch)
@@ -188,6 +194,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(plans))}
 	var over []*rlsync.Response // decisions over the limit, for retry-after
+	var quota, quotaOver int    // quota_mode descriptors, and those over the limit
 	for i, p := range plans {
 		var r *rlsync.Response
 		if p.req >= 0 {
@@ -196,12 +203,26 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				return nil, itemError(i, r.Err)
 			}
 		}
-		st := descriptorStatus(p.rule, r, now)
+		st := descriptorStatus(p.rule, r, p.hits, now)
 		out.Statuses[i] = st
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			over = append(over, r) // nil for a rule that denies all
+		isQuota := p.rule != nil && p.rule.Quota && !p.rule.Unlimited
+		if isQuota {
+			quota++
 		}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			if isQuota {
+				quotaOver++
+				continue
+			}
+			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			if p.rule.DeniesAll() {
+				r = nil // no retry-after: it never passes
+			}
+			over = append(over, r)
+		}
+	}
+	if quota > 0 && quotaOver == quota {
+		out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	if s.cfg.Headers {
 		out.ResponseHeadersToAdd = s.headers(out.Statuses, over)
@@ -209,20 +230,16 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return out, nil
 }
 
-// entriesOf returns the entries of descriptor i.
-func entriesOf(i int, d *rlv3.RateLimitDescriptor) ([]rules.Entry, error) {
+// entriesOf returns the entries of d. A descriptor without entries, or an
+// entry with an empty key, matches no rule: as in Lyft's service, it is
+// answered OK with no limit.
+func entriesOf(d *rlv3.RateLimitDescriptor) []rules.Entry {
 	es := d.GetEntries()
-	if len(es) == 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
-	}
 	out := make([]rules.Entry, len(es))
 	for j, e := range es {
-		if e.GetKey() == "" {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
-		}
 		out[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
-	return out, nil
+	return out
 }
 
 // ruleOf returns the rule of a descriptor: the limit override Envoy sent
@@ -271,9 +288,9 @@ func dropReplaced(plans []plan, batch *[]rlsync.Request) {
 	*batch = kept
 }
 
-// descriptorStatus answers one descriptor: r is its check's response, nil
-// when it was not checked.
-func descriptorStatus(rule *rules.Rule, r *rlsync.Response, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
+// descriptorStatus answers one descriptor of hits hits: r is its check's
+// response, nil when it was not checked.
+func descriptorStatus(rule *rules.Rule, r *rlsync.Response, hits int64, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
 	switch {
 	case rule == nil:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -281,15 +298,20 @@ func descriptorStatus(rule *rules.Rule, r *rlsync.Response, now time.Time) *rlsv
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 	}
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: currentLimit(rule)}
-	if r == nil { // denies all: "resets" at the end of the current unit, as Lyft reports it
+	if rule.DeniesAll() { // "resets" at the end of the current unit, as Lyft reports it
+		// A peek passes, as in Lyft's service, unless the rule counts
+		// refused hits and has counted some in this window.
+		if hits == 0 && (r == nil || r.Remaining == 1) {
+			st.Code = rlsv3.RateLimitResponse_OK
+		}
 		p := rule.Period()
-		st.DurationUntilReset = durationpb.New(p - time.Duration(now.UnixNano()%int64(p)))
+		st.DurationUntilReset = wholeSeconds(p - time.Duration(now.UnixNano()%int64(p)))
 	} else {
 		if r.Allowed {
 			st.Code = rlsv3.RateLimitResponse_OK
 		}
 		st.LimitRemaining = clamp32(r.Remaining)
-		st.DurationUntilReset = durationpb.New(max(r.ResetAt.Sub(now), 0))
+		st.DurationUntilReset = wholeSeconds(max(r.ResetAt.Sub(now), 0))
 	}
 	if rule.Shadow {
 		st.Code = rlsv3.RateLimitResponse_OK
@@ -297,15 +319,25 @@ func descriptorStatus(rule *rules.Rule, r *rlsync.Response, now time.Time) *rlsv
 	return st
 }
 
-// currentLimit is the rule's limit as Envoy reports it.
+// wholeSeconds returns d rounded up to whole seconds, as Lyft's service
+// reports the time until a reset (it counts in Unix seconds): for a fixed
+// window, the same value; for other algorithms, never earlier than the
+// reset.
+func wholeSeconds(d time.Duration) *durationpb.Duration {
+	s := d / time.Second
+	if d%time.Second != 0 {
+		s++
+	}
+	return &durationpb.Duration{Seconds: int64(s)}
+}
+
+// currentLimit is the rule's limit as Envoy reports it, named by the rule's
+// label (rate_limit.name) as in Lyft's service: empty without one.
 func currentLimit(rule *rules.Rule) *rlsv3.RateLimitResponse_RateLimit {
 	l := &rlsv3.RateLimitResponse_RateLimit{
 		Name:            rule.Label,
 		RequestsPerUnit: clamp32(rule.RequestsPerUnit),
 		Unit:            unitToResponse(rule.Unit),
-	}
-	if l.Name == "" {
-		l.Name = rule.Name
 	}
 	if rule.Multiplier > 1 {
 		l.UnitMultiplier = wrapperspb.UInt32(rule.Multiplier)

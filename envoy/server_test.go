@@ -62,7 +62,8 @@ descriptors:
 `
 
 // t0 is a quarter second into a second, so fixed windows of a second reset
-// in 750ms and windows of a minute in 59.75s.
+// in 750ms and windows of a minute in 59.75s, reported in whole seconds
+// rounded up as Lyft's service reports them: 1s and 1m0s.
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 250_000_000, time.UTC)
 
 // serve starts a gRPC server with the Envoy service on 127.0.0.1 and
@@ -161,25 +162,27 @@ func TestShouldRateLimit(t *testing.T) {
 		{"unknown domain: OK, no limit", "nope", []*rlv3.RateLimitDescriptor{desc("remote_address=1.1.1.1")}, 0,
 			rlsv3.RateLimitResponse_OK, []string{"OK"}, 0},
 		{"key-only rule, first hit", "edge", []*rlv3.RateLimitDescriptor{desc("remote_address=1.1.1.1")}, 0,
-			rlsv3.RateLimitResponse_OK, []string{"OK 2/SECOND rem=1 reset=750ms"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK 2/SECOND rem=1 reset=1s"}, 1},
 		{"second hit", "edge", []*rlv3.RateLimitDescriptor{desc("remote_address=1.1.1.1")}, 0,
-			rlsv3.RateLimitResponse_OK, []string{"OK 2/SECOND reset=750ms"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK 2/SECOND reset=1s"}, 1},
 		{"third hit is over", "edge", []*rlv3.RateLimitDescriptor{desc("remote_address=1.1.1.1")}, 0,
-			rlsv3.RateLimitResponse_OVER_LIMIT, []string{"OVER_LIMIT 2/SECOND reset=750ms"}, 1},
+			rlsv3.RateLimitResponse_OVER_LIMIT, []string{"OVER_LIMIT 2/SECOND reset=1s"}, 1},
 		{"another address has its own bucket", "edge", []*rlv3.RateLimitDescriptor{desc("remote_address=1.1.1.2")}, 0,
-			rlsv3.RateLimitResponse_OK, []string{"OK 2/SECOND rem=1 reset=750ms"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK 2/SECOND rem=1 reset=1s"}, 1},
 		{"exact value preferred", "edge", []*rlv3.RateLimitDescriptor{desc("remote_address=10.0.0.9")}, 0,
-			rlsv3.RateLimitResponse_OK, []string{"OK 100/MINUTE rem=99 reset=59.75s"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK 100/MINUTE rem=99 reset=1m0s"}, 1},
 		{"requests_per_unit 0 denies without a check", "edge", []*rlv3.RateLimitDescriptor{desc("remote_address=50.0.0.5")}, 0,
-			rlsv3.RateLimitResponse_OVER_LIMIT, []string{"OVER_LIMIT 0/SECOND reset=750ms"}, 0},
+			rlsv3.RateLimitResponse_OVER_LIMIT, []string{"OVER_LIMIT 0/SECOND reset=1s"}, 0},
+		{"requests_per_unit 0: a peek is OK, as in Lyft's service", "edge", []*rlv3.RateLimitDescriptor{withHits(desc("remote_address=50.0.0.5"), 0)}, 0,
+			rlsv3.RateLimitResponse_OK, []string{"OK 0/SECOND reset=1s"}, 0},
 		{"nested, hits_addend 3 takes all", "edge", []*rlv3.RateLimitDescriptor{desc("path=/login", "user=ada")}, 3,
-			rlsv3.RateLimitResponse_OK, []string{"OK 3/MINUTE reset=59.75s"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK 3/MINUTE reset=1m0s"}, 1},
 		{"nested, hits_addend 0 counts one", "edge", []*rlv3.RateLimitDescriptor{desc("path=/login", "user=ada")}, 0,
-			rlsv3.RateLimitResponse_OVER_LIMIT, []string{"OVER_LIMIT 3/MINUTE reset=59.75s"}, 1},
+			rlsv3.RateLimitResponse_OVER_LIMIT, []string{"OVER_LIMIT 3/MINUTE reset=1m0s"}, 1},
 		{"descriptor hits_addend 0 peeks", "edge", []*rlv3.RateLimitDescriptor{withHits(desc("path=/login", "user=bob"), 0)}, 5,
-			rlsv3.RateLimitResponse_OK, []string{"OK 3/MINUTE rem=3 reset=59.75s"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK 3/MINUTE rem=3 reset=1m0s"}, 1},
 		{"descriptor hits_addend overrides the request's", "edge", []*rlv3.RateLimitDescriptor{withHits(desc("path=/login", "user=bob"), 2)}, 5,
-			rlsv3.RateLimitResponse_OK, []string{"OK 3/MINUTE rem=1 reset=59.75s"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK 3/MINUTE rem=1 reset=1m0s"}, 1},
 		{"no rule at that depth: OK, no limit", "edge", []*rlv3.RateLimitDescriptor{desc("path=/login")}, 0,
 			rlsv3.RateLimitResponse_OK, []string{"OK"}, 0},
 		{"no matching rule: OK, no limit", "edge", []*rlv3.RateLimitDescriptor{desc("path=/about", "user=ada")}, 0,
@@ -187,29 +190,29 @@ func TestShouldRateLimit(t *testing.T) {
 		{"unlimited", "edge", []*rlv3.RateLimitDescriptor{desc("ldap=cn")}, 0,
 			rlsv3.RateLimitResponse_OK, []string{fmt.Sprintf("OK rem=%d", uint32(math.MaxUint32))}, 0},
 		{"shadow, within", "edge", []*rlv3.RateLimitDescriptor{desc("shadow=x")}, 0,
-			rlsv3.RateLimitResponse_OK, []string{"OK 1/SECOND reset=750ms"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK 1/SECOND reset=1s"}, 1},
 		{"shadow, over but reported OK", "edge", []*rlv3.RateLimitDescriptor{desc("shadow=x")}, 0,
-			rlsv3.RateLimitResponse_OK, []string{"OK 1/SECOND reset=750ms"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK 1/SECOND reset=1s"}, 1},
 		{"token bucket extension", "edge", []*rlv3.RateLimitDescriptor{desc("tb=x")}, 0,
-			rlsv3.RateLimitResponse_OK, []string{"OK 10/SECOND rem=4 reset=100ms"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK 10/SECOND rem=4 reset=1s"}, 1},
 		{"one descriptor over makes the whole request over", "edge",
 			[]*rlv3.RateLimitDescriptor{desc("remote_address=3.3.3.3"), desc("remote_address=1.1.1.1"), desc("path=/x")}, 0,
-			rlsv3.RateLimitResponse_OVER_LIMIT, []string{"OK 2/SECOND rem=1 reset=750ms", "OVER_LIMIT 2/SECOND reset=750ms", "OK"}, 2},
+			rlsv3.RateLimitResponse_OVER_LIMIT, []string{"OK 2/SECOND rem=1 reset=1s", "OVER_LIMIT 2/SECOND reset=1s", "OK"}, 2},
 		{"replaces: the replaced rule is not checked", "repl", []*rlv3.RateLimitDescriptor{desc("a=x"), desc("b=y")}, 0,
-			rlsv3.RateLimitResponse_OK, []string{"OK", "OK 5/SECOND rem=4 reset=750ms"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK", "OK 5/SECOND rem=4 reset=1s"}, 1},
 		{"replaced rule alone applies", "repl", []*rlv3.RateLimitDescriptor{desc("a=x")}, 0,
-			rlsv3.RateLimitResponse_OK, []string{"OK 1/SECOND reset=750ms"}, 1},
+			rlsv3.RateLimitResponse_OK, []string{"OK 1/SECOND reset=1s"}, 1},
 		{"limit override from Envoy", "edge", []*rlv3.RateLimitDescriptor{{
 			Entries: desc("remote_address=4.4.4.4").Entries,
 			Limit:   &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(2)},
-		}}, 0, rlsv3.RateLimitResponse_OK, []string{"OK 7/MINUTEx2 rem=6 reset=1m59.75s"}, 1},
+		}}, 0, rlsv3.RateLimitResponse_OK, []string{"OK 7/MINUTEx2 rem=6 reset=2m0s"}, 1},
 		{"limit override ignored for an unknown domain", "nope", []*rlv3.RateLimitDescriptor{{
 			Entries: desc("remote_address=4.4.4.4").Entries,
 			Limit:   &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE},
 		}}, 0, rlsv3.RateLimitResponse_OK, []string{"OK"}, 0},
 		{"negative hits are not refunded: peek", "edge", []*rlv3.RateLimitDescriptor{{
 			Entries: desc("remote_address=1.1.1.2").Entries, HitsAddend: wrapperspb.UInt64(1), IsNegativeHits: true,
-		}}, 0, rlsv3.RateLimitResponse_OK, []string{"OK 2/SECOND rem=1 reset=750ms"}, 1},
+		}}, 0, rlsv3.RateLimitResponse_OK, []string{"OK 2/SECOND rem=1 reset=1s"}, 1},
 	}
 	for _, s := range steps {
 		resp, err := client.ShouldRateLimit(context.Background(),
@@ -312,11 +315,13 @@ func TestErrors(t *testing.T) {
 		itemErr error
 		want    codes.Code
 	}{
-		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: ok}, nil, nil, codes.InvalidArgument},
-		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, nil, nil, codes.InvalidArgument},
+		// Lyft's service fails these with a plain error: gRPC code Unknown.
+		{"empty domain: Unknown, as Lyft", &rlsv3.RateLimitRequest{Descriptors: ok}, nil, nil, codes.Unknown},
+		{"no descriptors: Unknown, as Lyft", &rlsv3.RateLimitRequest{Domain: "edge"}, nil, nil, codes.Unknown},
 		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}, nil, nil, codes.InvalidArgument},
-		{"descriptor without entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{}}}, nil, nil, codes.InvalidArgument},
-		{"entry without key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("=v")}}, nil, nil, codes.InvalidArgument},
+		// Lyft's service matches them to no limit and answers OK.
+		{"descriptor without entries: OK, as Lyft", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{}}}, nil, nil, codes.OK},
+		{"entry without key: OK, as Lyft", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("=v")}}, nil, nil, codes.OK},
 		{"override with an unknown unit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{
 			Entries: desc("k=v").Entries, Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}}}, nil, nil, codes.InvalidArgument},
 		{"checker fails: Unavailable, so Envoy's failure mode decides", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ok},
@@ -360,9 +365,9 @@ func TestReloadKeepsBucketState(t *testing.T) {
 			t.Errorf("%s: %q, want %q", step, got, want)
 		}
 	}
-	check("1st of 4", "OK 4/MINUTE rem=3 reset=59.75s")
-	check("2nd of 4", "OK 4/MINUTE rem=2 reset=59.75s")
-	check("3rd of 4", "OK 4/MINUTE rem=1 reset=59.75s")
+	check("1st of 4", "OK 4/MINUTE rem=3 reset=1m0s")
+	check("2nd of 4", "OK 4/MINUTE rem=2 reset=1m0s")
+	check("3rd of 4", "OK 4/MINUTE rem=1 reset=1m0s")
 	if err := os.WriteFile(path, []byte(v2), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +377,7 @@ func TestReloadKeepsBucketState(t *testing.T) {
 	// The same bucket, reconfigured as Guava's setRate does: three quarters
 	// used of 4 become three quarters used of 8 (6), and this hit makes 7.
 	// A reset bucket would have 7 remaining.
-	check("4th, now of 8", "OK 8/MINUTE rem=1 reset=59.75s")
+	check("4th, now of 8", "OK 8/MINUTE rem=1 reset=1m0s")
 }
 
 func TestNewValidates(t *testing.T) {

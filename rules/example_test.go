@@ -60,7 +60,7 @@ descriptors:
 	fmt.Println(err)
 	// Output:
 	// edge.yaml:5:24: unknown unit "sec" (want second, minute, hour, day, week, month or year)
-	// edge.yaml:7:5: unknown key "rate_limt" in a descriptor (want one of key, value, rate_limit, descriptors, shadow_mode, detailed_metric)
+	// edge.yaml:7:5: unknown key "rate_limt" in a descriptor (want one of key, value, rate_limit, descriptors, shadow_mode, quota_mode, share_threshold)
 }
 
 func ExampleSet_Lookup() {

@@ -38,12 +38,36 @@ type file struct {
 // The keys accepted in each context. Lyft's keys first, then ringlimit's
 // extensions.
 var (
-	domainKeys     = []string{"domain", "descriptors", "algorithm", "mode", "policy"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}
+	domainKeys     = []string{"domain", "descriptors", "algorithm", "mode", "policy", "count_rejected"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "share_threshold"}
 	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
 		"unit_multiplier", "algorithm", "burst", "mode", "policy", "max_wait", "min_gap", "warm_up", "count_rejected"}
 	replacesKeys = []string{"name"}
 )
+
+// refusedKeys are the keys of Lyft's format that ringlimit refuses, with the
+// reason. Lyft's service reads each of them in a descriptor; none changes
+// which requests it admits or what it answers in the statuses.
+var refusedKeys = map[string]string{
+	"detailed_metric": "it only renames the statistics Lyft's service keeps per descriptor, " +
+		"which ringlimit does not keep (its metrics are per node); remove it",
+	"value_to_metric": "it only renames the statistics Lyft's service keeps per descriptor, " +
+		"which ringlimit does not keep (its metrics are per node); remove it",
+	"metadata": "Lyft's service sends it only in the response's dynamic metadata " +
+		"(RESPONSE_DYNAMIC_METADATA), which ringlimit does not send; remove it",
+}
+
+// lyftKeys are the keys Lyft's service accepts anywhere in a file (it checks
+// every key against one list, whatever its place), with where it reads
+// them: elsewhere it ignores them, and ringlimit refuses them.
+var lyftKeys = map[string]string{
+	"domain": "a document", "descriptors": "a document or a descriptor",
+	"key": "a descriptor", "value": "a descriptor", "rate_limit": "a descriptor",
+	"shadow_mode": "a descriptor", "quota_mode": "a descriptor", "share_threshold": "a descriptor",
+	"detailed_metric": "a descriptor", "value_to_metric": "a descriptor", "metadata": "a descriptor",
+	"unit": "rate_limit", "requests_per_unit": "rate_limit", "unlimited": "rate_limit",
+	"name": "rate_limit or a replaces entry", "replaces": "rate_limit",
+}
 
 // Parse returns the rules of one file named name (the name is only used in
 // messages). The file holds one domain, or several as separate YAML
@@ -141,10 +165,14 @@ func (p *parser) syntaxError(err error) {
 	p.errorf(&yaml.Node{Line: line}, "invalid YAML: %s", msg)
 }
 
-// defaults reads the algorithm, mode and policy of f, each falling back to
-// base.
+// defaults reads the algorithm, mode, policy and count_rejected of f, each
+// falling back to base.
 func (p *parser) defaults(f map[string]*yaml.Node, base defaults) defaults {
 	out := base
+	if f["count_rejected"] != nil {
+		out.countRejected = p.flag(f, "count_rejected")
+		out.countRejectedAt = f[keyPrefix+"count_rejected"]
+	}
 	if s := p.str(f, "algorithm"); s != "" {
 		a, err := bucket.ParseAlgorithm(s)
 		switch {
@@ -186,19 +214,22 @@ func (p *parser) parseDomain(root *yaml.Node) {
 	}
 	d := &domain{name: name, file: p.file, line: f["domain"].Line,
 		defaults: p.defaults(f, defaults{algorithm: DefaultAlgorithm})}
+	if df := d.defaults; df.countRejected && !countsRejected(df.algorithm) {
+		p.errorf(df.countRejectedAt, "count_rejected applies to fixed_window and sliding_log, not to the domain's algorithm %v", df.algorithm)
+	}
 	if prev, dup := p.set.domains[name]; dup {
 		p.errorf(f["domain"], "duplicate domain %q (first defined at %s:%d)", name, prev.file, prev.line)
 		return
 	}
 	p.set.domains[name] = d
 	if ds := f["descriptors"]; ds != nil {
-		p.descriptors(d, &d.root, nil, ds)
+		p.descriptors(d, &d.root, nil, nil, ds)
 	}
 }
 
 // descriptors parses a list of descriptors into l; path is the path of the
-// enclosing descriptor.
-func (p *parser) descriptors(d *domain, l *level, path []Step, seq *yaml.Node) {
+// enclosing descriptor, shared its share_threshold flags (nil when none).
+func (p *parser) descriptors(d *domain, l *level, path []Step, shared []bool, seq *yaml.Node) {
 	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
 		return
 	}
@@ -224,32 +255,65 @@ func (p *parser) descriptors(d *domain, l *level, path []Step, seq *yaml.Node) {
 			p.errorf(item, "descriptor has no key (key is required and must not be empty)")
 			continue
 		}
+		if strings.Contains(step.Key, "*") {
+			// Lyft's service would match it as a wildcard over "key_value",
+			// catching other keys; a wildcard belongs in the value.
+			p.errorf(f["key"], "key %q holds '*': keys match exactly; write the wildcard in value", step.Key)
+			continue
+		}
 		n := &node{step: step}
 		if first, ok := l.add(n, item.Line); !ok {
 			p.errorf(item, "duplicate descriptor %s (first at line %d)", stepString(step), first)
 			continue
 		}
 		full := append(slices.Clip(path), step)
-		shadow := p.flag(f, "shadow_mode")
-		p.flag(f, "detailed_metric") // accepted for Lyft compatibility; no effect
-		if rl := f["rate_limit"]; rl != nil {
-			n.rule = p.rateLimit(d, full, f[keyPrefix+"rate_limit"], rl, shadow)
+		fl := flags{shadow: p.flag(f, "shadow_mode"), quota: p.flag(f, "quota_mode"), shared: shared}
+		if p.flag(f, "share_threshold") {
+			if !strings.Contains(step.Value, "*") {
+				p.errorf(f["share_threshold"], "share_threshold needs a wildcard value (one holding '*'), got %s", stepString(step))
+			}
+			fl.shared = make([]bool, len(full))
+			copy(fl.shared, shared)
+			fl.shared[len(path)] = true
+		} else if shared != nil {
+			fl.shared = append(slices.Clip(shared), false)
+		}
+		rl := f["rate_limit"]
+		for _, flag := range []struct {
+			key string
+			set bool
+		}{{"shadow_mode", fl.shadow}, {"quota_mode", fl.quota}} {
+			if rl == nil && flag.set {
+				p.errorf(f[keyPrefix+flag.key], "%s without a rate_limit in the same descriptor does nothing (Lyft's service ignores it too); remove it or add the rate_limit", flag.key)
+			}
+		}
+		if rl != nil {
+			n.rule = p.rateLimit(d, full, f[keyPrefix+"rate_limit"], rl, fl)
 		}
 		if ds := f["descriptors"]; ds != nil {
-			p.descriptors(d, &n.children, full, ds)
+			p.descriptors(d, &n.children, full, fl.shared, ds)
 		}
 	}
 }
 
+// flags are a descriptor's flags of Lyft's format that its rule takes.
+type flags struct {
+	shadow, quota bool
+	shared        []bool // share_threshold along the path; nil when none
+}
+
 // rateLimit parses the rate_limit block n of the descriptor at path; at is
 // the word rate_limit, where the rule is said to be.
-func (p *parser) rateLimit(d *domain, path []Step, at, n *yaml.Node, shadow bool) *Rule {
+func (p *parser) rateLimit(d *domain, path []Step, at, n *yaml.Node, fl flags) *Rule {
 	f, ok := p.fields(n, "rate_limit", rateLimitKeys)
 	if !ok {
 		return nil
 	}
-	r := &Rule{Name: RuleName(d.name, path), Domain: d.name, Path: path, Shadow: shadow,
-		Label: p.str(f, "name"), File: p.file, Line: at.Line, Multiplier: 1}
+	r := &Rule{Name: RuleName(d.name, path), Domain: d.name, Path: path, Shadow: fl.shadow,
+		Quota: fl.quota, Label: p.str(f, "name"), File: p.file, Line: at.Line, Multiplier: 1}
+	if slices.Contains(fl.shared, true) {
+		r.Shared = fl.shared
+	}
 	p.replaces(r, f["replaces"])
 	df := p.defaults(f, d.defaults)
 	r.Mode, r.Policy = df.mode, df.policy
@@ -276,6 +340,7 @@ func (p *parser) rateLimit(d *domain, path []Step, at, n *yaml.Node, shadow bool
 		p.errorf(at, "missing requests_per_unit (0 denies every request)")
 	}
 	r.RequestsPerUnit = rpu
+	r.CountDenied = rpu == 0 && df.countRejected
 	if m, ok := p.integer(f, "unit_multiplier", 1, math.MaxUint32); ok {
 		r.Multiplier = uint32(max(m, 1))
 	}
@@ -287,7 +352,11 @@ func (p *parser) rateLimit(d *domain, path []Step, at, n *yaml.Node, shadow bool
 	lim := bucket.Limit{
 		Algorithm: df.algorithm, Limit: r.RequestsPerUnit, Period: r.Period(), Burst: burst,
 		MaxWait: p.duration(f, "max_wait"), MinGap: p.duration(f, "min_gap"),
-		WarmUp: p.duration(f, "warm_up"), CountRejected: p.flag(f, "count_rejected"),
+		WarmUp: p.duration(f, "warm_up"), CountRejected: df.countRejected,
+	}
+	if lim.CountRejected && !countsRejected(lim.Algorithm) {
+		p.errorf(cmp.Or(f[keyPrefix+"count_rejected"], df.countRejectedAt), "count_rejected applies to fixed_window and sliding_log, not to %v", lim.Algorithm)
+		return nil
 	}
 	if r.RequestsPerUnit > 0 && r.Unit.Valid() {
 		if err := lim.Validate(); err != nil {
@@ -303,6 +372,12 @@ func (p *parser) rateLimit(d *domain, path []Step, at, n *yaml.Node, shadow bool
 		r.Limit = lim
 	}
 	return p.register(r, at)
+}
+
+// countsRejected reports whether the algorithm a can count rejected hits
+// (Limit.CountRejected).
+func countsRejected(a bucket.Algorithm) bool {
+	return a == bucket.FixedWindow || a == bucket.SlidingLog
 }
 
 // limitFields maps the fields of bucket.LimitError to the keys of a

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"slices"
@@ -22,15 +23,30 @@ func mustParse(t *testing.T, src string) *Set {
 	return s
 }
 
-func TestParseLyftExamplesUnchanged(t *testing.T) {
+// lyftExamples returns the examples of Lyft's README: detailed_metric,
+// which ringlimit refuses, is refused with its reason and line; without it
+// the file loads.
+func lyftExamples(t *testing.T) *Set {
+	t.Helper()
 	data, err := os.ReadFile("testdata/lyft.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, err = Parse("lyft.yaml", data)
+	const want = "lyft.yaml:110:5: detailed_metric is not supported: it only renames the statistics"
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("Parse(lyft.yaml) = %v, want %s...", err, want)
+	}
+	data = bytes.Replace(data, []byte("    detailed_metric: true\n"), nil, 1)
 	s, err := Parse("lyft.yaml", data)
 	if err != nil {
-		t.Fatalf("Lyft's README examples must load unchanged: %v", err)
+		t.Fatalf("Lyft's README examples without detailed_metric must load: %v", err)
 	}
+	return s
+}
+
+func TestParseLyftExamples(t *testing.T) {
+	s := lyftExamples(t)
 	want := []string{"edge_proxy_per_ip", "example4", "example6", "example7", "example8", "example9",
 		"internal", "messaging", "mongo_cps"}
 	if got := s.Domains(); !slices.Equal(got, want) {
@@ -51,7 +67,6 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 10}
   - key: path
     value: /login
-    shadow_mode: true
     descriptors:
       - key: user
         rate_limit:
@@ -102,10 +117,8 @@ descriptors:
 			t.Errorf("%s:\n got %+v\nwant %+v", tt.name, got, tt.want)
 		}
 	}
-	// shadow_mode belongs to the descriptor that holds the rate_limit, as in
-	// Lyft's service: the parent's does not reach nested rules.
-	if r, _ := s.Lookup("api/path=%2Flogin/user"); r.Shadow || r.Line != 13 || r.File != "rules.yaml" {
-		t.Errorf("login rule: Shadow %v Line %d File %q, want false 13 rules.yaml", r.Shadow, r.Line, r.File)
+	if r, _ := s.Lookup("api/path=%2Flogin/user"); r.Line != 12 || r.File != "rules.yaml" {
+		t.Errorf("login rule: Line %d File %q, want 12 rules.yaml", r.Line, r.File)
 	}
 	if r, _ := s.Lookup("api/blocked"); !r.DeniesAll() {
 		t.Error("requests_per_unit: 0 must deny all")

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,8 +79,9 @@ type Step struct {
 	Key string
 	// Value is the value written in the rule: empty matches any value (a
 	// per-value limit: each distinct value gets its own bucket); a value
-	// ending in '*' matches every value with that prefix; any other value
-	// matches exactly.
+	// holding '*' is a wildcard, each '*' standing for any run of bytes
+	// ("foo*", "bar*b", "foo*bar*baz", as in Lyft's service); any other
+	// value matches exactly.
 	Value string
 }
 
@@ -114,6 +116,22 @@ type Rule struct {
 	// Shadow rules are decided as usual but always reported as allowed, to
 	// observe a limit before enforcing it (Lyft's shadow_mode).
 	Shadow bool
+	// Quota rules are Lyft's quota_mode: a quota descriptor over its limit
+	// is reported OVER_LIMIT, but it makes the whole request OVER_LIMIT only
+	// when every quota descriptor of the request is over its limit (and
+	// any ordinary descriptor over its limit still does).
+	Quota bool
+	// Shared is Lyft's share_threshold along the rule's path: when
+	// Shared[i] is true, the entries that match Path[i] (a wildcard) all
+	// count in one bucket, as if their value were the wildcard itself,
+	// instead of one bucket per value. Nil when no step shares.
+	Shared []bool
+	// CountDenied is set on a rule that denies all (RequestsPerUnit 0) when
+	// count_rejected applies to it: the hits it refuses are counted in
+	// windows of its period (see [Rule.DenyCheck]), so that a request of no
+	// hits (a peek) is refused after them, as Lyft's service counts. Without
+	// it a peek at such a rule is admitted: a limit of 0 keeps no counter.
+	CountDenied bool
 	// Limit configures the rule's buckets. It is the zero Limit when the rule
 	// is Unlimited or denies all (RequestsPerUnit == 0).
 	Limit bucket.Limit
@@ -144,13 +162,29 @@ func (r *Rule) Request(key string, hits int64) rlsync.Request {
 	return rlsync.Request{Key: key, Hits: hits, Limit: r.Limit, Mode: r.Mode, Policy: r.Policy}
 }
 
+// denySuffix ends the bucket key of the counter of a rule that denies all:
+// a key of its own, since its limit of 1 is no limit, so that a reload to a
+// positive limit starts a fresh bucket instead of scaling the counter.
+// [DescriptorKey] escapes control bytes, so no descriptor's key ends so.
+const denySuffix = "\x00denied"
+
+// DenyCheck returns the check request that counts hits refused by a rule
+// that denies all and has CountDenied, under the bucket key key: a fixed
+// window of the rule's period and limit 1 that counts every hit, so that
+// the decision's Remaining is 1 exactly when no hit was counted in the
+// window yet (the request is then a peek that Lyft's service admits).
+func (r *Rule) DenyCheck(key string, hits int64) rlsync.Request {
+	l := bucket.Limit{Algorithm: bucket.FixedWindow, Limit: 1, Period: r.Period(), CountRejected: true}
+	return rlsync.Request{Key: key + denySuffix, Hits: hits, Limit: l, Mode: r.Mode, Policy: r.Policy}
+}
+
 // equal reports whether a and b configure the same limit the same way (File
 // and Line aside).
 func (r *Rule) equal(o *Rule) bool {
 	if r.Name != o.Name || r.Label != o.Label || r.RequestsPerUnit != o.RequestsPerUnit ||
 		r.Unit != o.Unit || r.Multiplier != o.Multiplier || r.Unlimited != o.Unlimited ||
-		r.Shadow != o.Shadow || r.Limit != o.Limit || r.Mode != o.Mode || r.Policy != o.Policy ||
-		len(r.Replaces) != len(o.Replaces) {
+		r.Shadow != o.Shadow || r.Quota != o.Quota || r.CountDenied != o.CountDenied || r.Limit != o.Limit || r.Mode != o.Mode ||
+		r.Policy != o.Policy || !slices.Equal(r.Shared, o.Shared) || len(r.Replaces) != len(o.Replaces) {
 		return false
 	}
 	for i := range r.Replaces {
@@ -201,6 +235,24 @@ func DescriptorKey(domain string, entries []Entry) string {
 		escapeTo(&b, e.Value)
 	}
 	return b.String()
+}
+
+// BucketKey returns the cluster-wide bucket key of the descriptor entries of
+// domain under r: [DescriptorKey], except that an entry matched by a step of
+// r that shares (Lyft's share_threshold, see Rule.Shared) counts under the
+// step's wildcard value, so every value it matches lands in one bucket.
+// entries must be the entries r was matched for.
+func (r *Rule) BucketKey(domain string, entries []Entry) string {
+	if r.Shared == nil {
+		return DescriptorKey(domain, entries)
+	}
+	shared := slices.Clone(entries)
+	for i, s := range r.Shared {
+		if s && i < len(shared) && i < len(r.Path) {
+			shared[i].Value = r.Path[i].Value
+		}
+	}
+	return DescriptorKey(domain, shared)
 }
 
 // escapeTo writes s to b with '%', '/', '=' and bytes below 0x20 or equal

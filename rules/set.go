@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/ringlimit/ringlimit/bucket"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
@@ -34,24 +36,27 @@ type domain struct {
 
 // defaults are a file's defaults for its rules (a ringlimit extension).
 type defaults struct {
-	algorithm bucket.Algorithm
-	mode      rlsync.Mode
-	policy    rlsync.Policy
+	algorithm       bucket.Algorithm
+	mode            rlsync.Mode
+	policy          rlsync.Policy
+	countRejected   bool
+	countRejectedAt *yaml.Node // where countRejected was set, for messages
 }
 
 // level is one level of descriptors under a domain or a descriptor.
 type level struct {
-	exact  map[Step]*node   // by key and value
-	prefix []*node          // value ending in '*', longest prefix first
-	any    map[string]*node // key only, by key
-	lines  map[Step]int     // line of every node, by its step as written
-	order  []*node          // in file order
+	exact    map[Step]*node   // by key and value, wildcard values included (as written)
+	wildcard []*node          // value holding '*', in file order
+	any      map[string]*node // key only, by key
+	lines    map[Step]int     // line of every node, by its step as written
+	order    []*node          // in file order
 }
 
 // node is one descriptor of a rules file.
 type node struct {
 	step     Step
-	rule     *Rule // nil for a placeholder that only holds nested descriptors
+	parts    []string // the value split at '*' when it holds one (a wildcard)
+	rule     *Rule    // nil for a placeholder that only holds nested descriptors
 	children level
 }
 
@@ -71,35 +76,65 @@ func (l *level) add(n *node, line int) (int, bool) {
 	switch v := n.step.Value; {
 	case v == "":
 		l.any[n.step.Key] = n
-	case strings.HasSuffix(v, "*"):
-		l.prefix = append(l.prefix, n)
-		slices.SortStableFunc(l.prefix, func(a, b *node) int { return len(b.step.Value) - len(a.step.Value) })
 	default:
 		l.exact[n.step] = n
+		if strings.Contains(v, "*") {
+			n.parts = strings.Split(v, "*")
+			l.wildcard = append(l.wildcard, n)
+		}
 	}
 	return 0, true
 }
 
-// find returns the node that e selects at this level: the descriptor with
-// the same key and value, else the one with the longest matching value
-// prefix, else the one with the key and no value.
+// find returns the node that e selects at this level, as Lyft's service
+// selects it: the descriptor with the same key and value (as written, '*'
+// included), else the first in file order whose wildcard value matches the
+// entry's value, else the one with the key and no value.
 func (l *level) find(e Entry) *node {
 	if n := l.exact[Step(e)]; n != nil {
 		return n
 	}
-	for _, n := range l.prefix {
-		if n.step.Key == e.Key && strings.HasPrefix(e.Value, n.step.Value[:len(n.step.Value)-1]) {
+	for _, n := range l.wildcard {
+		if n.step.Key == e.Key && wildcardMatch(n.parts, e.Value) {
 			return n
 		}
 	}
 	return l.any[e.Key]
 }
 
+// wildcardMatch reports whether value matches the wildcard pattern split at
+// its '*' into parts (strings.Split(pattern, "*")): each '*' stands for any
+// run of bytes, empty included, and the literal parts must appear in order,
+// the first at the start and the last at the end, without overlapping. This
+// is the matching of Lyft's service (wildcardMatch in its
+// src/config/config_impl.go): "foo*" matches every value starting with
+// "foo", "bar*b" matches "barb" and "bar-b" but not "bar", and
+// "foo*bar*baz" matches "foo-bar-baz" and "foobarbaz".
+func wildcardMatch(parts []string, value string) bool {
+	if len(parts) == 1 {
+		return parts[0] == value
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
+
 // Match returns the rule that applies to a descriptor of domain, with Lyft's
 // semantics: entries are matched level by level, outermost first; at each
 // level a descriptor with the same key and value is preferred to one whose
-// value ends in '*' and prefixes the entry's value (the longest such prefix
-// first), which is preferred to one with the key and no value; there is no
+// wildcard value matches the entry's value (see [WildcardMatch]; the first
+// such descriptor in file order), which is preferred to one with the key and
+// no value; there is no
 // backtracking; and a rule applies only when its depth equals the number of
 // entries. It reports false when no rule applies (the descriptor is then not
 // limited).
@@ -210,9 +245,11 @@ func (s *Set) Override(domainName string, entries []Entry, requestsPerUnit int64
 		return nil, fmt.Errorf("%w: requests_per_unit %d is negative", ErrInvalidOverride, requestsPerUnit)
 	}
 	if requestsPerUnit == 0 {
+		r.CountDenied = d.defaults.countRejected
 		return r, nil
 	}
-	r.Limit = bucket.Limit{Algorithm: d.defaults.algorithm, Limit: requestsPerUnit, Period: r.Period()}
+	r.Limit = bucket.Limit{Algorithm: d.defaults.algorithm, Limit: requestsPerUnit, Period: r.Period(),
+		CountRejected: d.defaults.countRejected}
 	if err := r.Limit.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOverride, err)
 	}

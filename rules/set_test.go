@@ -22,14 +22,7 @@ func e(pairs ...string) []Entry {
 }
 
 func TestMatchLyftSemantics(t *testing.T) {
-	data, err := os.ReadFile("testdata/lyft.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Parse("lyft.yaml", data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := lyftExamples(t)
 	extra := mustParse(t, `
 domain: nest
 descriptors:

@@ -48,8 +48,16 @@ func (p *parser) fields(n *yaml.Node, what string, allowed []string) (map[string
 			p.errorf(k, "%s has a key that is not a string", what)
 			continue
 		}
+		if reason, ok := refusedKeys[k.Value]; ok {
+			p.errorf(k, "%s is not supported: %s", k.Value, reason)
+			continue
+		}
 		if !slices.Contains(allowed, k.Value) {
-			p.errorf(k, "unknown key %q in %s (want one of %s)", k.Value, what, strings.Join(allowed, ", "))
+			if where, ok := lyftKeys[k.Value]; ok {
+				p.errorf(k, "key %q does nothing in %s: Lyft's service reads it only in %s (and ignores it here)", k.Value, what, where)
+			} else {
+				p.errorf(k, "unknown key %q in %s (want one of %s)", k.Value, what, strings.Join(allowed, ", "))
+			}
 			continue
 		}
 		if first, dup := lines[k.Value]; dup {

@@ -56,7 +56,7 @@ func parseCheck(args []string, out io.Writer) (checkOptions, error) {
 	fs.StringVar(&policy, "policy", "", "partition policy: fail-open, fail-closed or local-share (default: the node's)")
 	fs.DurationVar(&it.MaxWait, "max-wait", 0, "longest wait accepted (leaky_queue, smooth_*)")
 	fs.DurationVar(&it.MinGap, "min-gap", 0, "least time between two admitted hits (sliding_log)")
-	fs.BoolVar(&it.CountRejected, "count-rejected", false, "count rejected attempts too (sliding_log)")
+	fs.BoolVar(&it.CountRejected, "count-rejected", false, "count rejected attempts too (sliding_log, fixed_window)")
 	fs.DurationVar(&it.WarmUp, "warm-up", 0, "warm-up period (smooth_warming_up)")
 	fs.StringVar(&it.Lease, "lease", "", "permit holder (concurrency)")
 	fs.BoolVar(&it.Release, "release", false, "return the holder's permits instead of taking (concurrency)")
