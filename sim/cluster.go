@@ -24,6 +24,7 @@ const (
 	streamArrivals = 1
 	streamNetwork  = 2
 	streamMembers  = 3
+	streamOrder    = 4
 )
 
 // Variant is what a comparison varies between runs of one scenario.
@@ -78,6 +79,16 @@ type Options struct {
 	// once. The results do not depend on it: one worker or many give the
 	// same Result, byte for byte.
 	Workers int
+	// Interleave, when positive, lets a node's inputs that production can
+	// receive in either order do so: a client request and a queued event
+	// (a tick, a message, an unreachable report, a membership change) due
+	// within Interleave of each other are applied in a seeded random order,
+	// as a real node's driver takes them from different goroutines. Each is
+	// applied at its own instant or later (the core never sees time go
+	// back), and the events of one link keep their order, as on a gRPC
+	// stream. Zero applies them in time order, queued events first at one
+	// instant. The same seed still gives the same Result.
+	Interleave time.Duration
 }
 
 // Cluster is one simulated cluster running one scenario under one variant:
@@ -98,6 +109,8 @@ type Cluster struct {
 	// instant the run drains to.
 	now, end, stop int64
 	tick           int64
+	// interleave is Options.Interleave, in nanoseconds.
+	interleave int64
 	// q holds the cluster's own events; each node has its queue.
 	q queue
 	// nextArrival is the instant of the next client request, or -1 when the
@@ -193,6 +206,30 @@ func NewCluster(sc Scenario, v Variant, seed uint64) (*Cluster, error) {
 		c.prefetchNear(c.wl.peek(i).key)
 	}
 	return c, nil
+}
+
+// SetInterleave sets the window within which a node applies its client
+// requests and its queued events in a seeded random order (see
+// Options.Interleave). Call it before Run.
+func (c *Cluster) SetInterleave(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: interleave %v must not be negative", ErrScenario, d)
+	}
+	c.interleave = int64(d)
+	for i, s := range c.nodes {
+		s.order = rand.New(rand.NewPCG(c.seed, streamOrder+uint64(i)<<8))
+	}
+	return nil
+}
+
+// Reordered returns how many of the nodes' inputs the interleave window
+// applied out of time order so far (see Options.Interleave).
+func (c *Cluster) Reordered() int64 {
+	var n int64
+	for _, s := range c.nodes {
+		n += s.reordered
+	}
+	return n
 }
 
 // time returns the cluster's virtual time as a time.Time.

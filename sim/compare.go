@@ -77,6 +77,9 @@ func Run(sc Scenario, v Variant, opt Options) (*Result, error) {
 	if c.workers <= 0 {
 		c.workers = runtime.GOMAXPROCS(0)
 	}
+	if err := c.SetInterleave(opt.Interleave); err != nil {
+		return nil, err
+	}
 	return c.Run(opt.Progress)
 }
 

@@ -62,6 +62,9 @@ func (c *Cluster) addNode(weight float64) int32 {
 	i := int32(len(c.nodes))
 	s := &simNode{idx: i, name: nodeName(int(i)), weight: weight, restartAfter: -1}
 	s.rng = rand.New(rand.NewPCG(c.seed, streamNetwork+uint64(i)<<8))
+	if c.interleave > 0 {
+		s.order = rand.New(rand.NewPCG(c.seed, streamOrder+uint64(i)<<8))
+	}
 	s.traffic = make([]traffic, len(c.met.w))
 	c.nodes = append(c.nodes, s)
 	c.byName[s.name] = i

@@ -50,6 +50,12 @@ type nodeRun struct {
 	now int64
 	// rng draws the fate of the messages the node sends.
 	rng *rand.Rand
+	// order draws the order of the inputs due within the interleave window
+	// (Options.Interleave); nil when it is off.
+	order *rand.Rand
+	// reordered counts the inputs the interleave applied out of time
+	// order.
+	reordered int64
 	// out holds the deliveries of the messages sent in the window.
 	out []*event
 	// pend holds the node's pending-request records; free those not in
@@ -168,16 +174,28 @@ func (c *Cluster) stepNodes(end int64) {
 }
 
 // stepNode fires s's events before instant end, in time order: at one
-// instant, queued events before client requests.
+// instant, queued events before client requests; with an interleave
+// window, a queued event and a client request due within it of each other
+// in a random order (see Options.Interleave).
 func (c *Cluster) stepNode(s *simNode, end int64) {
 	for {
 		var p *pending
 		if s.next < len(s.arrivals) {
 			p = s.arrivals[s.next]
 		}
-		if at, ok := s.q.peek(); ok && at < end && (p == nil || at <= p.at) {
+		at, ok := s.q.peek()
+		ok = ok && at < end
+		queued := ok && (p == nil || at <= p.at)
+		if ok && p != nil && s.order != nil && c.interleave > 0 && abs64(at-p.at) <= c.interleave {
+			inOrder := queued
+			queued = s.order.IntN(2) == 0
+			if queued != inOrder {
+				s.reordered++
+			}
+		}
+		if queued {
 			e := s.q.pop()
-			s.now = e.at
+			s.now = max(s.now, e.at)
 			c.fire(s, e)
 			s.q.recycle(e)
 			continue
@@ -186,8 +204,8 @@ func (c *Cluster) stepNode(s *simNode, end int64) {
 			break
 		}
 		s.next++
-		s.now = p.at
-		s.n.Check(c.at(p.at), p.reqs, p.resps, p.done)
+		s.now = max(s.now, p.at)
+		s.n.Check(c.at(s.now), p.reqs, p.resps, p.done)
 	}
 	clear(s.arrivals)
 	s.arrivals, s.next = s.arrivals[:0], 0
@@ -440,4 +458,11 @@ func (st *stepper) stop() {
 		}
 	}
 	st.wg.Wait()
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }

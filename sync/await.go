@@ -29,27 +29,18 @@ type awaitFrom struct {
 // await window, with the still-running marks of old carried over. before is
 // nil on the first membership (or holds only this node, just started): then
 // the previous owners are those of the ring without this node, which is
-// what the rest of the cluster used. The same holds while this node is
-// joining (within HandoffWait of its first view with others): gossip tells
-// a newcomer of the members one or a few at a time, so its previous view is
-// a part of the cluster, whose owners are not the ones that hold the
-// states (a key of n2 looks like n1's to a newcomer that knew only n1).
+// what the rest of the cluster used.
 func (n *Node) gainedPartitions(now time.Time, old map[int]awaitFrom, before, after *ring.Ring) map[int]awaitFrom {
 	if n.cfg.HandoffWait == 0 {
 		return nil
 	}
-	fresh := before == nil || (before.Len() == 1 && before.Has(n.cfg.Self))
-	if fresh && after.Len() > 1 {
-		n.joinUntil = now.Add(n.cfg.HandoffWait)
-	}
-	if fresh || now.Before(n.joinUntil) {
+	if before == nil || (before.Len() == 1 && before.Has(n.cfg.Self)) {
 		// A node alone on its ring has just started: nothing was handed to
 		// it, and the rest of the cluster used the ring without it.
 		var err error
 		if before, err = after.WithoutMember(n.cfg.Self); err != nil || before.Len() == 0 {
 			return nil
 		}
-		old = nil // marks from a partial view name the wrong owners
 	}
 	marks := make(map[int]awaitFrom)
 	for id, a := range old {

@@ -39,9 +39,6 @@ type Node struct {
 	members []string
 	// leaving is set by Leave: this node is no longer on its own ring.
 	leaving bool
-	// joinUntil ends this node's join: until then, the partitions it gains
-	// are awaited from their owners on the ring without it (await.go).
-	joinUntil time.Time
 	// quorum holds the failed members of the quorum baseline (quorum.go).
 	quorum quorum
 	// dur holds the backups and the announced leaves (backup.go, leave.go).

@@ -1,0 +1,118 @@
+package sim
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	rlsync "github.com/ringlimit/ringlimit/sync"
+)
+
+// interleave is the window the interleaving tests use: a client request and
+// a message, tick or membership change due within 1 ms of each other reach
+// a node in either order, as they do from a real node's goroutines.
+const interleave = time.Millisecond
+
+// TestInterleaveReordersAndIsReproducible: with the interleave window on,
+// the scheduler does apply inputs out of time order, and the same seed
+// still gives the same Result (and the same reorderings).
+func TestInterleaveReordersAndIsReproducible(t *testing.T) {
+	sc := short(t, "churn")
+	run := func() (*Result, int64) {
+		c, err := NewCluster(sc, Variant{Mode: rlsync.ModeCached}, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetInterleave(interleave); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Run(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, c.Reordered()
+	}
+	r1, n1 := run()
+	r2, n2 := run()
+	if n1 == 0 {
+		t.Fatal("the interleave window applied no input out of time order")
+	}
+	if n1 != n2 || !reflect.DeepEqual(r1, r2) {
+		t.Errorf("seed 7: two runs differ (reordered %d and %d)", n1, n2)
+	}
+	t.Logf("seed 7: %d inputs applied out of time order", n1)
+	if _, err := Run(sc, Variant{Mode: rlsync.ModeCached}, Options{Seed: 1, Interleave: -time.Millisecond}); err == nil {
+		t.Error("a negative interleave was accepted")
+	}
+}
+
+// envelopeViolation returns the first run of windows over which key 0
+// admitted more than the token bucket's envelope (capacity + rate x span),
+// or "" when none did.
+func envelopeViolation(sc Scenario, r *Result) string {
+	l, _ := sc.Limit.Bucket()
+	rate := float64(l.Limit) / l.Period.Seconds() * sc.Window.D().Seconds()
+	adm := r.Series.HotAdmitted
+	for i := range adm {
+		var s int64
+		for j := i; j < len(adm); j++ {
+			s += adm[j]
+			if bound := float64(l.Capacity()) + rate*float64(j-i+1); float64(s) > bound {
+				return fmt.Sprintf("key 0 admitted %d in windows %d..%d, over the envelope %.0f", s, i, j, bound)
+			}
+		}
+	}
+	return ""
+}
+
+// TestInterleavedModesKeepTheirPromises runs the modes' promises with the
+// interleave window on, over several seeds, so that every check races the
+// ticks, messages and membership changes that reach its node around it:
+// owner mode exact while connected, and owner and leased mode (policy
+// fail-closed) within the token bucket's envelope on the hot key.
+//
+// Scenarios whose membership changes (rolling-restart, churn) are not in
+// this test: there owner and leased mode leave the envelope with or without
+// the interleave (seeds 1 to 3, rolling-restart, owner mode: 4005 to 4009 in
+// windows 0..6 for 4000; leased: 4009), the open fault of issue #15 (an
+// owner starts deciding before the previous one stopped) that
+// TestLeasedNeverOverLimit avoids by freezing membership.
+func TestInterleavedModesKeepTheirPromises(t *testing.T) {
+	seeds := []uint64{1, 2, 3}
+	if testing.Short() {
+		seeds = seeds[:1]
+	}
+	for _, seed := range seeds {
+		for _, name := range []string{"healthy", "hot-key"} {
+			r, err := Run(short(t, name), Variant{Mode: rlsync.ModeOwner}, Options{Seed: seed, Interleave: interleave})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := r.Phase("all"); p.OverPct > 0.5 || p.Lost > 0 || p.Errors > 0 {
+				t.Errorf("seed %d: %s, owner: over %.2f%%, lost %d, errors %d; want within 0.5%% and none lost",
+					seed, name, p.OverPct, p.Lost, p.Errors)
+			}
+		}
+		for _, tc := range []struct {
+			mode  rlsync.Mode
+			names []string
+		}{
+			{rlsync.ModeOwner, []string{"healthy", "hot-key"}},
+			{rlsync.ModeLeased, []string{"healthy", "hot-key"}},
+		} {
+			for _, name := range tc.names {
+				sc := short(t, name)
+				sc.Workload.Rate = 5000
+				sc.Sync.Policy = "fail-closed"
+				r, err := Run(sc, Variant{Mode: tc.mode}, Options{Seed: seed, Interleave: interleave})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v := envelopeViolation(sc, r); v != "" {
+					t.Errorf("seed %d: %s, %v: %s", seed, name, tc.mode, v)
+				}
+			}
+		}
+	}
+}
