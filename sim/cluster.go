@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/ring"
@@ -201,10 +200,6 @@ func NewCluster(sc Scenario, v Variant, seed uint64) (*Cluster, error) {
 	if c.nextArrival >= c.end {
 		c.nextArrival = -1
 	}
-	for i := range lookahead {
-		c.prefetchFar(c.wl.peek(i).key)
-		c.prefetchNear(c.wl.peek(i).key)
-	}
 	return c, nil
 }
 
@@ -297,8 +292,6 @@ func (c *Cluster) arrive(until int64) {
 	for c.nextArrival >= 0 && c.nextArrival < until {
 		at := c.nextArrival
 		a := c.wl.take()
-		c.prefetchFar(c.wl.peek(lookahead - 1).key)
-		c.prefetchNear(c.wl.peek(lookahead / 2).key)
 		node := c.wl.node(c.nodes, a.u)
 		w := c.met.win(at)
 		c.refs = append(c.refs, arrival{at: at, key: int32(a.key), win: int32(w), hits: a.hits})
@@ -327,18 +320,12 @@ type arrival struct {
 	hits     int64
 }
 
-// refAhead is how many arrivals ahead reference prefetches.
-const refAhead = 8
-
 // reference has the ideal limiter decide the arrivals of the window, in
 // arrival order, and counts them. It touches the metrics of arrivals and
 // of keys, which nothing else touches while the nodes run, so it runs
 // beside them (stepNodes).
 func (c *Cluster) reference() {
 	for i := range c.refs {
-		if j := i + refAhead; j < len(c.refs) {
-			c.prefetchRef(int(c.refs[j].key))
-		}
 		a := &c.refs[i]
 		ks := &c.met.keys[a.key]
 		now := c.at(a.at)
@@ -354,37 +341,6 @@ func (c *Cluster) reference() {
 		c.met.arrival(int(a.win), int(a.key), a.hits, err == nil && d.Allowed)
 	}
 	c.refs = c.refs[:0]
-}
-
-// With a uniform choice among 100,000 keys or more, nearly every arrival
-// is of a key whose memory has left the caches since its last arrival: its
-// netting slots and reference bucket, its name (which the node hashes and
-// compares) and the slice entry that points to the name. Each is read after
-// the one that points to it, so without help every arrival waits for a
-// chain of cache misses. The workload draws its arrivals lookahead ahead
-// (workload.take), and the simulator prefetches their memory in two steps:
-// the arrival lookahead-1 ahead, the lines whose addresses it can compute
-// (prefetchFar); the one lookahead/2 ahead, the lines those point to, now
-// in the cache (prefetchNear). Prefetching changes no result.
-
-// prefetchFar prefetches key's netting slots and the slice entry of its name.
-func (c *Cluster) prefetchFar(key int) {
-	prefetch(unsafe.Pointer(&c.met.keys[key]))
-	prefetch(unsafe.Pointer(&c.wl.keys[key]))
-}
-
-// prefetchNear prefetches key's reference bucket and the bytes of its name.
-func (c *Cluster) prefetchNear(key int) {
-	c.prefetchRef(key)
-	prefetch(unsafe.Pointer(unsafe.StringData(c.wl.keys[key])))
-}
-
-// prefetchRef prefetches key's reference bucket, if it has one.
-func (c *Cluster) prefetchRef(key int) {
-	if b := c.met.keys[key].ref; b != nil {
-		// The second word of an interface value points to its data.
-		prefetch((*[2]unsafe.Pointer)(unsafe.Pointer(&b))[1])
-	}
 }
 
 // result assembles the Result from the measurements.

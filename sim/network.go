@@ -3,6 +3,8 @@ package sim
 import (
 	"math/rand/v2"
 
+	"google.golang.org/protobuf/proto"
+
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
@@ -150,7 +152,7 @@ func (e *endpoint) Send(to string, env *peerv1.Envelope) {
 	}
 	t := &from.traffic[c.met.win(from.now)]
 	t.messages++
-	t.bytes += int64(wireSize(env))
+	t.bytes += int64(proto.Size(env))
 	j, ok := c.byName[to]
 	if !ok {
 		return // a name the cluster never had: nothing to report it to

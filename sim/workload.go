@@ -7,12 +7,6 @@ import (
 	"strings"
 )
 
-// lookahead is how many arrivals the workload draws in advance (a power of
-// two): the simulator reads ahead which keys are coming and prefetches
-// their memory, so the cache misses of a cold key overlap the work of the
-// arrivals before it (see Cluster.prefetch).
-const lookahead = 16
-
 // draw is what the workload draws for one arrival.
 type draw struct {
 	key  int
@@ -25,18 +19,13 @@ type draw struct {
 }
 
 // workload generates the client traffic from its own seeded generator, so
-// every mode of one comparison sees the very same arrivals. Nothing else
-// draws from that generator, so drawing lookahead arrivals in advance, in
-// the order they come, gives the same draws as drawing each when it comes.
+// every mode of one comparison sees the very same arrivals.
 type workload struct {
 	spec Workload
 	rng  *rand.Rand
 	zipf *rand.Zipf
 	// keys holds the key names, all slices of one string.
 	keys []string
-	// ahead holds the next lookahead arrivals' draws, the next at head.
-	ahead [lookahead]draw
-	head  int
 	// meanGap is the mean time between arrivals while on, in nanoseconds.
 	meanGap float64
 	// on and cycle describe bursty traffic (cycle zero: steady).
@@ -92,15 +81,8 @@ func (w *workload) reweigh(nodes []*simNode) {
 	}
 }
 
-// start draws the time of the first arrival, and then the draws of the
-// first lookahead arrivals, and returns the first arrival's time.
-func (w *workload) start() int64 {
-	t := w.next()
-	for i := range w.ahead {
-		w.ahead[i] = w.draw()
-	}
-	return t
-}
+// start draws the time of the first arrival and returns it.
+func (w *workload) start() int64 { return w.next() }
 
 // draw draws one arrival: its key, its hits, its load balancer draw and
 // the time of the arrival after it, in that order.
@@ -113,18 +95,8 @@ func (w *workload) draw() draw {
 	return d
 }
 
-// take returns the next arrival's draws and draws the one lookahead
-// arrivals later in its place.
-func (w *workload) take() draw {
-	d := w.ahead[w.head]
-	w.ahead[w.head] = w.draw()
-	w.head = (w.head + 1) & (lookahead - 1)
-	return d
-}
-
-// peek returns the draws of the arrival i arrivals after the next one, for
-// i < lookahead.
-func (w *workload) peek(i int) *draw { return &w.ahead[(w.head+i)&(lookahead-1)] }
+// take returns the next arrival's draws.
+func (w *workload) take() draw { return w.draw() }
 
 // next returns the time of the next arrival, in nanoseconds since the start.
 func (w *workload) next() int64 {

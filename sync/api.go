@@ -105,11 +105,6 @@ var (
 	ErrEmptyKey = errors.New("sync: empty key")
 	// ErrKeyTooLong: a key longer than Config.MaxKeyLen.
 	ErrKeyTooLong = errors.New("sync: key too long")
-	// ErrOwnerUnreachable: the owner could not be reached where no partition
-	// policy applies. An unreachable owner under a policy (fail-closed
-	// included) is not an error but a decision with Response.Degraded set; no
-	// mode currently lacks a policy, so this is reserved.
-	ErrOwnerUnreachable = errors.New("sync: owner unreachable")
 	// ErrNoMembers: the node knows no members yet (not even itself).
 	ErrNoMembers = errors.New("sync: no members")
 	// ErrLeaving: the node is handing off and takes no new checks as owner.

@@ -508,16 +508,6 @@ func TestForwardResentToPeerThatDoesNotKnowUs(t *testing.T) {
 	}
 }
 
-func ownerIn(t *testing.T, key string, members ...string) string {
-	t.Helper()
-	r, err := ring.New(ring.DefaultConfig(), members...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, _ := r.Owner(key)
-	return o
-}
-
 // TestLeaveAnnouncementOvertaken: a check that reaches the successor before
 // the leaving node's hand-off and announcement do (the link from the
 // leaving node to the successor is slow) is passed on to the leaving node,
