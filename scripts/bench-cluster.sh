@@ -19,7 +19,7 @@
 # stop any `make run` first. Only the processes started here are stopped.
 set -eu
 
-node=${1:-bin/node}
+node=${1:-bin/ringlimit-node}
 loadgen=${2:-bin/loadgen}
 calls=${CALLS:-60000}
 batch_calls=${BATCH_CALLS:-3000}

@@ -26,7 +26,7 @@
 # node grew beyond SOAK_MAX_GROWTH.
 set -eu
 
-node=${1:-bin/node}
+node=${1:-bin/ringlimit-node}
 loadgen=${2:-bin/loadgen}
 secs=${SOAK_SECONDS:-600}
 warmup=${SOAK_WARMUP:-60}

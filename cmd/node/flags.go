@@ -34,7 +34,7 @@ func envName(name string) string {
 
 const usageHead = `ringlimit node: one member of a cluster-coordinated rate limiter.
 
-Usage: node [flags]
+Usage: ringlimit-node [flags]
 
 Every flag can also be set through the environment variable shown next to
 it; a flag on the command line wins over the environment. Durations are Go
@@ -49,7 +49,7 @@ Flags:
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (options, error) {
 	o := options{cfg: ringlimit.DefaultConfig(), shutdownTimeout: 15 * time.Second}
 	c := &o.cfg
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs := flag.NewFlagSet("ringlimit-node", flag.ContinueOnError)
 	fs.SetOutput(out)
 
 	var seeds, mode, policy, logLevel, logFormat, gossipKey, gossipKeys string

@@ -36,14 +36,15 @@ durations ("500ms", "1m"). Exit code: 0 admitted, 1 over the limit,
 Flags:
 `
 
-// parseCheck parses the flags of ringlimit check. It writes --help and
-// errors to out and returns flag.ErrHelp for --help.
-func parseCheck(args []string, out io.Writer) (checkOptions, error) {
+// parseCheck parses the flags of ringlimit check, with the environment
+// getenv. It writes --help and errors to out and returns flag.ErrHelp for
+// --help.
+func parseCheck(args []string, getenv func(string) string, out io.Writer) (checkOptions, error) {
 	var o checkOptions
 	it := &o.item
 	fs := newFlagSet("check", usageCheck, out)
 	var addrs, algorithm, mode, policy string
-	fs.StringVar(&addrs, "addr", "127.0.0.1:7101", "gRPC address of the node (host:port); a comma-separated list spreads calls round-robin")
+	fs.StringVar(&addrs, "addr", envOr(getenv, envAddr, "127.0.0.1:7101"), "gRPC address of the node (host:port); a comma-separated list spreads calls round-robin; default from $"+envAddr+" when set")
 	fs.StringVar(&it.Name, "name", "", "name of the limit (required without --rule)")
 	fs.StringVar(&it.Rule, "rule", "", "name of a rule of the node's rules file, which supplies the limit (instead of --name, --limit, --period, ...)")
 	fs.StringVar(&it.Key, "key", "", "the client's key within the limit (required)")

@@ -28,21 +28,38 @@ Exit codes: 0 admitted (check) or done, 1 over the limit (check),
 2 bad command line, 3 the node could not be asked or could not decide.
 `
 
-// run executes the command line args and returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// Environment variables that give the node's addresses when the command
+// line does not: scripts/cluster.sh (make run) prints them for its ports.
+const (
+	envAddr = "RINGLIMIT_ADDR" // default of check --addr
+	envHTTP = "RINGLIMIT_HTTP" // default of cluster --http
+)
+
+// envOr returns the value of the environment variable name, or def when it
+// is empty.
+func envOr(getenv func(string) string, name, def string) string {
+	if v := getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// run executes the command line args, with the environment getenv, and
+// returns the exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usageMain)
 		return exitUsage
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "check":
-		o, err := parseCheck(rest, stderr)
+		o, err := parseCheck(rest, getenv, stderr)
 		if err != nil {
 			return parseExit(err)
 		}
 		return runCheck(ctx, o, time.Now, stdout, stderr)
 	case "cluster":
-		o, err := parseCluster(rest, stderr)
+		o, err := parseCluster(rest, getenv, stderr)
 		if err != nil {
 			return parseExit(err)
 		}
@@ -52,9 +69,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case len(rest) == 0:
 			fmt.Fprint(stdout, usageMain)
 		case rest[0] == "check":
-			_, _ = parseCheck([]string{"--help"}, stdout)
+			_, _ = parseCheck([]string{"--help"}, getenv, stdout)
 		case rest[0] == "cluster":
-			_, _ = parseCluster([]string{"--help"}, stdout)
+			_, _ = parseCluster([]string{"--help"}, getenv, stdout)
 		default:
 			fmt.Fprintf(stderr, "ringlimit help: unknown command %q\n\n%s", rest[0], usageMain)
 			return exitUsage

@@ -64,7 +64,7 @@ func TestParseCheck(t *testing.T) {
 		{name: "stray argument", args: append(base, "extra"), wantErr: "unexpected arguments"},
 	} {
 		var out bytes.Buffer
-		got, err := parseCheck(tc.args, &out)
+		got, err := parseCheck(tc.args, noEnv, &out)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(out.String(), tc.wantErr) {
 				t.Errorf("%s: err %v, output %q; want an error containing %q", tc.name, err, out.String(), tc.wantErr)
@@ -78,6 +78,42 @@ func TestParseCheck(t *testing.T) {
 		if strings.Join(got.addrs, "|") != strings.Join(tc.want.addrs, "|") || got.item != tc.want.item ||
 			got.timeout != tc.want.timeout || got.json != tc.want.json || got.tls.on() != tc.wantTLS {
 			t.Errorf("%s:\n got %+v\nwant %+v (tls %v)", tc.name, got, tc.want, tc.wantTLS)
+		}
+	}
+}
+
+// noEnv is an empty environment.
+func noEnv(string) string { return "" }
+
+// TestEnvAddresses: RINGLIMIT_ADDR and RINGLIMIT_HTTP (printed by make run
+// for its PORT_BASE) are the defaults of --addr and --http; a flag wins.
+func TestEnvAddresses(t *testing.T) {
+	env := func(name string) string {
+		return map[string]string{envAddr: "127.0.0.1:17001,127.0.0.1:17002", envHTTP: "127.0.0.1:18001"}[name]
+	}
+	base := []string{"--name", "api", "--key", "alice", "--limit", "10", "--period", "1m"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{base, "127.0.0.1:17001|127.0.0.1:17002"},
+		{append([]string{"--addr", "h:1"}, base...), "h:1"},
+	} {
+		o, err := parseCheck(tc.args, env, io.Discard)
+		if got := strings.Join(o.addrs, "|"); err != nil || got != tc.want {
+			t.Errorf("check %q: addrs %q, err %v; want %q", tc.args, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "http://127.0.0.1:18001/v1/cluster"},
+		{[]string{"--http", "h:2"}, "http://h:2/v1/cluster"},
+	} {
+		o, err := parseCluster(tc.args, env, io.Discard)
+		if err != nil || o.url != tc.want {
+			t.Errorf("cluster %q: url %q, err %v; want %q", tc.args, o.url, err, tc.want)
 		}
 	}
 }
@@ -98,7 +134,7 @@ func TestParseCluster(t *testing.T) {
 		{[]string{"now"}, "", "unexpected arguments"},
 	} {
 		var out bytes.Buffer
-		got, err := parseCluster(tc.args, &out)
+		got, err := parseCluster(tc.args, noEnv, &out)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(out.String(), tc.wantErr) {
 				t.Errorf("%q: err %v, output %q; want an error containing %q", tc.args, err, out.String(), tc.wantErr)
@@ -131,7 +167,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"check", "--bogus"}, exitUsage, []string{"flag provided but not defined: -bogus"}},
 	} {
 		var out bytes.Buffer
-		code := run(t.Context(), tc.args, &out, &out)
+		code := run(t.Context(), tc.args, noEnv, &out, &out)
 		if code != tc.wantCode {
 			t.Errorf("%q: exit %d, want %d", tc.args, code, tc.wantCode)
 		}
@@ -141,7 +177,7 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
-	if _, err := parseCheck([]string{"--help"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+	if _, err := parseCheck([]string{"--help"}, noEnv, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("parseCheck(--help) = %v, want flag.ErrHelp", err)
 	}
 }
@@ -276,14 +312,14 @@ func TestCheckAgainstANode(t *testing.T) {
 		{args("--algorithm", "smooth_warming_up"), exitFailed, "error:       warm_up"},
 	} {
 		var out, errOut bytes.Buffer
-		code := run(t.Context(), tc.args, &out, &errOut)
+		code := run(t.Context(), tc.args, noEnv, &out, &errOut)
 		if code != tc.wantCode || !strings.Contains(out.String(), tc.wantOut) {
 			t.Errorf("step %d %q: exit %d, stdout:\n%s\nstderr: %s\nwant exit %d and %q", i, tc.args[1:], code, out.String(), errOut.String(), tc.wantCode, tc.wantOut)
 		}
 	}
 
 	var out bytes.Buffer
-	if code := run(t.Context(), args("--json", "--key", "bob"), &out, io.Discard); code != exitOK {
+	if code := run(t.Context(), args("--json", "--key", "bob"), noEnv, &out, io.Discard); code != exitOK {
 		t.Fatalf("--json: exit %d", code)
 	}
 	var j checkJSON
@@ -303,7 +339,7 @@ func TestCheckAgainstANode(t *testing.T) {
 	ln.Close()
 	var errOut bytes.Buffer
 	code := run(t.Context(), []string{"check", "--addr", dead, "--name", "a", "--key", "b", "--limit", "1", "--period", "1s",
-		"--timeout", "200ms"}, io.Discard, &errOut)
+		"--timeout", "200ms"}, noEnv, io.Discard, &errOut)
 	if code != exitFailed || !strings.Contains(errOut.String(), "ringlimit check: client: check via "+dead) {
 		t.Errorf("unreachable node: exit %d, stderr %q; want %d", code, errOut.String(), exitFailed)
 	}
@@ -312,7 +348,7 @@ func TestCheckAgainstANode(t *testing.T) {
 func TestClusterAgainstANode(t *testing.T) {
 	n := startNode(t)
 	var out, errOut bytes.Buffer
-	if code := run(t.Context(), []string{"cluster", "--http", n.HTTPAddr()}, &out, &errOut); code != exitOK {
+	if code := run(t.Context(), []string{"cluster", "--http", n.HTTPAddr()}, noEnv, &out, &errOut); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	for _, w := range []string{"node n1: ready", "n1 (self)  alive", "ring: version"} {
@@ -322,7 +358,7 @@ func TestClusterAgainstANode(t *testing.T) {
 	}
 
 	out.Reset()
-	if code := run(t.Context(), []string{"cluster", "--http", "http://" + n.HTTPAddr(), "--json"}, &out, &errOut); code != exitOK {
+	if code := run(t.Context(), []string{"cluster", "--http", "http://" + n.HTTPAddr(), "--json"}, noEnv, &out, &errOut); code != exitOK {
 		t.Fatalf("--json: exit %d: %s", code, errOut.String())
 	}
 	var st ringlimit.ClusterStatus
@@ -332,7 +368,7 @@ func TestClusterAgainstANode(t *testing.T) {
 
 	// A node's gRPC port does not speak HTTP/1: the command fails cleanly.
 	errOut.Reset()
-	if code := run(t.Context(), []string{"cluster", "--http", n.GRPCAddr(), "--timeout", "2s"}, io.Discard, &errOut); code != exitFailed {
+	if code := run(t.Context(), []string{"cluster", "--http", n.GRPCAddr(), "--timeout", "2s"}, noEnv, io.Discard, &errOut); code != exitFailed {
 		t.Errorf("cluster against the gRPC port: exit %d, want %d (%s)", code, exitFailed, errOut.String())
 	}
 }

@@ -34,13 +34,14 @@ fewer has not heard of the others yet, or is cut off from them.
 Flags:
 `
 
-// parseCluster parses the flags of ringlimit cluster. It writes --help and
-// errors to out and returns flag.ErrHelp for --help.
-func parseCluster(args []string, out io.Writer) (clusterOptions, error) {
+// parseCluster parses the flags of ringlimit cluster, with the environment
+// getenv. It writes --help and errors to out and returns flag.ErrHelp for
+// --help.
+func parseCluster(args []string, getenv func(string) string, out io.Writer) (clusterOptions, error) {
 	var o clusterOptions
 	fs := newFlagSet("cluster", usageCluster, out)
 	var addr string
-	fs.StringVar(&addr, "http", "127.0.0.1:8101", "HTTP address of the node (host:port), or its base URL (https://host:port)")
+	fs.StringVar(&addr, "http", envOr(getenv, envHTTP, "127.0.0.1:8101"), "HTTP address of the node (host:port), or its base URL (https://host:port); default from $"+envHTTP+" when set")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "longest wait for the answer")
 	fs.BoolVar(&o.json, "json", false, "print the node's JSON as is (indented)")
 	o.tls.register(fs)
