@@ -65,7 +65,7 @@ func parseCheck(args []string, getenv func(string) string, out io.Writer) (check
 	fs.BoolVar(&o.json, "json", false, "print the answer as JSON")
 	o.tls.register(fs)
 
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, "check", args, out); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/flagvalue"
 )
 
 // Exit codes.
@@ -101,11 +103,11 @@ func usageErr(out io.Writer, cmd, format string, args ...any) error {
 	return err
 }
 
-// newFlagSet returns a flag set for cmd that prints head and its flags,
-// "--name" style, for --help.
+// newFlagSet returns a flag set for cmd whose Usage prints head and its
+// flags, "--name" style, for --help. Parse it with parseArgs.
 func newFlagSet(cmd, head string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("ringlimit "+cmd, flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(io.Discard) // parseArgs writes the errors
 	fs.Usage = func() {
 		fmt.Fprint(out, head)
 		fs.VisitAll(func(f *flag.Flag) {
@@ -117,4 +119,25 @@ func newFlagSet(cmd, head string, out io.Writer) *flag.FlagSet {
 		})
 	}
 	return fs
+}
+
+// parseArgs parses args with fs, every flag of cmd defined. --help writes
+// the usage; a bad value or an unknown flag writes one line that says what
+// is wrong and how to write it, instead of the usage.
+func parseArgs(fs *flag.FlagSet, cmd string, args []string, out io.Writer) error {
+	usage := fs.Usage
+	fs.Usage = func() {}
+	var bad error
+	flagvalue.Explain(fs, &bad)
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return err
+	case bad == nil: // not a bad value: an unknown flag, a missing value
+		bad = err
+	}
+	return usageErr(out, cmd, "%v", bad)
 }

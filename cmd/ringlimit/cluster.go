@@ -45,7 +45,7 @@ func parseCluster(args []string, getenv func(string) string, out io.Writer) (clu
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "longest wait for the answer")
 	fs.BoolVar(&o.json, "json", false, "print the node's JSON as is (indented)")
 	o.tls.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, "cluster", args, out); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
