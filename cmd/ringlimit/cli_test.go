@@ -369,9 +369,62 @@ func TestClusterAgainstANode(t *testing.T) {
 		t.Errorf("--json: %+v, %v\n%s", st, err, out.String())
 	}
 
-	// A node's gRPC port does not speak HTTP/1: the command fails cleanly.
+	// A node's gRPC port does not speak HTTP/1: the command fails cleanly,
+	// with a hint to use the HTTP port.
 	errOut.Reset()
-	if code := run(t.Context(), []string{"cluster", "--http", n.GRPCAddr(), "--timeout", "2s"}, noEnv, io.Discard, &errOut); code != exitFailed {
-		t.Errorf("cluster against the gRPC port: exit %d, want %d (%s)", code, exitFailed, errOut.String())
+	if code := run(t.Context(), []string{"cluster", "--http", n.GRPCAddr(), "--timeout", "2s"}, noEnv, io.Discard, &errOut); code != exitFailed ||
+		!strings.Contains(errOut.String(), "is "+n.GRPCAddr()+" the node's HTTP port, its --http-addr?") {
+		t.Errorf("cluster against the gRPC port: exit %d, stderr %q; want %d and a hint to use the HTTP port", code, errOut.String(), exitFailed)
+	}
+	// A port nothing listens on gets no such hint.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	errOut.Reset()
+	if code := run(t.Context(), []string{"cluster", "--http", dead, "--timeout", "2s"}, noEnv, io.Discard, &errOut); code != exitFailed ||
+		strings.Contains(errOut.String(), "HTTP port") {
+		t.Errorf("cluster against a closed port: exit %d, stderr %q; want %d and no hint", code, errOut.String(), exitFailed)
+	}
+}
+
+// TestCheckAgainstTheHTTPPort: pointed at a node's HTTP port, check fails
+// with gRPC's "frame too large ... looked like an HTTP/1.1 header" and a
+// line that says to give the gRPC port (issue 18 item 6).
+func TestCheckAgainstTheHTTPPort(t *testing.T) {
+	n := startNode(t)
+	var errOut bytes.Buffer
+	code := run(t.Context(), []string{"check", "--addr", n.HTTPAddr(), "--name", "a", "--key", "b", "--limit", "1", "--period", "1s",
+		"--timeout", "2s"}, noEnv, io.Discard, &errOut)
+	want := "ringlimit check: " + n.HTTPAddr() + " answers HTTP/1.1 (200 OK), as a node's HTTP port does; ringlimit check speaks gRPC: give --addr the node's gRPC port"
+	if code != exitFailed || !strings.Contains(errOut.String(), want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", code, errOut.String(), exitFailed, want)
+	}
+}
+
+// TestNeverPrintsAsNever: a request for more hits than the limit holds can
+// never be admitted; its retry-after is the largest duration, printed as
+// "never" rather than 2562047h47m16.85s (issue 18 item 6). --json keeps the
+// HTTP API's spelling.
+func TestNeverPrintsAsNever(t *testing.T) {
+	n := startNode(t)
+	args := []string{"check", "--addr", n.GRPCAddr(), "--name", "a", "--key", "b", "--limit", "2", "--period", "1m",
+		"--hits", "5", "--mode", "owner"}
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), args, noEnv, &out, &errOut); code != exitOverLimit {
+		t.Fatalf("exit %d, want %d: %s%s", code, exitOverLimit, out.String(), errOut.String())
+	}
+	if got := out.String(); !strings.Contains(got, "retry after: never (") || strings.Contains(got, "2562047h") {
+		t.Errorf("output:\n%s\nwant \"retry after: never\"", got)
+	}
+	out.Reset()
+	if code := run(t.Context(), append(args, "--json"), noEnv, &out, &errOut); code != exitOverLimit {
+		t.Fatalf("--json: exit %d", code)
+	}
+	var j checkJSON
+	if err := json.Unmarshal(out.Bytes(), &j); err != nil || j.RetryAfter != never.String() {
+		t.Errorf("--json: retry_after %q, %v; want %q", j.RetryAfter, err, never.String())
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -106,6 +108,12 @@ func runCluster(ctx context.Context, o clusterOptions, stdout, stderr io.Writer)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" {
+			// Connected, but no HTTP/1.1 came back: a gRPC port answers
+			// with an HTTP/2 frame ("malformed HTTP response \x00\x00...").
+			err = fmt.Errorf("%w\n(is %s the node's HTTP port, its --http-addr? A gRPC port does not answer HTTP/1.1; make run's node1 serves HTTP on 127.0.0.1:8101)", err, req.URL.Host)
+		}
 		return fail(err)
 	}
 	defer resp.Body.Close()
