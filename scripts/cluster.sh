@@ -24,20 +24,18 @@ bin=${2:-bin/ringlimit-node}
 base=${PORT_BASE:-7100}
 portcheck=${PORTCHECK:-$(dirname "$bin")/portcheck}
 
-case $n in
-'' | *[!0-9]*) echo "cluster.sh: N must be a number from 1 to 50, got '$n'" >&2; exit 2 ;;
-esac
-if [ "$n" -lt 1 ] || [ "$n" -gt 50 ]; then
-	echo "cluster.sh: N must be a number from 1 to 50, got $n" >&2
+# in_range NAME VALUE LO HI exits unless VALUE is a whole number in [LO, HI].
+in_range() {
+	case $2 in
+	'' | *[!0-9]*) ;;
+	*) [ "$2" -ge "$3" ] && [ "$2" -le "$4" ] && return 0 ;;
+	esac
+	echo "cluster.sh: $1 must be a number from $3 to $4, got '$2'" >&2
 	exit 2
-fi
-case $base in
-'' | *[!0-9]*) echo "cluster.sh: PORT_BASE must be a number from 1024 to 64485, got '$base'" >&2; exit 2 ;;
-esac
-if [ "$base" -lt 1024 ] || [ "$base" -gt 64485 ]; then
-	echo "cluster.sh: PORT_BASE must be a number from 1024 to 64485, got $base" >&2
-	exit 2
-fi
+}
+in_range N "$n" 1 50
+# The highest port is PORT_BASE+1000+50.
+in_range PORT_BASE "$base" 1024 64485
 [ -x "$bin" ] || { echo "cluster.sh: $bin is not an executable (run make run)" >&2; exit 2; }
 [ -x "$portcheck" ] || { echo "cluster.sh: $portcheck is not an executable (run make run)" >&2; exit 2; }
 
