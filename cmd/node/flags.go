@@ -68,8 +68,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.DurationVar(&c.GossipReconnectInterval, "gossip-reconnect-interval", c.GossipReconnectInterval, "how often seeds and failed members missing from the membership are joined again, so partitions heal (0: the profile's 2s; negative: never)")
 	fs.DurationVar(&c.GossipReconnectTimeout, "gossip-reconnect-timeout", c.GossipReconnectTimeout, "how long a failed member is tried again before it is forgotten (0: the profile's 10m)")
 	fs.DurationVar(&c.Sync.FailedMemberTTL, "failed-member-ttl", c.Sync.FailedMemberTTL, "how long a failed member still counts in the quorum baseline: a node seeing no more than half of it decides the lost members' keys by the partition policy (0: no quorum rule)")
-	flagvalue.Choice(fs, &mode, "mode", c.Sync.Mode.String(), []string{"local", "owner", "cached", "leased"}, "default consistency mode of checks that do not name one")
-	flagvalue.Choice(fs, &policy, "policy", c.Sync.Policy.String(), []string{"fail-open", "fail-closed", "local-share"}, "default partition policy when a key's owner is unreachable")
+	flagvalue.ChoiceVar(fs, &mode, "mode", c.Sync.Mode.String(), []string{"local", "owner", "cached", "leased"}, "default consistency mode of checks that do not name one")
+	flagvalue.ChoiceVar(fs, &policy, "policy", c.Sync.Policy.String(), []string{"fail-open", "fail-closed", "local-share"}, "default partition policy when a key's owner is unreachable")
 	fs.DurationVar(&c.Sync.FlushInterval, "flush-interval", c.Sync.FlushInterval, "cached mode: how often pending hits are flushed to each key's owner (drift grows with it)")
 	fs.DurationVar(&c.Sync.ForwardWindow, "forward-window", c.Sync.ForwardWindow, "owner mode: how long forwarded checks wait to be batched with others bound for the same owner")
 	fs.IntVar(&c.Sync.MaxBatch, "max-batch", c.Sync.MaxBatch, "most items in one message between nodes (flush, forward, push); a full batch is sent at once")
@@ -106,8 +106,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.BoolVar(&c.NginxFailClosed, "nginx-fail-closed", false, "/v1/nginx/auth: answer 503 instead of 204 when a check fails (unknown rule, no key, cluster unable to answer)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP port (keep that port private)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM/SIGINT: how long to drain calls, hand keys off and leave before stopping anyway")
-	flagvalue.Choice(fs, &logLevel, "log-level", "info", []string{"debug", "info", "warn", "error"}, "log level")
-	flagvalue.Choice(fs, &logFormat, "log-format", "text", []string{"text", "json"}, "log format")
+	flagvalue.ChoiceVar(fs, &logLevel, "log-level", "info", []string{"debug", "info", "warn", "error"}, "log level")
+	flagvalue.ChoiceVar(fs, &logFormat, "log-format", "text", []string{"text", "json"}, "log format")
 
 	flags := configFlags(fs, c, map[string]string{"Seeds": "--seeds", "GossipKey": "--gossip-key",
 		"GossipSecondaryKeys": "--gossip-keys", "MaxConcurrentStreams": "--max-concurrent-streams"})
@@ -162,7 +162,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 		c.GossipKey, c.GossipSecondaryKeys = keys[0], keys[1:]
 	}
 	// --mode, --policy, --log-level and --log-format took only their
-	// valid words (flagvalue.Choice).
+	// valid words (flagvalue.ChoiceVar).
 	if c.Sync.Mode, err = rlsync.ParseMode(mode); err != nil {
 		return o, usageErr(out, "--mode: %v", err)
 	}

@@ -116,9 +116,9 @@ func (v choice) Set(s string) error {
 // Get returns the value, for flag.Getter.
 func (v choice) Get() any { return *v.p }
 
-// Choice defines a flag of fs that takes one of the words valid, stored in
+// ChoiceVar defines a flag of fs that takes one of the words valid, stored in
 // *p (def until set); usage is followed by the words.
-func Choice(fs *flag.FlagSet, p *string, name, def string, valid []string, usage string) {
+func ChoiceVar(fs *flag.FlagSet, p *string, name, def string, valid []string, usage string) {
 	*p = def
 	fs.Var(choice{p: p, valid: valid}, name, usage+": "+OrList(valid))
 }

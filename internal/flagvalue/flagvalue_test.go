@@ -45,7 +45,7 @@ func TestExplain(t *testing.T) {
 		fs.Float64Var(&f, "ratio", 0, "")
 		fs.BoolVar(&b, "json", false, "")
 		fs.StringVar(&other, "other", "", "")
-		Choice(fs, &mode, "mode", "cached", []string{"local", "owner", "cached"}, "the mode")
+		ChoiceVar(fs, &mode, "mode", "cached", []string{"local", "owner", "cached"}, "the mode")
 		var bad error
 		Explain(fs, &bad)
 		err := fs.Parse(tt.args)
@@ -64,7 +64,7 @@ func TestExplain(t *testing.T) {
 func TestChoiceDefaultAndUsage(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	var mode string
-	Choice(fs, &mode, "mode", "cached", []string{"owner", "cached"}, "the mode")
+	ChoiceVar(fs, &mode, "mode", "cached", []string{"owner", "cached"}, "the mode")
 	f := fs.Lookup("mode")
 	if mode != "cached" || f.DefValue != "cached" || f.Usage != "the mode: owner or cached" {
 		t.Errorf("mode %q, default %q, usage %q", mode, f.DefValue, f.Usage)
