@@ -57,10 +57,10 @@ bench:
 
 ## bench-cluster: a 3-node loopback cluster under cmd/loadgen, side by side:
 ## single-check and 100-check calls, owner and cached mode, with the nodes'
-## CPU time per call (docs/bench.md). Uses the ports of `make run`.
+## CPU time per call (docs/bench.md). Uses the ports of `make run` (PORT_BASE).
 bench-cluster: bins
 	$(GO) build -o bin/loadgen ./cmd/loadgen
-	@scripts/bench-cluster.sh bin/ringlimit-node bin/loadgen
+	@PORT_BASE=$(PORT_BASE) scripts/bench-cluster.sh bin/ringlimit-node bin/loadgen
 
 ## fuzz: run every fuzz target (each `func FuzzXxx` of a _test.go file) for
 ## FUZZTIME each, one after the other; the first failure stops the run.
@@ -88,7 +88,7 @@ fuzz:
 ## or growth. Not in CI. Settings at the top of scripts/soak.sh.
 soak: bins
 	$(GO) build -o bin/loadgen ./cmd/loadgen
-	@scripts/soak.sh bin/ringlimit-node bin/loadgen
+	@PORT_BASE=$(PORT_BASE) scripts/soak.sh bin/ringlimit-node bin/loadgen
 
 ## proto: regenerate the committed protobuf code (protoc from Debian's protobuf-compiler).
 proto:
