@@ -45,10 +45,10 @@ func TestNotes(t *testing.T) {
 			[]string{"1.4 times the ideal during the disruption", "refused entirely for 2s after the disruption: the hits the cut-off nodes"}},
 		{"low after the heal, owner", plotResult("owner", []int64{500, 500, 500, 500, 500, 500, 500, 200, 500, 500}, flat(500)),
 			[]string{"admitted at under half the ideal for 1s after the disruption."}},
-		{"takeover peak", plotResult("leased", []int64{500, 500, 500, 1200, 600, 600, 500, 500, 500, 500}, flat(500)),
-			[]string{"1200 hits/s at 3s, when a new owner took the key over", "1.6 times the ideal during"}},
-		{"cached: no takeover caption", plotResult("cached", []int64{500, 500, 500, 1200, 500, 500, 500, 500, 500, 500}, flat(500)),
-			[]string{"times the ideal during"}},
+		{"a peak window", plotResult("leased", []int64{500, 500, 500, 1200, 600, 600, 500, 500, 500, 500}, flat(500)),
+			[]string{"highest window, 1200 hits/s at 3s (2.4 times the ideal)", "1.6 times the ideal during"}},
+		{"no peak under twice the ideal", plotResult("cached", []int64{500, 500, 500, 990, 500, 500, 500, 500, 500, 500}, flat(500)),
+			[]string{"1.3 times the ideal during"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,8 +95,8 @@ func TestWriteSVG(t *testing.T) {
 			t.Errorf("%s appears %d times, want once per panel (2)", top, n)
 		}
 	}
-	if n := strings.Count(svg, `<circle`); n != 2 { // the loud panel's two captions
-		t.Errorf("%d markers, want 2", n)
+	if n := strings.Count(svg, `<circle`); n != 3 { // the loud panel's: over, its highest window, refused
+		t.Errorf("%d markers, want 3", n)
 	}
 }
 
