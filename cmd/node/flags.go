@@ -54,7 +54,6 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	// Errors are written below, in a line of their own, without the flag
 	// package's usage dump; --help writes the usage.
 	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
 
 	var seeds, mode, policy, logLevel, logFormat, gossipKey, gossipKeys string
 	var maxConcurrentStreams uint
@@ -136,14 +135,11 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	if envErr != nil {
 		return o, envErr
 	}
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+	if err := flagvalue.Parse(fs, args, &bad); errors.Is(err, flag.ErrHelp) {
 		usage()
 		return o, err
 	} else if err != nil {
-		if bad == nil { // not a bad value: an unknown flag, a missing value
-			bad = err
-		}
-		return o, usageErr(out, "%v (ringlimit-node --help lists every flag)", bad)
+		return o, usageErr(out, "%v (ringlimit-node --help lists every flag)", err)
 	}
 	if fs.NArg() > 0 {
 		return o, usageErr(out, "unexpected arguments: %q", fs.Args())

@@ -171,7 +171,8 @@ func TestFlagErrorsSayHowToWriteIt(t *testing.T) {
 			avoid: []string{"CheckTimeout", "RequestTimeout", "Sync."}},
 		{name: "a field of the core", args: []string{"--tick-interval", "0s"},
 			want: []string{"--tick-interval must be positive"}, avoid: []string{"TickInterval", "sync: config"}},
-		{name: "unknown flag", args: []string{"--colour"}, want: []string{"colour", "--help lists every flag"}},
+		{name: "unknown flag", args: []string{"--colour"}, want: []string{"unknown flag --colour", "--help lists every flag"}},
+		{name: "no value", args: []string{"--mode"}, want: []string{"--mode needs a value"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

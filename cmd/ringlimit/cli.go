@@ -126,18 +126,15 @@ func newFlagSet(cmd, head string, out io.Writer) *flag.FlagSet {
 // is wrong and how to write it, instead of the usage.
 func parseArgs(fs *flag.FlagSet, cmd string, args []string, out io.Writer) error {
 	usage := fs.Usage
-	fs.Usage = func() {}
 	var bad error
 	flagvalue.Explain(fs, &bad)
-	err := fs.Parse(args)
+	err := flagvalue.Parse(fs, args, &bad)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, flag.ErrHelp):
 		usage()
 		return err
-	case bad == nil: // not a bad value: an unknown flag, a missing value
-		bad = err
 	}
-	return usageErr(out, cmd, "%v", bad)
+	return usageErr(out, cmd, "%v", err)
 }

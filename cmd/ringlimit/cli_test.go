@@ -167,7 +167,8 @@ func TestHelp(t *testing.T) {
 		{[]string{"cluster", "--help"}, exitOK, []string{"--http"}},
 		{[]string{"help", "nope"}, exitUsage, []string{`unknown command "nope"`}},
 		{[]string{"frobnicate"}, exitUsage, []string{`unknown command "frobnicate"`}},
-		{[]string{"check", "--bogus"}, exitUsage, []string{"flag provided but not defined: -bogus"}},
+		{[]string{"check", "--bogus"}, exitUsage, []string{"ringlimit check: unknown flag --bogus (see ringlimit help check)"}},
+		{[]string{"check", "--period"}, exitUsage, []string{"ringlimit check: --period needs a value"}},
 	} {
 		var out bytes.Buffer
 		code := run(t.Context(), tc.args, noEnv, &out, &out)

@@ -7,8 +7,9 @@
 //	... define the flags ...
 //	var bad error
 //	flagvalue.Explain(fs, &bad)
-//	if err := fs.Parse(args); err != nil && bad != nil {
-//		// bad is "--period \"60\": a duration needs a unit: ..."
+//	if err := flagvalue.Parse(fs, args, &bad); err != nil {
+//		// err is flag.ErrHelp, or one line such as
+//		// --period "60": a duration needs a unit: write e.g. "60ms" or "60s"
 //	}
 package flagvalue
 
@@ -45,10 +46,7 @@ func (v explained) Set(s string) error {
 
 // IsBoolFlag tells the flag package that a wrapped boolean flag takes no
 // value (--json, not --json true).
-func (v explained) IsBoolFlag() bool {
-	b, ok := v.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
+func (v explained) IsBoolFlag() bool { return isBool(v.Value) }
 
 // Explain wraps every flag defined in fs so far: a value that one cannot
 // parse makes an error that says how to write it, and the first such error
@@ -56,6 +54,60 @@ func (v explained) IsBoolFlag() bool {
 // after defining the flags and before setting any.
 func Explain(fs *flag.FlagSet, bad *error) {
 	fs.VisitAll(func(f *flag.Flag) { f.Value = explained{Value: f.Value, name: f.Name, bad: bad} })
+}
+
+// Parse parses args with fs, whose flags Explain has wrapped, recording
+// into bad. It returns nil, flag.ErrHelp for -h or --help, or an error of
+// one line in the flags' --names: the first bad value explained, an
+// unknown flag, or a flag without its value. fs.Usage is not called: the
+// caller writes the usage for flag.ErrHelp.
+func Parse(fs *flag.FlagSet, args []string, bad *error) error {
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return err
+	case *bad != nil:
+		return *bad
+	}
+	if msg := misuse(fs, args); msg != "" {
+		return errors.New(msg)
+	}
+	return err
+}
+
+// misuse finds the flag of args that the flag package refused without a
+// bad value: one it does not define, or one whose value is missing. It
+// follows the flag package's syntax: -name or --name, =value or the next
+// argument (none for a boolean), up to "--" or the first argument that is
+// not a flag.
+func misuse(fs *flag.FlagSet, args []string) string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			return ""
+		}
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		f := fs.Lookup(name)
+		switch {
+		case f == nil && (name == "h" || name == "help"):
+			return ""
+		case f == nil:
+			return fmt.Sprintf("unknown flag --%s", name)
+		case hasValue || isBool(f.Value):
+		case i+1 == len(args):
+			return fmt.Sprintf("--%s needs a value", name)
+		default:
+			i++
+		}
+	}
+	return ""
+}
+
+// isBool reports whether v is a boolean flag's value, which takes none.
+func isBool(v flag.Value) bool {
+	b, ok := v.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // explain returns err, a failure to set v to s, as a sentence that says how

@@ -3,6 +3,7 @@ package flagvalue
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -57,6 +58,36 @@ func TestExplain(t *testing.T) {
 		}
 		if tt.want == "" && (!b || mode != "owner" || d != 2*time.Second) {
 			t.Errorf("%q: json %v, mode %q, period %v", tt.args, b, mode, d)
+		}
+	}
+}
+
+// TestParseMisuse: a flag the set does not define, or one without its
+// value, is named with two dashes.
+func TestParseMisuse(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--colour"}, "unknown flag --colour"},
+		{[]string{"-colour=red"}, "unknown flag --colour"},
+		{[]string{"--json", "--period", "1s", "--colour"}, "unknown flag --colour"},
+		{[]string{"--period"}, "--period needs a value"},
+		{[]string{"--json", "--period"}, "--period needs a value"},
+		{[]string{"--period", "1s", "stray", "--colour"}, ""}, // flags end at "stray"
+		{[]string{"-h"}, "flag: help requested"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var d time.Duration
+		var b bool
+		fs.DurationVar(&d, "period", 0, "")
+		fs.BoolVar(&b, "json", false, "")
+		var bad error
+		Explain(fs, &bad)
+		err := Parse(fs, tt.args, &bad)
+		if got := fmt.Sprint(err); (tt.want == "" && err != nil) || (tt.want != "" && got != tt.want) {
+			t.Errorf("%q: %v, want %q", tt.args, err, tt.want)
 		}
 	}
 }
