@@ -5,7 +5,7 @@
 # The binary is built on the host and is the whole build context:
 #
 #   mkdir -p bin/image
-#   CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/image/node ./cmd/node
+#   CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/image/ringlimit-node ./cmd/node
 #   docker build -f Dockerfile -t ringlimit bin/image
 #
 # `make e2e` does the same (tag ringlimit:e2e) before its tests.
@@ -21,11 +21,11 @@
 # (7946, TCP and UDP) and /debug/pprof on the nodes' own network only
 # (docs/reliability.md).
 FROM scratch
-COPY node /node
+COPY ringlimit-node /ringlimit-node
 ENV RINGLIMIT_GRPC_ADDR=0.0.0.0:7101 \
     RINGLIMIT_HTTP_ADDR=0.0.0.0:8101 \
     RINGLIMIT_GOSSIP_ADDR=0.0.0.0:7946
 EXPOSE 7101/tcp 8101/tcp 7946/tcp 7946/udp
 # nobody: the node needs no privilege (its ports are above 1024).
 USER 65534:65534
-ENTRYPOINT ["/node"]
+ENTRYPOINT ["/ringlimit-node"]

@@ -5,14 +5,36 @@ GO        ?= go
 PKGS      := ./...
 N         ?= 3
 BENCHTIME ?= 1s
+# PORT_BASE: where the ports of make run and make cluster start (node i:
+# gRPC PORT_BASE+i, HTTP PORT_BASE+1000+i, gossip PORT_BASE+845+i).
+PORT_BASE ?= 7100
 
-.PHONY: all build test race lint bench bench-cluster proto fuzz soak run cluster sim e2e conformance
+.PHONY: all build bins install test race lint bench bench-cluster proto fuzz soak run cluster sim e2e conformance
 
 all: lint test
 
-## build: compile every package and command.
-build:
+## build: compile every package, and build the node as bin/ringlimit-node
+## and the command-line client as bin/ringlimit.
+build: bins
 	$(GO) build $(PKGS)
+
+## bins: bin/ringlimit-node (cmd/node), bin/ringlimit (cmd/ringlimit) and
+## bin/portcheck (the port check of scripts/cluster.sh). go build -v names
+## each package as it compiles it: on empty caches, a minute or two.
+bins:
+	@echo "building bin/ringlimit-node, bin/ringlimit and bin/portcheck (on empty Go caches the first build takes a minute or two; packages are listed as they compile)"
+	$(GO) build -v -o bin/ringlimit-node ./cmd/node
+	$(GO) build -v -o bin/ringlimit ./cmd/ringlimit
+	$(GO) build -o bin/portcheck ./scripts/portcheck
+
+## install: install the node as ringlimit-node and the client as ringlimit
+## in $GOBIN (default: $GOPATH/bin). Not `go install ./cmd/node`: that
+## names the node binary `node`, as Node.js is named.
+install:
+	@dir=$$($(GO) env GOBIN); [ -n "$$dir" ] || dir=$$($(GO) env GOPATH)/bin; \
+	echo "installing ringlimit-node and ringlimit into $$dir"; \
+	$(GO) build -v -o "$$dir/ringlimit-node" ./cmd/node && \
+	$(GO) build -v -o "$$dir/ringlimit" ./cmd/ringlimit
 
 ## test: every unit, property and in-process multi-node test.
 test:
@@ -35,11 +57,10 @@ bench:
 
 ## bench-cluster: a 3-node loopback cluster under cmd/loadgen, side by side:
 ## single-check and 100-check calls, owner and cached mode, with the nodes'
-## CPU time per call (docs/bench.md). Uses the ports of `make run`.
-bench-cluster:
-	$(GO) build -o bin/node ./cmd/node
+## CPU time per call (docs/bench.md). Uses the ports of `make run` (PORT_BASE).
+bench-cluster: bins
 	$(GO) build -o bin/loadgen ./cmd/loadgen
-	@scripts/bench-cluster.sh bin/node bin/loadgen
+	@PORT_BASE=$(PORT_BASE) scripts/bench-cluster.sh bin/ringlimit-node bin/loadgen
 
 ## fuzz: run every fuzz target (each `func FuzzXxx` of a _test.go file) for
 ## FUZZTIME each, one after the other; the first failure stops the run.
@@ -65,10 +86,9 @@ fuzz:
 ## (default 600) after SOAK_WARMUP (default 60), sampling each node's
 ## goroutines and memory; reports the first and last sample, fails on errors
 ## or growth. Not in CI. Settings at the top of scripts/soak.sh.
-soak:
-	$(GO) build -o bin/node ./cmd/node
+soak: bins
 	$(GO) build -o bin/loadgen ./cmd/loadgen
-	@scripts/soak.sh bin/node bin/loadgen
+	@PORT_BASE=$(PORT_BASE) scripts/soak.sh bin/ringlimit-node bin/loadgen
 
 ## proto: regenerate the committed protobuf code (protoc from Debian's protobuf-compiler).
 proto:
@@ -81,14 +101,14 @@ proto:
 	  $$(find proto -name '*.proto')
 
 ## run: build the node and start a 3-node cluster on loopback (ports in
-## scripts/cluster.sh and README.md); Ctrl-C stops every node.
+## scripts/cluster.sh and README.md; another set with PORT_BASE=17000);
+## it refuses to start if one of its ports is taken. Ctrl-C stops every node.
 run: N = 3
 run: cluster
 
 ## cluster: the same with N nodes (1 to 50): make cluster N=5.
-cluster:
-	$(GO) build -o bin/node ./cmd/node
-	@scripts/cluster.sh $(N) bin/node
+cluster: bins
+	@PORT_BASE=$(PORT_BASE) scripts/cluster.sh $(N) bin/ringlimit-node
 
 ## sim: run every standard simulation scenario in every mode (seed 1, 60s
 ## simulated each) and print the comparison table. SIMFLAGS adds flags, e.g.

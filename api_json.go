@@ -1,6 +1,7 @@
 package ringlimit
 
 import (
+	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -89,7 +90,7 @@ func fromJSON(j *jsonItem) item {
 	if j.Algorithm != "" && it.err == nil {
 		a, err := bucket.ParseAlgorithm(j.Algorithm)
 		if err != nil {
-			it.err = fieldErr("algorithm", "unknown algorithm %q", j.Algorithm)
+			it.err = fieldErr("algorithm", "unknown algorithm %q (want %s)", j.Algorithm, algorithmNames())
 		}
 		it.algorithm = int64(a)
 	}
@@ -108,6 +109,15 @@ func fromJSON(j *jsonItem) item {
 		it.policy = int64(p)
 	}
 	return it
+}
+
+// algorithmNames lists the algorithms' names as JSON spells them: "a, b, c".
+func algorithmNames() string {
+	var names []string
+	for _, a := range bucket.Algorithms() {
+		names = append(names, a.String())
+	}
+	return strings.Join(names, ", ")
 }
 
 // jsonDuration parses a Go duration string ("" is zero), keeping the first

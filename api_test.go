@@ -138,7 +138,7 @@ func TestHTTPBadItems(t *testing.T) {
 		{"negative period", `{"name":"a","unique_key":"k","hits":1,"limit":1,"period":"-1s"}`, "period: must be positive"},
 		{"malformed period", `{"name":"a","unique_key":"k","hits":1,"limit":1,"period":"one minute"}`, `period: invalid duration "one minute"`},
 		{"malformed max wait", `{"name":"a","unique_key":"k","hits":1,"limit":1,"period":"1s","max_wait":"5"}`, `max_wait: invalid duration "5"`},
-		{"unknown algorithm", `{"name":"a","unique_key":"k","hits":1,"limit":1,"period":"1s","algorithm":"bogus"}`, `algorithm: unknown algorithm "bogus"`},
+		{"unknown algorithm", `{"name":"a","unique_key":"k","hits":1,"limit":1,"period":"1s","algorithm":"bogus"}`, `algorithm: unknown algorithm "bogus" (want token_bucket, leaky_meter, leaky_queue, fixed_window, sliding_log, sliding_counter, gcra, concurrency, smooth_bursty, smooth_warming_up)`},
 		{"unknown mode", `{"name":"a","unique_key":"k","hits":1,"limit":1,"period":"1s","mode":"eventual"}`, `mode: unknown mode "eventual"`},
 		{"unknown policy", `{"name":"a","unique_key":"k","hits":1,"limit":1,"period":"1s","policy":"open"}`, `policy: unknown policy "open"`},
 	}

@@ -50,7 +50,7 @@ func testImage(ctx context.Context, t *testing.T) string {
 	}
 	const img = "ringlimit:deploy-e2e"
 	dir := t.TempDir()
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "node"), "../cmd/node")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "ringlimit-node"), "../cmd/node")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -217,8 +217,10 @@ func selects(sel, labels map[string]string) bool {
 }
 
 // nodeFlags returns the flag names that cmd/node defines, read from its
-// source (fs.StringVar(&x, "name", ...)), so that the environment variables
-// of the manifests cannot drift from the flags.
+// source (fs.StringVar(&x, "name", ...), flagvalue.ChoiceVar(fs, &x,
+// "name", ...): the first string argument of a call of a ...Var function),
+// so that the environment variables of the manifests cannot drift from the
+// flags.
 func nodeFlags(t *testing.T) map[string]bool {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "cmd", "node", "flags.go"), nil, 0)
@@ -235,9 +237,12 @@ func nodeFlags(t *testing.T) map[string]bool {
 		if !ok || !strings.HasSuffix(sel.Sel.Name, "Var") {
 			return true
 		}
-		if lit, ok := call.Args[1].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-			name, _ := strconv.Unquote(lit.Value)
-			flags[name] = true
+		for _, arg := range call.Args[1:min(len(call.Args), 3)] {
+			if lit, ok := arg.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				name, _ := strconv.Unquote(lit.Value)
+				flags[name] = true
+				break
+			}
 		}
 		return true
 	})

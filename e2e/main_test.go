@@ -102,7 +102,7 @@ func buildImage(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "node")
+	bin := filepath.Join(dir, "ringlimit-node")
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goTool(), "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/node")

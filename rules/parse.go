@@ -140,7 +140,7 @@ func (p *parser) parseFile(data []byte) {
 			return
 		}
 		if err != nil {
-			p.syntaxError(err)
+			p.syntaxError(err, data)
 			return
 		}
 		if len(doc.Content) == 0 {
@@ -154,15 +154,71 @@ func (p *parser) parseFile(data []byte) {
 	}
 }
 
-// syntaxError records a YAML syntax error, with its line when the message
-// has one ("yaml: line 3: ...").
-func (p *parser) syntaxError(err error) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	var line int
+// syntaxError records a YAML syntax error of data, at the line that breaks
+// it. yaml.v3 names some errors by the line where the enclosing block
+// starts: a line 6 indented wrongly was "line 2: did not find expected
+// key". The line at fault is the first at which data, cut after it, fails
+// with the same error (syntaxLine).
+func (p *parser) syntaxError(err error, data []byte) {
+	line, msg := splitSyntaxError(err)
+	if line > 0 {
+		if at := syntaxLine(data, line, msg); at != line {
+			msg = fmt.Sprintf("%s (check this line's indentation against the block that starts at line %d)", msg, line)
+			line = at
+		}
+	}
+	p.errorf(&yaml.Node{Line: line}, "invalid YAML: %s", msg)
+}
+
+// splitSyntaxError returns the line of a yaml.v3 syntax error, when its
+// message has one ("yaml: line 3: ..."; 0 otherwise), and the rest of the
+// message. yaml.v3 has no error type that carries the line.
+func splitSyntaxError(err error) (line int, msg string) {
+	msg = strings.TrimPrefix(err.Error(), "yaml: ")
 	if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
 		_, msg, _ = strings.Cut(msg, ": ")
 	}
-	p.errorf(&yaml.Node{Line: line}, "invalid YAML: %s", msg)
+	return line, msg
+}
+
+// maxSyntaxLines bounds the lines searched for a syntax error's line (each
+// step of the search decodes the file once more).
+const maxSyntaxLines = 100_000
+
+// syntaxLine returns the first line n from `from` on such that the first n
+// lines of data fail to decode with msg, the error of the whole of data; or
+// from if there is none. An error stops yaml.v3 at its first problem, and a
+// cut taken before the problem decodes or fails otherwise (a block cut
+// short is still YAML), so a binary search finds the line.
+func syntaxLine(data []byte, from int, msg string) int {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) > maxSyntaxLines || from > len(lines) {
+		return from
+	}
+	fails := func(n int) bool {
+		dec := yaml.NewDecoder(bytes.NewReader(bytes.Join(lines[:n], nil)))
+		for {
+			var doc yaml.Node
+			err := dec.Decode(&doc)
+			if err == nil {
+				continue
+			}
+			_, m := splitSyntaxError(err)
+			return !errors.Is(err, io.EOF) && m == msg
+		}
+	}
+	lo, hi := from, len(lines)
+	if !fails(hi) {
+		return from
+	}
+	for lo < hi {
+		if mid := (lo + hi) / 2; fails(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // defaults reads the algorithm, mode, policy and count_rejected of f, each

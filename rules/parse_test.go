@@ -131,11 +131,22 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		src  string
 		want []string // each error, in order
 	}{
-		// The YAML library may name the line that opens the broken block.
+		// The YAML library names the line that opens the broken block;
+		// the error names the line at fault (issue 18: line 2 for line 6).
 		{"syntax", "domain: a\ndescriptors:\n  - key: k\n   value: v\n",
-			[]string{"f.yaml:2: invalid YAML: did not find expected '-' indicator"}},
+			[]string{"f.yaml:4: invalid YAML: did not find expected '-' indicator (check this line's indentation against the block that starts at line 2)"}},
 		{"syntax tab", "domain: a\ndescriptors:\n  - key: k\n\tvalue: v\n",
-			[]string{"f.yaml:3: invalid YAML: found a tab character"}},
+			[]string{"f.yaml:4: invalid YAML: found a tab character"}},
+		{"indented less, line 6", "domain: test\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n     requests_per_unit: 5\n",
+			[]string{"f.yaml:6: invalid YAML: did not find expected key (check this line's indentation against the block that starts at line 2)"}},
+		{"indented more, line 6", "domain: test\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n        requests_per_unit: 5\n",
+			[]string{"f.yaml:6: invalid YAML: mapping values are not allowed in this context"}},
+		{"list item out of line, line 7", "domain: test\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n   - key: b\n",
+			[]string{"f.yaml:7: invalid YAML: did not find expected '-' indicator"}},
+		{"tab, line 6", "domain: test\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n\trequests_per_unit: 5\n",
+			[]string{"f.yaml:6: invalid YAML: found a tab character"}},
+		{"second document, line 8", "domain: a\n---\ndomain: test\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n     requests_per_unit: 5\n",
+			[]string{"f.yaml:8: invalid YAML: did not find expected key"}},
 		{"not a mapping", "- a\n- b\n", []string{"f.yaml:1:1: a rules document must be a mapping, got a list"}},
 		{"no domain", "descriptors: []\n", []string{"f.yaml:1:1: missing domain"}},
 		{"unknown key", "domain: a\ndescriptor: []\n", []string{`f.yaml:2:1: unknown key "descriptor" in a rules document`}},

@@ -15,20 +15,23 @@
 # default, cores / 3 and at least 1; $(nproc) for Go's own default), ONLY (an
 # extended regular expression: run only the runs whose label matches it, as
 # for A/B runs of two node binaries, e.g. ONLY='owner mode, route').
-# The cluster runs on the fixed ports of `make run` (scripts/cluster.sh), so
-# stop any `make run` first. Only the processes started here are stopped.
+# The cluster runs on the ports of scripts/cluster.sh for PORT_BASE (default
+# 7100, those of `make run`): stop any `make run` there first, or pick
+# another PORT_BASE. Only the processes started here are stopped.
 set -eu
 
-node=${1:-bin/node}
+node=${1:-bin/ringlimit-node}
 loadgen=${2:-bin/loadgen}
 calls=${CALLS:-60000}
 batch_calls=${BATCH_CALLS:-3000}
 conc=${CONCURRENCY:-32}
 run_dir=${RUN_DIR:-${TMPDIR:-/tmp}/ringlimit-bench}
+base=${PORT_BASE:-7100}
+export PORT_BASE=$base RINGLIMIT_ADDR=127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3)) # for cluster.sh and loadgen
 tick=$(getconf CLK_TCK)
 
 [ -x "$node" ] && [ -x "$loadgen" ] || { echo "bench-cluster.sh: build $node and $loadgen first" >&2; exit 2; }
-for port in 8101 8102 8103; do
+for port in $((base + 1001)) $((base + 1002)) $((base + 1003)); do
 	if curl -s -o /dev/null http://127.0.0.1:$port/healthz 2>/dev/null; then
 		echo "bench-cluster.sh: something already serves 127.0.0.1:$port (make run?); stop it first" >&2
 		exit 2
@@ -41,7 +44,7 @@ trap 'kill -TERM $cluster 2>/dev/null; wait $cluster 2>/dev/null || true' EXIT I
 
 # Ready when every node's ring holds the three members (bounded wait).
 i=0
-until [ "$(curl -s http://127.0.0.1:8103/v1/cluster 2>/dev/null | grep -o '"name"' | wc -l)" -ge 3 ]; do
+until [ "$(curl -s http://127.0.0.1:$((base + 1003))/v1/cluster 2>/dev/null | grep -o '"name"' | wc -l)" -ge 3 ]; do
 	i=$((i + 1))
 	[ $i -le 100 ] || { echo "bench-cluster.sh: the cluster did not form; see $run_dir" >&2; exit 1; }
 	sleep 0.1

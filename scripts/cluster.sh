@@ -2,30 +2,71 @@
 # Start an N-node ringlimit cluster on loopback and stop it on Ctrl-C.
 # Used by `make run` (N=3) and `make cluster N=...`.
 #
-# Usage: scripts/cluster.sh N BINARY
+# Usage: [PORT_BASE=B] [RUN_DIR=DIR] scripts/cluster.sh N BINARY
 #
-# Node i (1..N) is named node<i> and listens on fixed ports:
-#   gRPC    127.0.0.1:710<i>   (7100 + i)
-#   HTTP    127.0.0.1:810<i>   (8100 + i)
-#   gossip  127.0.0.1:794<5+i> (7945 + i; node1 is 7946, the seed of the others)
-# Logs go to $RUN_DIR/node<i>.log (default /tmp/ringlimit-run). Extra node
-# flags can be passed in the environment (RINGLIMIT_MODE=owner, ...).
-# Only the processes started here are stopped, by their PIDs.
+# Node i (1..N) is named node<i> and listens on ports counted from PORT_BASE
+# (default 7100):
+#   gRPC    127.0.0.1:B+i        (7101, 7102, ...)
+#   HTTP    127.0.0.1:B+1000+i   (8101, 8102, ...)
+#   gossip  127.0.0.1:B+845+i    (7946, 7947, ...; node1's is the seed of the others)
+# Before starting anything it binds every one of those ports (TCP, and UDP
+# for gossip) with the portcheck helper that sits beside BINARY (or
+# $PORTCHECK), and refuses to start, naming the port, if one is taken.
+# Logs go to $RUN_DIR/node<i>.log; without RUN_DIR, to a new directory
+# ${TMPDIR:-/tmp}/ringlimit-run-<base>-XXXXXX, so no run overwrites another's
+# logs. Extra node flags can be passed in the environment
+# (RINGLIMIT_MODE=owner, ...). Only the processes started here are stopped,
+# by their PIDs.
 set -eu
 
 n=${1:-3}
-bin=${2:-bin/node}
-run_dir=${RUN_DIR:-${TMPDIR:-/tmp}/ringlimit-run}
+bin=${2:-bin/ringlimit-node}
+base=${PORT_BASE:-7100}
+portcheck=${PORTCHECK:-$(dirname "$bin")/portcheck}
 
-case $n in
-'' | *[!0-9]*) echo "cluster.sh: N must be a number from 1 to 50, got '$n'" >&2; exit 2 ;;
-esac
-if [ "$n" -lt 1 ] || [ "$n" -gt 50 ]; then
-	echo "cluster.sh: N must be a number from 1 to 50, got $n" >&2
+# in_range NAME VALUE LO HI exits unless VALUE is a whole number in [LO, HI].
+in_range() {
+	case $2 in
+	'' | *[!0-9]*) ;;
+	*) [ "$2" -ge "$3" ] && [ "$2" -le "$4" ] && return 0 ;;
+	esac
+	echo "cluster.sh: $1 must be a number from $3 to $4, got '$2'" >&2
+	exit 2
+}
+in_range N "$n" 1 50
+# The highest port is PORT_BASE+1000+50.
+in_range PORT_BASE "$base" 1024 64485
+[ -x "$bin" ] || { echo "cluster.sh: $bin is not an executable (run make run)" >&2; exit 2; }
+[ -x "$portcheck" ] || { echo "cluster.sh: $portcheck is not an executable (run make run)" >&2; exit 2; }
+
+grpc_port() { echo $((base + $1)); }
+http_port() { echo $((base + 1000 + $1)); }
+gossip_port() { echo $((base + 845 + $1)); }
+
+# Every port this cluster needs must be free before any node starts: a
+# node that cannot listen exits, and another cluster on the same ports
+# would answer the readiness checks below in its place.
+ports=""
+i=1
+while [ "$i" -le "$n" ]; do
+	ports="$ports tcp:$(grpc_port $i) tcp:$(http_port $i) tcp:$(gossip_port $i) udp:$(gossip_port $i)"
+	i=$((i + 1))
+done
+# shellcheck disable=SC2086 # one argument per port
+if ! "$portcheck" 127.0.0.1 $ports; then
+	echo "cluster.sh: a port of this cluster is taken (above), so no node was started." >&2
+	alt=$((base + 10000))
+	[ "$alt" -le 64485 ] || alt=$((base - 10000))
+	echo "Stop what holds it, or start on other ports: make run PORT_BASE=$alt (node i: gRPC $alt+i, HTTP $alt+1000+i, gossip $alt+845+i)." >&2
 	exit 2
 fi
-[ -x "$bin" ] || { echo "cluster.sh: $bin is not an executable (run make run)" >&2; exit 2; }
-mkdir -p "$run_dir"
+
+if [ -n "${RUN_DIR:-}" ]; then
+	run_dir=$RUN_DIR
+	mkdir -p "$run_dir"
+else
+	run_dir=$(mktemp -d "${TMPDIR:-/tmp}/ringlimit-run-$base-XXXXXX")
+fi
 
 # Each node runs in a session of its own (setsid, where there is one), so the
 # Ctrl-C that the terminal sends to its foreground process group reaches only
@@ -64,11 +105,11 @@ fi
 i=1
 while [ "$i" -le "$n" ]; do
 	seeds=""
-	[ "$i" -gt 1 ] && seeds=127.0.0.1:7946
+	[ "$i" -gt 1 ] && seeds=127.0.0.1:$(gossip_port 1)
 	$detach "$bin" --name "node$i" \
-		--grpc-addr "127.0.0.1:$((7100 + i))" \
-		--http-addr "127.0.0.1:$((8100 + i))" \
-		--gossip-addr "127.0.0.1:$((7945 + i))" \
+		--grpc-addr "127.0.0.1:$(grpc_port $i)" \
+		--http-addr "127.0.0.1:$(http_port $i)" \
+		--gossip-addr "127.0.0.1:$(gossip_port $i)" \
 		--gossip-profile local \
 		--seeds "$seeds" \
 		>"$run_dir/node$i.log" 2>&1 &
@@ -76,11 +117,18 @@ while [ "$i" -le "$n" ]; do
 	i=$((i + 1))
 done
 
-# Wait until every node is ready (joined), for at most 15 seconds.
+# Wait until every node is ready (joined), for at most 15 seconds. A node
+# that has exited is not waited for: its log says why.
 i=1
 tries=0
 while [ "$i" -le "$n" ]; do
-	if curl -fs "http://127.0.0.1:$((8100 + i))/readyz" >/dev/null 2>&1; then
+	pid=$(echo $pids | cut -d' ' -f"$i")
+	if ! kill -0 "$pid" 2>/dev/null; then
+		echo "node$i exited at start; its log ($run_dir/node$i.log):" >&2
+		tail -n 20 "$run_dir/node$i.log" >&2
+		exit 1
+	fi
+	if curl -fs "http://127.0.0.1:$(http_port $i)/readyz" >/dev/null 2>&1; then
 		i=$((i + 1))
 		continue
 	fi
@@ -93,20 +141,27 @@ while [ "$i" -le "$n" ]; do
 	sleep 0.1
 done
 
+addrs=""
 echo "ringlimit: $n nodes ready on 127.0.0.1, GOMAXPROCS=$GOMAXPROCS each (logs in $run_dir/):"
 i=1
 while [ "$i" -le "$n" ]; do
-	echo "  node$i  gRPC 127.0.0.1:$((7100 + i))  HTTP http://127.0.0.1:$((8100 + i))  gossip 127.0.0.1:$((7945 + i))"
+	echo "  node$i  gRPC 127.0.0.1:$(grpc_port $i)  HTTP http://127.0.0.1:$(http_port $i)  gossip 127.0.0.1:$(gossip_port $i)"
+	addrs="${addrs:+$addrs,}127.0.0.1:$(grpc_port $i)"
 	i=$((i + 1))
 done
-cat <<'EOF'
+cat <<EOF
 
 Try it (in another terminal):
 
-  curl -s -H 'Content-Type: application/json' http://127.0.0.1:8101/v1/check \
+  curl -s -H 'Content-Type: application/json' http://127.0.0.1:$(http_port 1)/v1/check \\
     -d '{"items":[{"name":"api","unique_key":"alice","hits":1,"limit":5,"period":"1m","mode":"owner"}]}'
 
-  curl -s http://127.0.0.1:8102/v1/cluster
+  curl -s http://127.0.0.1:$(http_port 2)/v1/cluster
+
+The CLI (bin/ringlimit) and the load generator (cmd/loadgen) reach this
+cluster through these variables:
+
+  export RINGLIMIT_ADDR=$addrs RINGLIMIT_HTTP=127.0.0.1:$(http_port 1)
 
 Press Ctrl-C to stop every node.
 EOF

@@ -19,14 +19,15 @@
 #                     may grow from the first sample to the last (50)
 #   RUN_DIR           logs, samples and the load report (default
 #                     ${TMPDIR:-/tmp}/ringlimit-soak)
-# It uses the ports of scripts/cluster.sh (gRPC 7101-7103, HTTP 8101-8103,
-# gossip 7946-7948) and refuses to start if a node already answers there.
+#   PORT_BASE         the ports of scripts/cluster.sh (7100: gRPC 7101-7103,
+#                     HTTP 8101-8103, gossip 7946-7948, those of make run)
+# It refuses to start if a node already answers on those ports.
 # It stops only the processes it started, by their PIDs; every wait is
 # bounded. Exit status 0: no failed call, no item error, no error logged, no
 # node grew beyond SOAK_MAX_GROWTH.
 set -eu
 
-node=${1:-bin/node}
+node=${1:-bin/ringlimit-node}
 loadgen=${2:-bin/loadgen}
 secs=${SOAK_SECONDS:-600}
 warmup=${SOAK_WARMUP:-60}
@@ -36,6 +37,8 @@ conc=${SOAK_CONCURRENCY:-8}
 mode=${SOAK_MODE:-cached}
 maxgrowth=${SOAK_MAX_GROWTH:-50}
 run_dir=${RUN_DIR:-${TMPDIR:-/tmp}/ringlimit-soak}
+base=${PORT_BASE:-7100}
+export PORT_BASE=$base # for cluster.sh
 here=$(cd "$(dirname "$0")" && pwd)
 
 for v in "$secs" "$warmup" "$every" "$keys" "$conc" "$maxgrowth"; do
@@ -48,8 +51,8 @@ done
 command -v curl >/dev/null || { echo "soak.sh: needs curl" >&2; exit 2; }
 command -v jq >/dev/null || { echo "soak.sh: needs jq" >&2; exit 2; }
 for i in 1 2 3; do
-	if curl -fs -m 1 "http://127.0.0.1:$((8100 + i))/healthz" >/dev/null 2>&1; then
-		echo "soak.sh: a node already answers on 127.0.0.1:$((8100 + i)); stop it first (make run?)" >&2
+	if curl -fs -m 1 "http://127.0.0.1:$((base + 1000 + i))/healthz" >/dev/null 2>&1; then
+		echo "soak.sh: a node already answers on 127.0.0.1:$((base + 1000 + i)); stop it first (make run?)" >&2
 		exit 2
 	fi
 done
@@ -72,7 +75,7 @@ trap cleanup INT TERM EXIT
 RUN_DIR=$run_dir "$here/cluster.sh" 3 "$node" >"$run_dir/cluster.out" 2>&1 &
 cluster_pid=$!
 tries=0
-until [ "$(for i in 1 2 3; do curl -fs -m 1 "http://127.0.0.1:$((8100 + i))/readyz" >/dev/null 2>&1 && echo ok; done | wc -l)" -eq 3 ]; do
+until [ "$(for i in 1 2 3; do curl -fs -m 1 "http://127.0.0.1:$((base + 1000 + i))/readyz" >/dev/null 2>&1 && echo ok; done | wc -l)" -eq 3 ]; do
 	tries=$((tries + 1))
 	if [ $tries -gt 300 ] || ! kill -0 "$cluster_pid" 2>/dev/null; then
 		echo "soak.sh: the cluster is not ready after 30s; see $run_dir/" >&2
@@ -84,7 +87,7 @@ done
 echo "soak: 3 nodes ready; load: $keys keys, $conc in flight, mode $mode; warm-up ${warmup}s, then ${secs}s sampled every ${every}s"
 
 total=$((warmup + secs))
-"$loadgen" --targets 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103 --keys "$keys" --concurrency "$conc" \
+"$loadgen" --targets 127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2)),127.0.0.1:$((base + 3)) --keys "$keys" --concurrency "$conc" \
 	--mode "$mode" --limit 100 --period 1s --duration "${total}s" --max-calls 1000000000 --json \
 	>"$run_dir/loadgen.json" 2>"$run_dir/loadgen.err" &
 load_pid=$!
@@ -95,7 +98,7 @@ load_pid=$!
 # node log a broken pipe).
 sample() {
 	for i in 1 2 3; do
-		curl -fs -m 5 -o "$run_dir/metrics.tmp" "http://127.0.0.1:$((8100 + i))/metrics" || : >"$run_dir/metrics.tmp"
+		curl -fs -m 5 -o "$run_dir/metrics.tmp" "http://127.0.0.1:$((base + 1000 + i))/metrics" || : >"$run_dir/metrics.tmp"
 		line="$1 node$i $(awk '
 			$1 == "go_goroutines" { g = $2 } $1 == "go_memstats_heap_inuse_bytes" { h = $2 }
 			$1 == "process_resident_memory_bytes" { r = $2 } $1 == "ringlimit_keys" { k = $2 }

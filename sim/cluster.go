@@ -358,7 +358,7 @@ func (c *Cluster) result() *Result {
 	m.finish()
 	cfg, _ := c.sc.Sync.Config("n1", c.v.Mode, c.v.Flush)
 	r := &Result{
-		Scenario: c.sc.Name, Mode: c.v.Mode.String(), Flush: Duration(cfg.FlushInterval), Seed: c.seed,
+		Scenario: c.sc.Name, Description: c.sc.Description, Mode: c.v.Mode.String(), Flush: Duration(cfg.FlushInterval), Seed: c.seed,
 		Nodes: c.sc.Nodes, Duration: c.sc.Duration, Window: c.sc.Window, Limit: describeLimit(c.limit),
 		LimitRate:   float64(c.limit.Limit) / c.limit.Period.Seconds(),
 		ViewChanges: m.viewChanges, ReferenceErrors: m.refErrors, Anomalies: anomalies,

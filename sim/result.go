@@ -6,6 +6,8 @@ import "math"
 type Result struct {
 	// Scenario is the scenario's name.
 	Scenario string `json:"scenario"`
+	// Description is the scenario's one-sentence description, if it has one.
+	Description string `json:"description,omitempty"`
 	// Mode and Flush are the variant's consistency mode and flush interval.
 	Mode  string   `json:"mode"`
 	Flush Duration `json:"flush"`

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand"
 	"strings"
 	"testing"
@@ -88,6 +89,36 @@ func TestChooserIsSeededAndZipfIsSkewed(t *testing.T) {
 	}
 }
 
+// noEnv is an empty environment.
+func noEnv(string) string { return "" }
+
+// TestTargetsFromEnv: RINGLIMIT_ADDR (printed by make run for its
+// PORT_BASE) is the default of --targets; the flag wins.
+func TestTargetsFromEnv(t *testing.T) {
+	env := func(name string) string {
+		if name == envTargets {
+			return "127.0.0.1:17001, 127.0.0.1:17002"
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "127.0.0.1:17001|127.0.0.1:17002"},
+		{[]string{"--targets", "h:1"}, "h:1"},
+	} {
+		cfg, err := parseFlags(tc.args, env, io.Discard)
+		if err != nil || strings.Join(cfg.targets, "|") != tc.want {
+			t.Errorf("%q: %v, %v; want targets %q", tc.args, cfg, err, tc.want)
+		}
+	}
+	cfg, err := parseFlags(nil, noEnv, io.Discard)
+	if err != nil || strings.Join(cfg.targets, "|") != "127.0.0.1:7101|127.0.0.1:7102|127.0.0.1:7103" {
+		t.Errorf("no environment: %v, %v; want make run's default ports", cfg, err)
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	tests := []struct {
 		args    []string
@@ -109,7 +140,7 @@ func TestParseFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var out bytes.Buffer
-		cfg, err := parseFlags(tt.args, &out)
+		cfg, err := parseFlags(tt.args, noEnv, &out)
 		switch {
 		case tt.wantErr == "" && err != nil:
 			t.Errorf("%q: %v", tt.args, err)
@@ -143,7 +174,7 @@ func TestRunAgainstOneNode(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cfg, err := parseFlags([]string{"--targets", n.GRPCAddr(), "--concurrency", "4", "--items", "5",
-		"--max-calls", "200", "--duration", "30s", "--keys", "10", "--limit", "50", "--period", "1h", "--mode", "local"}, &bytes.Buffer{})
+		"--max-calls", "200", "--duration", "30s", "--keys", "10", "--limit", "50", "--period", "1h", "--mode", "local"}, noEnv, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +206,7 @@ func TestRunAgainstOneNode(t *testing.T) {
 func TestBaseline(t *testing.T) {
 	var out, errOut bytes.Buffer
 	args := []string{"--baseline", "--max-calls", "300", "--duration", "30s", "--concurrency", "4", "--items", "3", "--json"}
-	if code := mainErr(t.Context(), args, &out, &errOut); code != 0 {
+	if code := mainErr(t.Context(), args, noEnv, &out, &errOut); code != 0 {
 		t.Fatalf("exit code %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{`"calls": 300`, `"rpc_errors": 0`, `"decisions": 900`, `"under_limit": 900`} {

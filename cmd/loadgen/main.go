@@ -27,11 +27,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	os.Exit(mainErr(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(mainErr(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
-func mainErr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg, err := parseFlags(args, stderr)
+func mainErr(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -80,12 +80,22 @@ func mainErr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func parseFlags(args []string, out io.Writer) (*config, error) {
+// envTargets, when set, is the default of --targets: scripts/cluster.sh
+// (make run) prints it for the ports of its PORT_BASE.
+const envTargets = "RINGLIMIT_ADDR"
+
+// parseFlags parses the command line args, with the environment getenv; it
+// writes --help and flag errors to out.
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (*config, error) {
 	cfg := &config{}
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(out)
 	var targets, mode, alg string
-	fs.StringVar(&targets, "targets", "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103", "comma-separated gRPC addresses of the nodes (default: the cluster of make run)")
+	targets = getenv(envTargets)
+	if targets == "" {
+		targets = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103" // make run's, on its default PORT_BASE
+	}
+	fs.StringVar(&targets, "targets", targets, "comma-separated gRPC addresses of the nodes (default: $"+envTargets+" when set, else the cluster of make run)")
 	fs.StringVar(&cfg.route, "route", routeRoundRobin, "which target each call goes to: round-robin (the next one), or owner (the node that owns the call's keys, learned from earlier answers; round-robin until known)")
 	fs.IntVar(&cfg.partitions, "partitions", client.DefaultPartitionCount, "partition count of the cluster's ring (ring.partition_count in GET /v1/cluster), for --route owner")
 	fs.IntVar(&cfg.concurrency, "concurrency", 32, "calls in flight")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/internal/flagvalue"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
@@ -34,7 +35,7 @@ func envName(name string) string {
 
 const usageHead = `ringlimit node: one member of a cluster-coordinated rate limiter.
 
-Usage: node [flags]
+Usage: ringlimit-node [flags]
 
 Every flag can also be set through the environment variable shown next to
 it; a flag on the command line wins over the environment. Durations are Go
@@ -49,8 +50,10 @@ Flags:
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (options, error) {
 	o := options{cfg: ringlimit.DefaultConfig(), shutdownTimeout: 15 * time.Second}
 	c := &o.cfg
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := flag.NewFlagSet("ringlimit-node", flag.ContinueOnError)
+	// Errors are written below, in a line of their own, without the flag
+	// package's usage dump; --help writes the usage.
+	fs.SetOutput(io.Discard)
 
 	var seeds, mode, policy, logLevel, logFormat, gossipKey, gossipKeys string
 	var maxConcurrentStreams uint
@@ -64,8 +67,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.DurationVar(&c.GossipReconnectInterval, "gossip-reconnect-interval", c.GossipReconnectInterval, "how often seeds and failed members missing from the membership are joined again, so partitions heal (0: the profile's 2s; negative: never)")
 	fs.DurationVar(&c.GossipReconnectTimeout, "gossip-reconnect-timeout", c.GossipReconnectTimeout, "how long a failed member is tried again before it is forgotten (0: the profile's 10m)")
 	fs.DurationVar(&c.Sync.FailedMemberTTL, "failed-member-ttl", c.Sync.FailedMemberTTL, "how long a failed member still counts in the quorum baseline: a node seeing no more than half of it decides the lost members' keys by the partition policy (0: no quorum rule)")
-	fs.StringVar(&mode, "mode", c.Sync.Mode.String(), "default consistency mode of checks that do not name one: local, owner, cached or leased")
-	fs.StringVar(&policy, "policy", c.Sync.Policy.String(), "default partition policy when a key's owner is unreachable: fail-open, fail-closed or local-share")
+	flagvalue.ChoiceVar(fs, &mode, "mode", c.Sync.Mode.String(), []string{"local", "owner", "cached", "leased"}, "default consistency mode of checks that do not name one")
+	flagvalue.ChoiceVar(fs, &policy, "policy", c.Sync.Policy.String(), []string{"fail-open", "fail-closed", "local-share"}, "default partition policy when a key's owner is unreachable")
 	fs.DurationVar(&c.Sync.FlushInterval, "flush-interval", c.Sync.FlushInterval, "cached mode: how often pending hits are flushed to each key's owner (drift grows with it)")
 	fs.DurationVar(&c.Sync.ForwardWindow, "forward-window", c.Sync.ForwardWindow, "owner mode: how long forwarded checks wait to be batched with others bound for the same owner")
 	fs.IntVar(&c.Sync.MaxBatch, "max-batch", c.Sync.MaxBatch, "most items in one message between nodes (flush, forward, push); a full batch is sent at once")
@@ -102,10 +105,14 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.BoolVar(&c.NginxFailClosed, "nginx-fail-closed", false, "/v1/nginx/auth: answer 503 instead of 204 when a check fails (unknown rule, no key, cluster unable to answer)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP port (keep that port private)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM/SIGINT: how long to drain calls, hand keys off and leave before stopping anyway")
-	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	flagvalue.ChoiceVar(fs, &logLevel, "log-level", "info", []string{"debug", "info", "warn", "error"}, "log level")
+	flagvalue.ChoiceVar(fs, &logFormat, "log-format", "text", []string{"text", "json"}, "log format")
 
-	fs.Usage = func() {
+	flags := configFlags(fs, c, map[string]string{"Seeds": "--seeds", "GossipKey": "--gossip-key",
+		"GossipSecondaryKeys": "--gossip-keys", "MaxConcurrentStreams": "--max-concurrent-streams"})
+	var bad error // the first bad value on the command line
+	flagvalue.Explain(fs, &bad)
+	usage := func() {
 		fmt.Fprint(out, usageHead)
 		fs.VisitAll(func(f *flag.Flag) {
 			def := ""
@@ -121,16 +128,18 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.VisitAll(func(f *flag.Flag) {
 		if v := getenv(envName(f.Name)); v != "" && envErr == nil {
 			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %v", envName(f.Name), v, err)
+				envErr = usageErr(out, "%s=%q: %v", envName(f.Name), v, err)
 			}
 		}
 	})
 	if envErr != nil {
-		fmt.Fprintln(out, envErr)
 		return o, envErr
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := flagvalue.Parse(fs, args, &bad); errors.Is(err, flag.ErrHelp) {
+		usage()
 		return o, err
+	} else if err != nil {
+		return o, usageErr(out, "%v (ringlimit-node --help lists every flag)", err)
 	}
 	if fs.NArg() > 0 {
 		return o, usageErr(out, "unexpected arguments: %q", fs.Args())
@@ -148,27 +157,23 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	if len(keys) > 0 {
 		c.GossipKey, c.GossipSecondaryKeys = keys[0], keys[1:]
 	}
-	if c.Sync.Mode, err = rlsync.ParseMode(mode); err != nil || c.Sync.Mode == rlsync.ModeDefault {
-		return o, usageErr(out, "--mode %q: want local, owner, cached or leased", mode)
+	// --mode, --policy, --log-level and --log-format took only their
+	// valid words (flagvalue.ChoiceVar).
+	if c.Sync.Mode, err = rlsync.ParseMode(mode); err != nil {
+		return o, usageErr(out, "--mode: %v", err)
 	}
-	if c.Sync.Policy, err = rlsync.ParsePolicy(policy); err != nil || c.Sync.Policy == rlsync.PolicyDefault {
-		return o, usageErr(out, "--policy %q: want fail-open, fail-closed or local-share", policy)
+	if c.Sync.Policy, err = rlsync.ParsePolicy(policy); err != nil {
+		return o, usageErr(out, "--policy: %v", err)
 	}
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
-		return o, usageErr(out, "--log-level %q: want debug, info, warn or error", logLevel)
+		return o, usageErr(out, "--log-level: %v", err)
 	}
-	switch logFormat {
-	case "text":
-	case "json":
-		o.logJSON = true
-	default:
-		return o, usageErr(out, "--log-format %q: want text or json", logFormat)
-	}
+	o.logJSON = logFormat == "json"
 	if o.shutdownTimeout <= 0 {
 		return o, usageErr(out, "--shutdown-timeout must be positive")
 	}
 	if err := c.Validate(); err != nil {
-		return o, usageErr(out, "%v", err)
+		return o, usageErr(out, "%s", inFlagNames(err, flags))
 	}
 	return o, nil
 }

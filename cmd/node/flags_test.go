@@ -95,15 +95,15 @@ func TestParseFlags(t *testing.T) {
 		{name: "default is not a mode", args: []string{"--mode", "default"}, wantErr: "--mode"},
 		{name: "unknown policy", args: []string{"--policy", "open"}, wantErr: `--policy "open"`},
 		{name: "bad duration", args: []string{"--flush-interval", "soon"}, wantErr: "flush-interval"},
-		{name: "zero flush interval", args: []string{"--flush-interval", "0s"}, wantErr: "FlushInterval"},
-		{name: "negative reconnect timeout", args: []string{"--gossip-reconnect-timeout", "-1s"}, wantErr: "GossipReconnectTimeout"},
-		{name: "bad address", args: []string{"--grpc-addr", "nope"}, wantErr: "GRPCAddr"},
-		{name: "bad seed", args: []string{"--seeds", "a:1,b"}, wantErr: "Seeds"},
-		{name: "bad profile", args: []string{"--gossip-profile", "wan"}, wantErr: "GossipProfile"},
+		{name: "zero flush interval", args: []string{"--flush-interval", "0s"}, wantErr: "--flush-interval must be positive"},
+		{name: "negative reconnect timeout", args: []string{"--gossip-reconnect-timeout", "-1s"}, wantErr: "--gossip-reconnect-timeout: -1s must not be negative"},
+		{name: "bad address", args: []string{"--grpc-addr", "nope"}, wantErr: `--grpc-addr: "nope" is not host:port`},
+		{name: "bad seed", args: []string{"--seeds", "a:1,b"}, wantErr: `--seeds: "b" is not host:port`},
+		{name: "bad profile", args: []string{"--gossip-profile", "wan"}, wantErr: `--gossip-profile: "wan"`},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, wantErr: "--log-level"},
 		{name: "bad log format", args: []string{"--log-format", "xml"}, wantErr: "--log-format"},
-		{name: "check timeout below request timeout", args: []string{"--request-timeout", "3s"}, wantErr: "CheckTimeout"},
-		{name: "zero max batch", args: []string{"--max-check-items", "0"}, wantErr: "MaxBatchItems"},
+		{name: "check timeout below request timeout", args: []string{"--request-timeout", "3s"}, wantErr: "--check-timeout: 2s must be longer than --request-timeout (3s)"},
+		{name: "zero max batch", args: []string{"--max-check-items", "0"}, wantErr: "--max-check-items: must be positive"},
 		{name: "unknown flag", args: []string{"--colour"}, wantErr: "colour"},
 		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
 		{name: "bad environment", env: map[string]string{"RINGLIMIT_MAX_BATCH": "many"}, wantErr: "RINGLIMIT_MAX_BATCH"},
@@ -136,6 +136,87 @@ func TestHelpNamesEveryFlagAndVariable(t *testing.T) {
 		"--flush-interval", "--forward-window", "--max-batch", "--gossip-profile", "RINGLIMIT_LOG_FORMAT"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)
+		}
+	}
+}
+
+// TestFlagErrorsSayHowToWriteIt: the errors of issue 18 item 5, as a new
+// user met them. Each is one line (not the 110 lines of --help), names the
+// flag or environment variable the value came from, says how to write it,
+// and names no field of ringlimit.Config.
+func TestFlagErrorsSayHowToWriteIt(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		want  []string
+		avoid []string
+	}{
+		{name: "duration without a unit", args: []string{"--flush-interval", "100"},
+			want: []string{`--flush-interval "100"`, "needs a unit", `"100ms"`}, avoid: []string{"parse error"}},
+		{name: "not a duration", args: []string{"--request-timeout", "soon"},
+			want: []string{`--request-timeout "soon"`, `"1m30s"`}},
+		{name: "duration without a unit, environment", env: map[string]string{"RINGLIMIT_FLUSH_INTERVAL": "100"},
+			want: []string{`RINGLIMIT_FLUSH_INTERVAL="100"`, `"100ms"`}, avoid: []string{"--flush-interval"}},
+		{name: "mode from the environment", env: map[string]string{"RINGLIMIT_MODE": "bogus"},
+			want: []string{`RINGLIMIT_MODE="bogus"`, "local, owner, cached or leased"}, avoid: []string{"--mode"}},
+		{name: "mode on the command line", args: []string{"--mode", "bogus"},
+			want: []string{`--mode "bogus"`, "local, owner, cached or leased"}},
+		{name: "policy from the environment", env: map[string]string{"RINGLIMIT_POLICY": "open"},
+			want: []string{`RINGLIMIT_POLICY="open"`, "fail-open, fail-closed or local-share"}},
+		{name: "not a number", args: []string{"--max-batch", "many"}, want: []string{`--max-batch "many"`, "whole number"}},
+		{name: "not a boolean", args: []string{"--sidecar=maybe"}, want: []string{`--sidecar "maybe"`, "true or false"}},
+		{name: "timeouts", args: []string{"--check-timeout", "1s", "--request-timeout", "2s"},
+			want:  []string{"--check-timeout: 1s must be longer than --request-timeout (2s)"},
+			avoid: []string{"CheckTimeout", "RequestTimeout", "Sync."}},
+		{name: "a field of the core", args: []string{"--tick-interval", "0s"},
+			want: []string{"--tick-interval must be positive"}, avoid: []string{"TickInterval", "sync: config"}},
+		{name: "unknown flag", args: []string{"--colour"}, want: []string{"unknown flag --colour", "--help lists every flag"}},
+		{name: "no value", args: []string{"--mode"}, want: []string{"--mode needs a value"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			_, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &out)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			got := out.String()
+			if n := strings.Count(got, "\n"); n != 1 {
+				t.Errorf("%d lines written, want 1:\n%s", n, got)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) || !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q, output %q: want %q in both", err, got, w)
+				}
+			}
+			for _, a := range tt.avoid {
+				if strings.Contains(got, a) {
+					t.Errorf("output %q names %q", got, a)
+				}
+			}
+		})
+	}
+}
+
+// TestConfigFlagsNamesEveryValidatedField: every field that Config.Validate
+// may name and a flag sets has the flag's name (a renamed flag or field
+// would otherwise print the field again).
+func TestConfigFlagsNamesEveryValidatedField(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c := ringlimit.DefaultConfig()
+	fs.DurationVar(&c.CheckTimeout, "check-timeout", 0, "")
+	fs.DurationVar(&c.Sync.RequestTimeout, "request-timeout", 0, "")
+	fs.IntVar(&c.MaxBatchItems, "max-check-items", 0, "")
+	m := configFlags(fs, &c, map[string]string{"Seeds": "--seeds"})
+	want := map[string]string{"CheckTimeout": "--check-timeout", "Sync.RequestTimeout": "--request-timeout",
+		"RequestTimeout": "--request-timeout", "MaxBatchItems": "--max-check-items", "Seeds": "--seeds"}
+	if len(m) != len(want) {
+		t.Errorf("got %v, want %v", m, want)
+	}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s: got %q, want %q", k, m[k], v)
 		}
 	}
 }

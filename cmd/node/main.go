@@ -1,4 +1,5 @@
-// Command node runs one ringlimit node. See --help, README.md and
+// Command node runs one ringlimit node; it is built as ringlimit-node
+// (make build), never plain node. See --help, README.md and
 // docs/api.md.
 package main
 

@@ -38,9 +38,9 @@ func TestRulesFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--nginx-rule", "nginx/per_ip"}, "NginxRule: needs RulesPath"},
-		{[]string{"--rules", "r.yaml", "--nginx-key-header", "X Client"}, "NginxKeyHeader"},
-		{[]string{"--rules", "r.yaml", "--rules-poll-interval", "-1s"}, "RulesPollInterval"},
+		{[]string{"--nginx-rule", "nginx/per_ip"}, "--nginx-rule: needs --rules"},
+		{[]string{"--rules", "r.yaml", "--nginx-key-header", "X Client"}, "--nginx-key-header"},
+		{[]string{"--rules", "r.yaml", "--rules-poll-interval", "-1s"}, "--rules-poll-interval"},
 	} {
 		if _, err := parseFlags(tc.args, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err %v, want %q", tc.args, err, tc.want)

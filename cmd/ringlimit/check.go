@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,14 +39,15 @@ durations ("500ms", "1m"). Exit code: 0 admitted, 1 over the limit,
 Flags:
 `
 
-// parseCheck parses the flags of ringlimit check. It writes --help and
-// errors to out and returns flag.ErrHelp for --help.
-func parseCheck(args []string, out io.Writer) (checkOptions, error) {
+// parseCheck parses the flags of ringlimit check, with the environment
+// getenv. It writes --help and errors to out and returns flag.ErrHelp for
+// --help.
+func parseCheck(args []string, getenv func(string) string, out io.Writer) (checkOptions, error) {
 	var o checkOptions
 	it := &o.item
 	fs := newFlagSet("check", usageCheck, out)
 	var addrs, algorithm, mode, policy string
-	fs.StringVar(&addrs, "addr", "127.0.0.1:7101", "gRPC address of the node (host:port); a comma-separated list spreads calls round-robin")
+	fs.StringVar(&addrs, "addr", envOr(getenv, envAddr, "127.0.0.1:7101"), "gRPC address of the node (host:port); a comma-separated list spreads calls round-robin; default from $"+envAddr+" when set")
 	fs.StringVar(&it.Name, "name", "", "name of the limit (required without --rule)")
 	fs.StringVar(&it.Rule, "rule", "", "name of a rule of the node's rules file, which supplies the limit (instead of --name, --limit, --period, ...)")
 	fs.StringVar(&it.Key, "key", "", "the client's key within the limit (required)")
@@ -64,7 +68,7 @@ func parseCheck(args []string, out io.Writer) (checkOptions, error) {
 	fs.BoolVar(&o.json, "json", false, "print the answer as JSON")
 	o.tls.register(fs)
 
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, "check", args, out); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -133,6 +137,9 @@ func runCheck(ctx context.Context, o checkOptions, now func() time.Time, stdout,
 	res, err := c.Check(ctx, o.item)
 	if err != nil {
 		fmt.Fprintln(stderr, "ringlimit check:", err)
+		if hint := httpPortHint(ctx, o.addrs, tlsCfg, min(o.timeout, time.Second)); hint != "" {
+			fmt.Fprintln(stderr, "ringlimit check:", hint)
+		}
 		return exitFailed
 	}
 	r := res[0]
@@ -216,7 +223,7 @@ func writeResult(w io.Writer, r client.Result, now time.Time) {
 			line("reset", fmt.Sprintf("%s (in %s)", r.ResetAt.UTC().Format(time.RFC3339Nano), roundDuration(r.ResetAt.Sub(now))))
 		}
 		if r.Status == client.OverLimit || r.RetryAfter > 0 {
-			line("retry after", roundDuration(r.RetryAfter))
+			line("retry after", humanRetry(r.RetryAfter))
 		}
 		if r.Wait > 0 {
 			line("wait", roundDuration(r.Wait))
@@ -233,6 +240,48 @@ func writeResult(w io.Writer, r client.Result, now time.Time) {
 	}
 	line("answered by", r.Node)
 	tw.Flush()
+}
+
+// never is the retry-after of a request that can never be admitted (more
+// hits than the bucket holds): the largest duration (docs/api.md).
+const never = time.Duration(math.MaxInt64)
+
+// humanRetry writes a retry-after for people: "never" for never, else
+// rounded by roundDuration.
+func humanRetry(d time.Duration) string {
+	if d == never {
+		return "never (the request asks for more than the limit can ever grant)"
+	}
+	return roundDuration(d).String()
+}
+
+// httpPortHint returns, when one of addrs answers HTTP/1.1 as a node's HTTP
+// port does, a hint to give the gRPC port instead; "" otherwise. It is
+// asked after a failed check, whose gRPC error ("http2: frame too large
+// ... looked like an HTTP/1.1 header") does not say so; each address gets
+// at most timeout.
+func httpPortHint(ctx context.Context, addrs []string, tlsCfg *tls.Config, timeout time.Duration) string {
+	scheme := "http"
+	if tlsCfg != nil {
+		scheme = "https"
+	}
+	tr := &http.Transport{TLSClientConfig: tlsCfg, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: timeout}
+	for _, a := range addrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+a+"/healthz", nil)
+		if err != nil {
+			continue
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		return fmt.Sprintf("%s answers HTTP/1.1 (%s), as a node's HTTP port does; ringlimit check speaks gRPC: "+
+			"give --addr the node's gRPC port (its --grpc-addr; make run's node1 is 127.0.0.1:7101)", a, resp.Status)
+	}
+	return ""
 }
 
 // roundDuration rounds d for people: milliseconds below a second, tenths of

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/flagvalue"
 )
 
 // Exit codes.
@@ -28,21 +30,38 @@ Exit codes: 0 admitted (check) or done, 1 over the limit (check),
 2 bad command line, 3 the node could not be asked or could not decide.
 `
 
-// run executes the command line args and returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// Environment variables that give the node's addresses when the command
+// line does not: scripts/cluster.sh (make run) prints them for its ports.
+const (
+	envAddr = "RINGLIMIT_ADDR" // default of check --addr
+	envHTTP = "RINGLIMIT_HTTP" // default of cluster --http
+)
+
+// envOr returns the value of the environment variable name, or def when it
+// is empty.
+func envOr(getenv func(string) string, name, def string) string {
+	if v := getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// run executes the command line args, with the environment getenv, and
+// returns the exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usageMain)
 		return exitUsage
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "check":
-		o, err := parseCheck(rest, stderr)
+		o, err := parseCheck(rest, getenv, stderr)
 		if err != nil {
 			return parseExit(err)
 		}
 		return runCheck(ctx, o, time.Now, stdout, stderr)
 	case "cluster":
-		o, err := parseCluster(rest, stderr)
+		o, err := parseCluster(rest, getenv, stderr)
 		if err != nil {
 			return parseExit(err)
 		}
@@ -52,9 +71,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case len(rest) == 0:
 			fmt.Fprint(stdout, usageMain)
 		case rest[0] == "check":
-			_, _ = parseCheck([]string{"--help"}, stdout)
+			_, _ = parseCheck([]string{"--help"}, getenv, stdout)
 		case rest[0] == "cluster":
-			_, _ = parseCluster([]string{"--help"}, stdout)
+			_, _ = parseCluster([]string{"--help"}, getenv, stdout)
 		default:
 			fmt.Fprintf(stderr, "ringlimit help: unknown command %q\n\n%s", rest[0], usageMain)
 			return exitUsage
@@ -84,11 +103,11 @@ func usageErr(out io.Writer, cmd, format string, args ...any) error {
 	return err
 }
 
-// newFlagSet returns a flag set for cmd that prints head and its flags,
-// "--name" style, for --help.
+// newFlagSet returns a flag set for cmd whose Usage prints head and its
+// flags, "--name" style, for --help. Parse it with parseArgs.
 func newFlagSet(cmd, head string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("ringlimit "+cmd, flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(io.Discard) // parseArgs writes the errors
 	fs.Usage = func() {
 		fmt.Fprint(out, head)
 		fs.VisitAll(func(f *flag.Flag) {
@@ -100,4 +119,22 @@ func newFlagSet(cmd, head string, out io.Writer) *flag.FlagSet {
 		})
 	}
 	return fs
+}
+
+// parseArgs parses args with fs, every flag of cmd defined. --help writes
+// the usage; a bad value or an unknown flag writes one line that says what
+// is wrong and how to write it, instead of the usage.
+func parseArgs(fs *flag.FlagSet, cmd string, args []string, out io.Writer) error {
+	usage := fs.Usage
+	var bad error
+	flagvalue.Explain(fs, &bad)
+	err := flagvalue.Parse(fs, args, &bad)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return err
+	}
+	return usageErr(out, cmd, "%v", err)
 }

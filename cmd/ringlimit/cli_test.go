@@ -58,13 +58,16 @@ func TestParseCheck(t *testing.T) {
 		{name: "bad algorithm", args: append([]string{"--algorithm", "bogus"}, base...), wantErr: `--algorithm: client: unknown name: algorithm "bogus"`},
 		{name: "bad mode", args: append([]string{"--mode", "exact"}, base...), wantErr: "--mode"},
 		{name: "bad policy", args: append([]string{"--policy", "open"}, base...), wantErr: "--policy"},
-		{name: "bad duration", args: append([]string{"--period", "ten"}, base[:6]...), wantErr: `invalid value "ten" for flag -period`},
+		{name: "bad duration", args: append([]string{"--period", "ten"}, base[:6]...), wantErr: `--period "ten": not a duration`},
+		{name: "duration without a unit", args: append([]string{"--period", "60"}, base[:6]...),
+			wantErr: `ringlimit check: --period "60": a duration needs a unit: write e.g. "60ms" or "60s" (see ringlimit help check)`},
+		{name: "not a number", args: append([]string{"--limit", "ten"}, base[:4]...), wantErr: `--limit "ten": want a whole number`},
 		{name: "empty addr", args: append([]string{"--addr", " , "}, base...), wantErr: "--addr is empty"},
 		{name: "cert without key", args: append([]string{"--tls-cert", "c.pem"}, base...), wantErr: "--tls-cert and --tls-key go together"},
 		{name: "stray argument", args: append(base, "extra"), wantErr: "unexpected arguments"},
 	} {
 		var out bytes.Buffer
-		got, err := parseCheck(tc.args, &out)
+		got, err := parseCheck(tc.args, noEnv, &out)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(out.String(), tc.wantErr) {
 				t.Errorf("%s: err %v, output %q; want an error containing %q", tc.name, err, out.String(), tc.wantErr)
@@ -78,6 +81,42 @@ func TestParseCheck(t *testing.T) {
 		if strings.Join(got.addrs, "|") != strings.Join(tc.want.addrs, "|") || got.item != tc.want.item ||
 			got.timeout != tc.want.timeout || got.json != tc.want.json || got.tls.on() != tc.wantTLS {
 			t.Errorf("%s:\n got %+v\nwant %+v (tls %v)", tc.name, got, tc.want, tc.wantTLS)
+		}
+	}
+}
+
+// noEnv is an empty environment.
+func noEnv(string) string { return "" }
+
+// TestEnvAddresses: RINGLIMIT_ADDR and RINGLIMIT_HTTP (printed by make run
+// for its PORT_BASE) are the defaults of --addr and --http; a flag wins.
+func TestEnvAddresses(t *testing.T) {
+	env := func(name string) string {
+		return map[string]string{envAddr: "127.0.0.1:17001,127.0.0.1:17002", envHTTP: "127.0.0.1:18001"}[name]
+	}
+	base := []string{"--name", "api", "--key", "alice", "--limit", "10", "--period", "1m"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{base, "127.0.0.1:17001|127.0.0.1:17002"},
+		{append([]string{"--addr", "h:1"}, base...), "h:1"},
+	} {
+		o, err := parseCheck(tc.args, env, io.Discard)
+		if got := strings.Join(o.addrs, "|"); err != nil || got != tc.want {
+			t.Errorf("check %q: addrs %q, err %v; want %q", tc.args, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "http://127.0.0.1:18001/v1/cluster"},
+		{[]string{"--http", "h:2"}, "http://h:2/v1/cluster"},
+	} {
+		o, err := parseCluster(tc.args, env, io.Discard)
+		if err != nil || o.url != tc.want {
+			t.Errorf("cluster %q: url %q, err %v; want %q", tc.args, o.url, err, tc.want)
 		}
 	}
 }
@@ -98,7 +137,7 @@ func TestParseCluster(t *testing.T) {
 		{[]string{"now"}, "", "unexpected arguments"},
 	} {
 		var out bytes.Buffer
-		got, err := parseCluster(tc.args, &out)
+		got, err := parseCluster(tc.args, noEnv, &out)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(out.String(), tc.wantErr) {
 				t.Errorf("%q: err %v, output %q; want an error containing %q", tc.args, err, out.String(), tc.wantErr)
@@ -128,10 +167,11 @@ func TestHelp(t *testing.T) {
 		{[]string{"cluster", "--help"}, exitOK, []string{"--http"}},
 		{[]string{"help", "nope"}, exitUsage, []string{`unknown command "nope"`}},
 		{[]string{"frobnicate"}, exitUsage, []string{`unknown command "frobnicate"`}},
-		{[]string{"check", "--bogus"}, exitUsage, []string{"flag provided but not defined: -bogus"}},
+		{[]string{"check", "--bogus"}, exitUsage, []string{"ringlimit check: unknown flag --bogus (see ringlimit help check)"}},
+		{[]string{"check", "--period"}, exitUsage, []string{"ringlimit check: --period needs a value"}},
 	} {
 		var out bytes.Buffer
-		code := run(t.Context(), tc.args, &out, &out)
+		code := run(t.Context(), tc.args, noEnv, &out, &out)
 		if code != tc.wantCode {
 			t.Errorf("%q: exit %d, want %d", tc.args, code, tc.wantCode)
 		}
@@ -141,7 +181,7 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
-	if _, err := parseCheck([]string{"--help"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+	if _, err := parseCheck([]string{"--help"}, noEnv, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("parseCheck(--help) = %v, want flag.ErrHelp", err)
 	}
 }
@@ -276,14 +316,14 @@ func TestCheckAgainstANode(t *testing.T) {
 		{args("--algorithm", "smooth_warming_up"), exitFailed, "error:       warm_up"},
 	} {
 		var out, errOut bytes.Buffer
-		code := run(t.Context(), tc.args, &out, &errOut)
+		code := run(t.Context(), tc.args, noEnv, &out, &errOut)
 		if code != tc.wantCode || !strings.Contains(out.String(), tc.wantOut) {
 			t.Errorf("step %d %q: exit %d, stdout:\n%s\nstderr: %s\nwant exit %d and %q", i, tc.args[1:], code, out.String(), errOut.String(), tc.wantCode, tc.wantOut)
 		}
 	}
 
 	var out bytes.Buffer
-	if code := run(t.Context(), args("--json", "--key", "bob"), &out, io.Discard); code != exitOK {
+	if code := run(t.Context(), args("--json", "--key", "bob"), noEnv, &out, io.Discard); code != exitOK {
 		t.Fatalf("--json: exit %d", code)
 	}
 	var j checkJSON
@@ -303,7 +343,7 @@ func TestCheckAgainstANode(t *testing.T) {
 	ln.Close()
 	var errOut bytes.Buffer
 	code := run(t.Context(), []string{"check", "--addr", dead, "--name", "a", "--key", "b", "--limit", "1", "--period", "1s",
-		"--timeout", "200ms"}, io.Discard, &errOut)
+		"--timeout", "200ms"}, noEnv, io.Discard, &errOut)
 	if code != exitFailed || !strings.Contains(errOut.String(), "ringlimit check: client: check via "+dead) {
 		t.Errorf("unreachable node: exit %d, stderr %q; want %d", code, errOut.String(), exitFailed)
 	}
@@ -312,7 +352,7 @@ func TestCheckAgainstANode(t *testing.T) {
 func TestClusterAgainstANode(t *testing.T) {
 	n := startNode(t)
 	var out, errOut bytes.Buffer
-	if code := run(t.Context(), []string{"cluster", "--http", n.HTTPAddr()}, &out, &errOut); code != exitOK {
+	if code := run(t.Context(), []string{"cluster", "--http", n.HTTPAddr()}, noEnv, &out, &errOut); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	for _, w := range []string{"node n1: ready", "n1 (self)  alive", "ring: version"} {
@@ -322,7 +362,7 @@ func TestClusterAgainstANode(t *testing.T) {
 	}
 
 	out.Reset()
-	if code := run(t.Context(), []string{"cluster", "--http", "http://" + n.HTTPAddr(), "--json"}, &out, &errOut); code != exitOK {
+	if code := run(t.Context(), []string{"cluster", "--http", "http://" + n.HTTPAddr(), "--json"}, noEnv, &out, &errOut); code != exitOK {
 		t.Fatalf("--json: exit %d: %s", code, errOut.String())
 	}
 	var st ringlimit.ClusterStatus
@@ -330,9 +370,62 @@ func TestClusterAgainstANode(t *testing.T) {
 		t.Errorf("--json: %+v, %v\n%s", st, err, out.String())
 	}
 
-	// A node's gRPC port does not speak HTTP/1: the command fails cleanly.
+	// A node's gRPC port does not speak HTTP/1: the command fails cleanly,
+	// with a hint to use the HTTP port.
 	errOut.Reset()
-	if code := run(t.Context(), []string{"cluster", "--http", n.GRPCAddr(), "--timeout", "2s"}, io.Discard, &errOut); code != exitFailed {
-		t.Errorf("cluster against the gRPC port: exit %d, want %d (%s)", code, exitFailed, errOut.String())
+	if code := run(t.Context(), []string{"cluster", "--http", n.GRPCAddr(), "--timeout", "2s"}, noEnv, io.Discard, &errOut); code != exitFailed ||
+		!strings.Contains(errOut.String(), "is "+n.GRPCAddr()+" the node's HTTP port, its --http-addr?") {
+		t.Errorf("cluster against the gRPC port: exit %d, stderr %q; want %d and a hint to use the HTTP port", code, errOut.String(), exitFailed)
+	}
+	// A port nothing listens on gets no such hint.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	errOut.Reset()
+	if code := run(t.Context(), []string{"cluster", "--http", dead, "--timeout", "2s"}, noEnv, io.Discard, &errOut); code != exitFailed ||
+		strings.Contains(errOut.String(), "HTTP port") {
+		t.Errorf("cluster against a closed port: exit %d, stderr %q; want %d and no hint", code, errOut.String(), exitFailed)
+	}
+}
+
+// TestCheckAgainstTheHTTPPort: pointed at a node's HTTP port, check fails
+// with gRPC's "frame too large ... looked like an HTTP/1.1 header" and a
+// line that says to give the gRPC port (issue 18 item 6).
+func TestCheckAgainstTheHTTPPort(t *testing.T) {
+	n := startNode(t)
+	var errOut bytes.Buffer
+	code := run(t.Context(), []string{"check", "--addr", n.HTTPAddr(), "--name", "a", "--key", "b", "--limit", "1", "--period", "1s",
+		"--timeout", "2s"}, noEnv, io.Discard, &errOut)
+	want := "ringlimit check: " + n.HTTPAddr() + " answers HTTP/1.1 (200 OK), as a node's HTTP port does; ringlimit check speaks gRPC: give --addr the node's gRPC port"
+	if code != exitFailed || !strings.Contains(errOut.String(), want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", code, errOut.String(), exitFailed, want)
+	}
+}
+
+// TestNeverPrintsAsNever: a request for more hits than the limit holds can
+// never be admitted; its retry-after is the largest duration, printed as
+// "never" rather than 2562047h47m16.85s (issue 18 item 6). --json keeps the
+// HTTP API's spelling.
+func TestNeverPrintsAsNever(t *testing.T) {
+	n := startNode(t)
+	args := []string{"check", "--addr", n.GRPCAddr(), "--name", "a", "--key", "b", "--limit", "2", "--period", "1m",
+		"--hits", "5", "--mode", "owner"}
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), args, noEnv, &out, &errOut); code != exitOverLimit {
+		t.Fatalf("exit %d, want %d: %s%s", code, exitOverLimit, out.String(), errOut.String())
+	}
+	if got := out.String(); !strings.Contains(got, "retry after: never (") || strings.Contains(got, "2562047h") {
+		t.Errorf("output:\n%s\nwant \"retry after: never\"", got)
+	}
+	out.Reset()
+	if code := run(t.Context(), append(args, "--json"), noEnv, &out, &errOut); code != exitOverLimit {
+		t.Fatalf("--json: exit %d", code)
+	}
+	var j checkJSON
+	if err := json.Unmarshal(out.Bytes(), &j); err != nil || j.RetryAfter != never.String() {
+		t.Errorf("--json: retry_after %q, %v; want %q", j.RetryAfter, err, never.String())
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -34,17 +36,18 @@ fewer has not heard of the others yet, or is cut off from them.
 Flags:
 `
 
-// parseCluster parses the flags of ringlimit cluster. It writes --help and
-// errors to out and returns flag.ErrHelp for --help.
-func parseCluster(args []string, out io.Writer) (clusterOptions, error) {
+// parseCluster parses the flags of ringlimit cluster, with the environment
+// getenv. It writes --help and errors to out and returns flag.ErrHelp for
+// --help.
+func parseCluster(args []string, getenv func(string) string, out io.Writer) (clusterOptions, error) {
 	var o clusterOptions
 	fs := newFlagSet("cluster", usageCluster, out)
 	var addr string
-	fs.StringVar(&addr, "http", "127.0.0.1:8101", "HTTP address of the node (host:port), or its base URL (https://host:port)")
+	fs.StringVar(&addr, "http", envOr(getenv, envHTTP, "127.0.0.1:8101"), "HTTP address of the node (host:port), or its base URL (https://host:port); default from $"+envHTTP+" when set")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "longest wait for the answer")
 	fs.BoolVar(&o.json, "json", false, "print the node's JSON as is (indented)")
 	o.tls.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, "cluster", args, out); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -105,6 +108,12 @@ func runCluster(ctx context.Context, o clusterOptions, stdout, stderr io.Writer)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" {
+			// Connected, but no HTTP/1.1 came back: a gRPC port answers
+			// with an HTTP/2 frame ("malformed HTTP response \x00\x00...").
+			err = fmt.Errorf("%w\n(is %s the node's HTTP port, its --http-addr? A gRPC port does not answer HTTP/1.1; make run's node1 serves HTTP on 127.0.0.1:8101)", err, req.URL.Host)
+		}
 		return fail(err)
 	}
 	defer resp.Body.Close()

@@ -30,7 +30,7 @@ func TestCheckByRuleAgainstANode(t *testing.T) {
 		{args("edge/nope"), exitFailed, `error:       rule: unknown rule "edge/nope"`},
 	} {
 		var out, errOut bytes.Buffer
-		code := run(t.Context(), tc.args, &out, &errOut)
+		code := run(t.Context(), tc.args, noEnv, &out, &errOut)
 		if code != tc.wantCode || !strings.Contains(out.String(), tc.wantOut) {
 			t.Errorf("step %d %q: exit %d, stdout:\n%s\nstderr: %s\nwant exit %d and %q", i, tc.args[1:], code, out.String(), errOut.String(), tc.wantCode, tc.wantOut)
 		}

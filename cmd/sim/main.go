@@ -70,7 +70,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.keys, "keys", 0, "distinct keys (default: the scenario's)")
 	fs.IntVar(&c.parallel, "parallel", 0, "simulations run at once (default: one per CPU); the results do not depend on it")
 	fs.IntVar(&c.workers, "workers", 0, "goroutines that run the nodes of one simulation at once (default: the CPUs per simulation running at once; 1 on a busy machine); the results do not depend on it")
-	fs.BoolVar(&c.quiet, "q", false, "no progress line on stderr")
+	fs.BoolVar(&c.quiet, "q", false, "no progress on stderr (progress is written only when stderr is a terminal; the final summary line always, unless -q)")
 	fs.BoolVar(&c.list, "list", false, "list the standard scenarios and exit")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -169,6 +169,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return total
 	}
+	// The progress line rewrites itself with \r: only a terminal shows it
+	// as one line; a redirected log would get every update, so it gets the
+	// summary alone.
+	tty := isTerminal(stderr)
 	if !c.quiet {
 		opt.Progress = func(p sim.Progress) {
 			mu.Lock()
@@ -177,7 +181,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			if p.Now == p.Duration {
 				done++
 			}
-			if time.Since(printed) < 100*time.Millisecond {
+			if !tty || time.Since(printed) < 100*time.Millisecond {
 				return
 			}
 			printed = time.Now()
@@ -189,7 +193,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if !c.quiet {
 		total := sum()
 		el := time.Since(start).Seconds()
-		fmt.Fprintf(stderr, "\r\033[K%d runs, %d requests simulated in %.1fs (%.0f requests/s)\n", len(results), total, el, float64(total)/el)
+		if tty {
+			fmt.Fprint(stderr, "\r\033[K")
+		}
+		fmt.Fprintf(stderr, "%d runs, %d requests simulated in %.1fs (%.0f requests/s)\n", len(results), total, el, float64(total)/el)
 	}
 	if err != nil {
 		return fmt.Errorf("%w (seed %d)", err, c.seed)
@@ -213,6 +220,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "seed %d; accuracy against an ideal single limiter of the same algorithm (see docs/accuracy.md)\n", c.seed)
 	return sim.WriteTable(stdout, results)
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func writePlot(path string, results []*sim.Result) error {

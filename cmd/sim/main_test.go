@@ -81,3 +81,28 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressOnlyToATerminal: with stderr redirected to a file (make sim
+// > log 2>&1), the progress line's updates are not written, only the
+// summary line, with no carriage return.
+func TestProgressOnlyToATerminal(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if isTerminal(f) || isTerminal(&bytes.Buffer{}) {
+		t.Fatal("a file or a buffer taken for a terminal")
+	}
+	var out bytes.Buffer
+	if err := run([]string{"-scenario", "healthy", "-nodes", "3", "-mode", "owner", "-duration", "3s", "-rate", "500"}, &out, f); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(b), "\n") != 1 || strings.ContainsAny(string(b), "\r\033") || !strings.Contains(string(b), "1 runs") {
+		t.Errorf("stderr = %q, want the summary line alone", b)
+	}
+}
