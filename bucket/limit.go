@@ -3,6 +3,7 @@ package bucket
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -37,11 +38,13 @@ const (
 	// released expires Period after it was acquired.
 	Concurrency Algorithm = 8
 	// SmoothBursty is Guava's SmoothBursty RateLimiter: Limit permits per
-	// Period, up to Burst stored permits (default: one second's worth), and the
-	// wait of a request paid by the next one.
+	// Period, up to MaxBurstSeconds' worth of stored permits (default: one
+	// second's worth, Guava's create(rate)) or Burst, and the wait of a request
+	// paid by the next one.
 	SmoothBursty Algorithm = 9
 	// SmoothWarmingUp is Guava's SmoothWarmingUp RateLimiter: after idling, the
-	// rate ramps up from a third of Limit per Period over WarmUp.
+	// rate ramps up from Limit/ColdFactor per Period (default: a third, Guava's
+	// create(rate, warmup)) over WarmUp.
 	SmoothWarmingUp Algorithm = 10
 )
 
@@ -94,7 +97,7 @@ type Limit struct {
 	Algorithm Algorithm
 	// CountRejected makes SlidingLog record rejected attempts too, so a client
 	// that keeps hammering stays blocked until it pauses.
-	CountRejected bool // placed here, beside Algorithm, to keep Limit at 56 bytes
+	CountRejected bool // placed here, beside Algorithm, to keep Limit small
 	// Limit is the number of permits per Period (for Concurrency: the number of
 	// permits held at once). It must be positive.
 	Limit int64
@@ -104,18 +107,51 @@ type Limit struct {
 	Period time.Duration
 	// Burst is the capacity: the permits that can be taken at once after idling
 	// (TokenBucket, GCRA, LeakyMeter), the longest queue (LeakyQueue), or the
-	// most stored permits (SmoothBursty). Zero means Limit (SmoothBursty: one
-	// second's worth of permits, as Guava's default). Other algorithms ignore it.
+	// most stored permits (SmoothBursty, a ringlimit option: Guava's own is
+	// MaxBurstSeconds). Zero means Limit (SmoothBursty: MaxBurstSeconds' worth
+	// of permits). Other algorithms ignore it.
 	Burst int64
 	// MaxWait is the longest a caller is willing to wait (LeakyQueue,
 	// SmoothBursty, SmoothWarmingUp): a request whose wait would be longer is
-	// rejected. Zero means the request must not wait at all (Guava's tryAcquire).
+	// rejected. Zero means the request must not wait at all (Guava's
+	// tryAcquire()). For the smooth limiters it is tryAcquire's timeout,
+	// counted in whole microseconds, and may change from call to call: that is
+	// not a change of rate.
 	MaxWait time.Duration
 	// MinGap is the shortest time allowed between two admitted hits (SlidingLog).
 	MinGap time.Duration
-	// WarmUp is the warm-up period of SmoothWarmingUp. It must be positive for
+	// WarmUp is the warm-up period of SmoothWarmingUp, which counts it in whole
+	// microseconds as Guava does. It must be at least a microsecond for
 	// SmoothWarmingUp.
 	WarmUp time.Duration
+	// MaxBurstSeconds is Guava's maxBurstSeconds (SmoothBursty only): the most
+	// stored permits are MaxBurstSeconds times the rate in permits per second.
+	// Zero means DefaultMaxBurstSeconds (Guava's create(rate)), unless Burst is
+	// set; the two are exclusive.
+	MaxBurstSeconds float64
+	// ColdFactor is Guava's cold factor (SmoothWarmingUp only): a cold limiter
+	// spaces permits ColdFactor stable intervals apart. Zero means
+	// DefaultColdFactor (Guava's create(rate, warmup)); else at least 1.
+	ColdFactor float64
+}
+
+// MaxColdFactor is the largest ColdFactor accepted.
+const MaxColdFactor = 1e6
+
+// maxBurstSeconds returns MaxBurstSeconds, or its default when zero.
+func (l Limit) maxBurstSeconds() float64 {
+	if l.MaxBurstSeconds > 0 {
+		return l.MaxBurstSeconds
+	}
+	return DefaultMaxBurstSeconds
+}
+
+// coldFactor returns ColdFactor, or its default when zero.
+func (l Limit) coldFactor() float64 {
+	if l.ColdFactor > 0 {
+		return l.ColdFactor
+	}
+	return DefaultColdFactor
 }
 
 // Maximums that keep every computation inside int64 and float64 range.
@@ -198,8 +234,33 @@ func (l Limit) Validate() error {
 			return invalid("limit", "sliding_log keeps one timestamp per permit: at most %d, got %d", MaxLogLimit, l.Limit)
 		}
 	case SmoothWarmingUp:
-		if l.WarmUp <= 0 {
-			return invalid("warm_up", "smooth_warming_up needs a positive warm-up period")
+		if l.WarmUp < time.Microsecond {
+			return invalid("warm_up", "smooth_warming_up needs a warm-up period of at least 1µs (Guava counts it in whole microseconds), got %v", l.WarmUp)
+		}
+	}
+	return l.validateGuava()
+}
+
+// validateGuava checks MaxBurstSeconds and ColdFactor.
+func (l Limit) validateGuava() error {
+	if l.MaxBurstSeconds != 0 {
+		switch {
+		case l.Algorithm != SmoothBursty:
+			return invalid("max_burst_seconds", "applies to smooth_bursty only, not %v", l.Algorithm)
+		case !(l.MaxBurstSeconds > 0) || math.IsInf(l.MaxBurstSeconds, 0):
+			return invalid("max_burst_seconds", "must be positive and finite, got %v", l.MaxBurstSeconds)
+		case l.Burst != 0:
+			return invalid("max_burst_seconds", "set burst or max_burst_seconds, not both")
+		case !(l.MaxBurstSeconds*permitsPerSecond(l) <= MaxLimit):
+			return invalid("max_burst_seconds", "stores more than %d permits: %v seconds at %v per second", int64(MaxLimit), l.MaxBurstSeconds, permitsPerSecond(l))
+		}
+	}
+	if l.ColdFactor != 0 {
+		switch {
+		case l.Algorithm != SmoothWarmingUp:
+			return invalid("cold_factor", "applies to smooth_warming_up only, not %v", l.Algorithm)
+		case !(l.ColdFactor >= 1 && l.ColdFactor <= MaxColdFactor):
+			return invalid("cold_factor", "must be between 1 and %v, got %v", float64(MaxColdFactor), l.ColdFactor)
 		}
 	}
 	return nil

@@ -64,6 +64,17 @@ func TestLimitValidateInvalid(t *testing.T) {
 		{"sliding_log limit above MaxLogLimit", Limit{Algorithm: SlidingLog, Limit: MaxLogLimit + 1, Period: time.Second}, "limit"},
 		{"sliding_log limit MaxLimit", Limit{Algorithm: SlidingLog, Limit: MaxLimit, Period: time.Second}, "limit"},
 		{"smooth_warming_up without warm_up", Limit{Algorithm: SmoothWarmingUp, Limit: 10, Period: time.Second}, "warm_up"},
+		{"smooth_warming_up warm_up under 1µs", Limit{Algorithm: SmoothWarmingUp, Limit: 10, Period: time.Second, WarmUp: 999}, "warm_up"},
+		{"max_burst_seconds on token_bucket", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, MaxBurstSeconds: 2}, "max_burst_seconds"},
+		{"max_burst_seconds negative", Limit{Algorithm: SmoothBursty, Limit: 10, Period: time.Second, MaxBurstSeconds: -1}, "max_burst_seconds"},
+		{"max_burst_seconds NaN", Limit{Algorithm: SmoothBursty, Limit: 10, Period: time.Second, MaxBurstSeconds: math.NaN()}, "max_burst_seconds"},
+		{"max_burst_seconds infinite", Limit{Algorithm: SmoothBursty, Limit: 10, Period: time.Second, MaxBurstSeconds: math.Inf(1)}, "max_burst_seconds"},
+		{"max_burst_seconds with burst", Limit{Algorithm: SmoothBursty, Limit: 10, Period: time.Second, MaxBurstSeconds: 2, Burst: 3}, "max_burst_seconds"},
+		{"max_burst_seconds storing over MaxLimit", Limit{Algorithm: SmoothBursty, Limit: MaxLimit, Period: time.Second, MaxBurstSeconds: 2}, "max_burst_seconds"},
+		{"cold_factor on smooth_bursty", Limit{Algorithm: SmoothBursty, Limit: 10, Period: time.Second, ColdFactor: 3}, "cold_factor"},
+		{"cold_factor below 1", Limit{Algorithm: SmoothWarmingUp, Limit: 10, Period: time.Second, WarmUp: time.Second, ColdFactor: 0.5}, "cold_factor"},
+		{"cold_factor NaN", Limit{Algorithm: SmoothWarmingUp, Limit: 10, Period: time.Second, WarmUp: time.Second, ColdFactor: math.NaN()}, "cold_factor"},
+		{"cold_factor above MaxColdFactor", Limit{Algorithm: SmoothWarmingUp, Limit: 10, Period: time.Second, WarmUp: time.Second, ColdFactor: MaxColdFactor * 2}, "cold_factor"},
 		{"zero value", Limit{}, "algorithm"},
 	} {
 		ltCheckInvalid(t, tt.name, tt.l, tt.field)
