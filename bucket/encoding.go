@@ -17,8 +17,8 @@ const stateVersion = 1
 const encodedGuess = 48
 
 // Header flags. A flag set means the field follows the header's varints, as
-// a float64; a limit without Guava's options writes the header of earlier
-// releases, byte for byte.
+// a uvarint that is not zero; a limit without Guava's options writes the
+// header of earlier releases, byte for byte.
 const (
 	flagCountRejected   = 1 << 0
 	flagMaxBurstSeconds = 1 << 1
@@ -32,10 +32,10 @@ func limitFlags(l *Limit) byte {
 	if l.CountRejected {
 		flags |= flagCountRejected
 	}
-	if l.MaxBurstSeconds != 0 {
+	if l.MaxBurstMillis != 0 {
 		flags |= flagMaxBurstSeconds
 	}
-	if l.ColdFactor != 0 {
+	if l.ColdFactorMilli != 0 {
 		flags |= flagColdFactor
 	}
 	return flags
@@ -56,10 +56,10 @@ func appendLimit(b []byte, l Limit) []byte {
 	b = binary.AppendUvarint(b, uint64(l.MinGap))
 	b = binary.AppendUvarint(b, uint64(l.WarmUp))
 	if flags&flagMaxBurstSeconds != 0 {
-		b = appendFloat(b, l.MaxBurstSeconds)
+		b = binary.AppendUvarint(b, uint64(l.MaxBurstMillis))
 	}
 	if flags&flagColdFactor != 0 {
-		b = appendFloat(b, l.ColdFactor)
+		b = binary.AppendUvarint(b, uint64(l.ColdFactorMilli))
 	}
 	return b
 }
@@ -152,14 +152,15 @@ func (r *reader) float(what string) float64 {
 	return f
 }
 
-// nonZeroFloat reads a float64 that must be finite and not zero: a flagged
-// option, which is written only when set.
-func (r *reader) nonZeroFloat(what string) float64 {
-	f := r.float(what)
-	if r.err == nil && f == 0 {
+// option reads a flagged option: a uvarint in [1, hi] (it is written only
+// when set).
+func (r *reader) option(what string, hi uint64) uint64 {
+	v := r.uvarint(what)
+	if r.err == nil && (v == 0 || v > hi) {
 		r.fail(what)
+		return 0
 	}
-	return f
+	return v
 }
 
 func (r *reader) limit() Limit {
@@ -180,10 +181,10 @@ func (r *reader) limit() Limit {
 	l.MinGap = time.Duration(r.int63("min_gap"))
 	l.WarmUp = time.Duration(r.int63("warm_up"))
 	if flags&flagMaxBurstSeconds != 0 {
-		l.MaxBurstSeconds = r.nonZeroFloat("max_burst_seconds")
+		l.MaxBurstMillis = uint32(r.option("max_burst_seconds", math.MaxUint32))
 	}
 	if flags&flagColdFactor != 0 {
-		l.ColdFactor = r.nonZeroFloat("cold_factor")
+		l.ColdFactorMilli = uint16(r.option("cold_factor", math.MaxUint16))
 	}
 	return l
 }
@@ -256,17 +257,17 @@ func sameLimitAt(b []byte, l *Limit) (int, bool) {
 			return 0, false
 		}
 	}
-	for _, want := range [...]struct {
-		flag byte
-		f    float64
-	}{{flagMaxBurstSeconds, l.MaxBurstSeconds}, {flagColdFactor, l.ColdFactor}} {
-		if flags&want.flag == 0 {
-			continue
-		}
-		if len(b)-i < 8 || binary.LittleEndian.Uint64(b[i:]) != math.Float64bits(want.f) {
+	if flags&flagMaxBurstSeconds != 0 {
+		var v uint64
+		if v, i = uvarintAt(b, i); v != uint64(l.MaxBurstMillis) || i < 0 {
 			return 0, false
 		}
-		i += 8
+	}
+	if flags&flagColdFactor != 0 {
+		var v uint64
+		if v, i = uvarintAt(b, i); v != uint64(l.ColdFactorMilli) || i < 0 {
+			return 0, false
+		}
 	}
 	return i, true
 }

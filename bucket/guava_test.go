@@ -68,15 +68,27 @@ func (r gvResult) String() string {
 // gvFloat formats f so that Java's Double.parseDouble reads the same double.
 func gvFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
+// gvMilli writes n thousandths as a decimal ("2.5"), as a Java user would
+// write Guava's option; Java reads it as the nearest double.
+func gvMilli(n uint64) string {
+	s := strconv.FormatUint(n/1000, 10)
+	if f := n % 1000; f != 0 {
+		s += strings.TrimRight(fmt.Sprintf(".%03d", f), "0")
+	}
+	return s
+}
+
 // run plays q on a bucket. It returns the oracle's script for q, the
 // bucket's answers, and a description of each call for a report.
 func (q gvSeq) run() (script []string, got []gvResult, calls []string, err error) {
 	l := q.l
 	switch l.Algorithm {
 	case SmoothBursty:
-		script = append(script, fmt.Sprintf("bursty %s %s", gvFloat(permitsPerSecond(l)), gvFloat(l.MaxBurstSeconds)))
+		// 0 asks the oracle for Guava's create(rate); else maxBurstSeconds
+		// as a Java decimal.
+		script = append(script, fmt.Sprintf("bursty %s %s", gvFloat(permitsPerSecond(l)), gvMilli(uint64(l.MaxBurstMillis))))
 	default:
-		script = append(script, fmt.Sprintf("warming %s %d %s", gvFloat(permitsPerSecond(l)), int64(l.WarmUp), gvFloat(l.ColdFactor)))
+		script = append(script, fmt.Sprintf("warming %s %d %s", gvFloat(permitsPerSecond(l)), int64(l.WarmUp), gvMilli(uint64(l.ColdFactorMilli))))
 	}
 	b, err := New(l, gvT0)
 	if err != nil {
@@ -244,9 +256,9 @@ func gvGen(rng *rand.Rand, n int) gvSeq {
 		switch rng.IntN(4) {
 		case 0, 1: // Guava's create(rate)
 		case 2:
-			q.l.MaxBurstSeconds = []float64{0.5, 1.5, 2, 10, 0.1, 1.0 / 3}[rng.IntN(6)]
+			q.l.MaxBurstMillis = []uint32{500, 1500, 2000, 10000, 100, 333, 1}[rng.IntN(7)]
 		case 3:
-			q.l.MaxBurstSeconds = rng.Float64() * 20
+			q.l.MaxBurstMillis = 1 + rng.Uint32N(20000)
 		}
 	} else {
 		q.l.Algorithm = SmoothWarmingUp
@@ -254,9 +266,9 @@ func gvGen(rng *rand.Rand, n int) gvSeq {
 		switch rng.IntN(4) {
 		case 0, 1: // Guava's create(rate, warmup)
 		case 2:
-			q.l.ColdFactor = []float64{1, 2, 10, 3.5}[rng.IntN(4)]
+			q.l.ColdFactorMilli = []uint16{1000, 2000, 10000, 3500, 1001}[rng.IntN(5)]
 		case 3:
-			q.l.ColdFactor = 1 + rng.Float64()*20
+			q.l.ColdFactorMilli = uint16(1000 + rng.IntN(64536))
 		}
 	}
 	q.sleeps = rng.IntN(3) == 0

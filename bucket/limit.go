@@ -38,12 +38,12 @@ const (
 	// released expires Period after it was acquired.
 	Concurrency Algorithm = 8
 	// SmoothBursty is Guava's SmoothBursty RateLimiter: Limit permits per
-	// Period, up to MaxBurstSeconds' worth of stored permits (default: one
+	// Period, up to maxBurstSeconds' worth of stored permits (default: one
 	// second's worth, Guava's create(rate)) or Burst, and the wait of a request
 	// paid by the next one.
 	SmoothBursty Algorithm = 9
 	// SmoothWarmingUp is Guava's SmoothWarmingUp RateLimiter: after idling, the
-	// rate ramps up from Limit/ColdFactor per Period (default: a third, Guava's
+	// rate ramps up from Limit/(cold factor) per Period (default: a third, Guava's
 	// create(rate, warmup)) over WarmUp.
 	SmoothWarmingUp Algorithm = 10
 )
@@ -97,7 +97,18 @@ type Limit struct {
 	Algorithm Algorithm
 	// CountRejected makes SlidingLog record rejected attempts too, so a client
 	// that keeps hammering stays blocked until it pauses.
-	CountRejected bool // placed here, beside Algorithm, to keep Limit small
+	CountRejected bool // placed here, beside Algorithm, to keep Limit at 56 bytes
+	// ColdFactorMilli is Guava's cold factor (SmoothWarmingUp only) in
+	// thousandths: 3000 is 3, a cold limiter spacing permits three stable
+	// intervals apart. Zero means DefaultColdFactor (Guava's create(rate,
+	// warmup)); else at least 1000 (1). ColdFactorMilli converts a number.
+	ColdFactorMilli uint16 // in Limit's padding, as MaxBurstMillis
+	// MaxBurstMillis is Guava's maxBurstSeconds (SmoothBursty only) in
+	// milliseconds: 2500 is maxBurstSeconds 2.5, the most stored permits
+	// being 2.5 times the rate per second. Zero means DefaultMaxBurstSeconds
+	// (Guava's create(rate)), unless Burst is set; the two are exclusive.
+	// MaxBurstMillis converts a number of seconds.
+	MaxBurstMillis uint32
 	// Limit is the number of permits per Period (for Concurrency: the number of
 	// permits held at once). It must be positive.
 	Limit int64
@@ -108,7 +119,7 @@ type Limit struct {
 	// Burst is the capacity: the permits that can be taken at once after idling
 	// (TokenBucket, GCRA, LeakyMeter), the longest queue (LeakyQueue), or the
 	// most stored permits (SmoothBursty, a ringlimit option: Guava's own is
-	// MaxBurstSeconds). Zero means Limit (SmoothBursty: MaxBurstSeconds' worth
+	// MaxBurstMillis). Zero means Limit (SmoothBursty: MaxBurstMillis' worth
 	// of permits). Other algorithms ignore it.
 	Burst int64
 	// MaxWait is the longest a caller is willing to wait (LeakyQueue,
@@ -124,32 +135,64 @@ type Limit struct {
 	// microseconds as Guava does. It must be at least a microsecond for
 	// SmoothWarmingUp.
 	WarmUp time.Duration
-	// MaxBurstSeconds is Guava's maxBurstSeconds (SmoothBursty only): the most
-	// stored permits are MaxBurstSeconds times the rate in permits per second.
-	// Zero means DefaultMaxBurstSeconds (Guava's create(rate)), unless Burst is
-	// set; the two are exclusive.
-	MaxBurstSeconds float64
-	// ColdFactor is Guava's cold factor (SmoothWarmingUp only): a cold limiter
-	// spaces permits ColdFactor stable intervals apart. Zero means
-	// DefaultColdFactor (Guava's create(rate, warmup)); else at least 1.
-	ColdFactor float64
 }
 
-// MaxColdFactor is the largest ColdFactor accepted.
-const MaxColdFactor = 1e6
+// Guava's two options are kept in thousandths so that they fit in Limit's
+// padding: a Limit is part of every key's state. Guava reads a decimal
+// (2.5, 0.1) as the nearest double, and float64(n)/1000 is that double for
+// n thousandths, so a value written with at most three decimals computes
+// exactly as in Guava.
 
-// maxBurstSeconds returns MaxBurstSeconds, or its default when zero.
+// MaxBurstMillis converts Guava's maxBurstSeconds to Limit.MaxBurstMillis:
+// it must be a multiple of 0.001 between 0.001 and 4294967.295 (about 49
+// days), or 0 for the default. The error is a *LimitError naming
+// max_burst_seconds.
+func MaxBurstMillis(seconds float64) (uint32, error) {
+	m, err := toMilli("max_burst_seconds", seconds, math.MaxUint32)
+	return uint32(m), err
+}
+
+// ColdFactorMilli converts Guava's cold factor to Limit.ColdFactorMilli: it
+// must be a multiple of 0.001 between 1 and 65.535, or 0 for the default.
+// The error is a *LimitError naming cold_factor.
+func ColdFactorMilli(factor float64) (uint16, error) {
+	if factor != 0 && factor < 1 {
+		return 0, invalid("cold_factor", "must be at least 1, got %v", factor)
+	}
+	m, err := toMilli("cold_factor", factor, math.MaxUint16)
+	return uint16(m), err
+}
+
+// toMilli returns x in thousandths, at most hi, or a *LimitError naming
+// field when x is not a multiple of 0.001 in range.
+func toMilli(field string, x float64, hi uint64) (uint64, error) {
+	if x == 0 {
+		return 0, nil
+	}
+	if !(x > 0) || x > float64(hi)/1000 {
+		return 0, invalid(field, "must be between 0.001 and %v, got %v", float64(hi)/1000, x)
+	}
+	m := math.Round(x * 1000)
+	if m/1000 != x {
+		return 0, invalid(field, "must be a multiple of 0.001, got %v", x)
+	}
+	return uint64(m), nil
+}
+
+// maxBurstSeconds returns Guava's maxBurstSeconds: MaxBurstMillis, or the
+// default when zero.
 func (l Limit) maxBurstSeconds() float64 {
-	if l.MaxBurstSeconds > 0 {
-		return l.MaxBurstSeconds
+	if l.MaxBurstMillis > 0 {
+		return float64(l.MaxBurstMillis) / 1000
 	}
 	return DefaultMaxBurstSeconds
 }
 
-// coldFactor returns ColdFactor, or its default when zero.
+// coldFactor returns Guava's cold factor: ColdFactorMilli, or the default
+// when zero.
 func (l Limit) coldFactor() float64 {
-	if l.ColdFactor > 0 {
-		return l.ColdFactor
+	if l.ColdFactorMilli > 0 {
+		return float64(l.ColdFactorMilli) / 1000
 	}
 	return DefaultColdFactor
 }
@@ -241,26 +284,25 @@ func (l Limit) Validate() error {
 	return l.validateGuava()
 }
 
-// validateGuava checks MaxBurstSeconds and ColdFactor.
+// validateGuava checks MaxBurstMillis and ColdFactorMilli.
 func (l Limit) validateGuava() error {
-	if l.MaxBurstSeconds != 0 {
+	if l.MaxBurstMillis != 0 {
 		switch {
 		case l.Algorithm != SmoothBursty:
 			return invalid("max_burst_seconds", "applies to smooth_bursty only, not %v", l.Algorithm)
-		case !(l.MaxBurstSeconds > 0) || math.IsInf(l.MaxBurstSeconds, 0):
-			return invalid("max_burst_seconds", "must be positive and finite, got %v", l.MaxBurstSeconds)
 		case l.Burst != 0:
 			return invalid("max_burst_seconds", "set burst or max_burst_seconds, not both")
-		case !(l.MaxBurstSeconds*permitsPerSecond(l) <= MaxLimit):
-			return invalid("max_burst_seconds", "stores more than %d permits: %v seconds at %v per second", int64(MaxLimit), l.MaxBurstSeconds, permitsPerSecond(l))
+		case !(l.maxBurstSeconds()*permitsPerSecond(l) <= MaxLimit):
+			return invalid("max_burst_seconds", "stores more than %d permits: %v seconds at %v per second",
+				int64(MaxLimit), l.maxBurstSeconds(), permitsPerSecond(l))
 		}
 	}
-	if l.ColdFactor != 0 {
+	if l.ColdFactorMilli != 0 {
 		switch {
 		case l.Algorithm != SmoothWarmingUp:
 			return invalid("cold_factor", "applies to smooth_warming_up only, not %v", l.Algorithm)
-		case !(l.ColdFactor >= 1 && l.ColdFactor <= MaxColdFactor):
-			return invalid("cold_factor", "must be between 1 and %v, got %v", float64(MaxColdFactor), l.ColdFactor)
+		case l.ColdFactorMilli < 1000:
+			return invalid("cold_factor", "must be at least 1, got %v", l.coldFactor())
 		}
 	}
 	return nil

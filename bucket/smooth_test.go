@@ -174,7 +174,7 @@ func TestSmoothGuavaRateLimiterTest(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := tc.l
 			if l.Algorithm == SmoothWarmingUp {
-				l.ColdFactor = tc.coldFactor
+				l.ColdFactorMilli = uint16(tc.coldFactor * 1000)
 			}
 			s := newSmooth(l, smoothUs(smoothT0))
 			var clock time.Duration // Guava's FakeStopwatch
@@ -268,7 +268,7 @@ func TestSmoothGuavaTimeToWarmUpIsHonouredEvenWithWeights(t *testing.T) {
 			for _, q := range []struct{ n, secs int64 }{{4, 1}, {2, 1}, {1, 1}, {1, 2}, {1, 10}} {
 				qps := float64(q.n) / float64(q.secs)
 				warmup := time.Duration((1+coldFactor)*warmupPermits/(2.0*qps)*1000.0) * smoothMs
-				l := Limit{Algorithm: SmoothWarmingUp, Limit: q.n, Period: time.Duration(q.secs) * time.Second, MaxWait: MaxPeriod, WarmUp: warmup, ColdFactor: coldFactor}
+				l := Limit{Algorithm: SmoothWarmingUp, Limit: q.n, Period: time.Duration(q.secs) * time.Second, MaxWait: MaxPeriod, WarmUp: warmup, ColdFactorMilli: uint16(coldFactor * 1000)}
 				s := newSmooth(l, smoothUs(smoothT0))
 				var clock time.Duration
 				if got := smoothMeasure(s, &clock, warmupPermits, rng); got != warmup {
@@ -487,14 +487,14 @@ func TestSmoothExtremes(t *testing.T) {
 			{Limit: MaxLimit, Period: 1, Burst: MaxLimit, WarmUp: MaxPeriod, MaxWait: MaxPeriod},
 			{Limit: MaxLimit, Period: 1, WarmUp: time.Microsecond},
 			{Limit: 1, Period: MaxPeriod, WarmUp: time.Microsecond},
-			{Limit: 1, Period: MaxPeriod, WarmUp: MaxPeriod, ColdFactor: MaxColdFactor},
-			{Limit: MaxLimit, Period: 1, WarmUp: time.Microsecond, ColdFactor: 1},
+			{Limit: 1, Period: MaxPeriod, WarmUp: MaxPeriod, ColdFactorMilli: math.MaxUint16},
+			{Limit: MaxLimit, Period: 1, WarmUp: time.Microsecond, ColdFactorMilli: 1000},
 			{Limit: 1, Period: MaxPeriod, Burst: MaxLimit, WarmUp: MaxPeriod, MaxWait: MaxPeriod},
 		} {
 			l.Algorithm = alg
 			for _, start := range []int64{math.MinInt64, 0, math.MaxInt64} {
 				if l.Validate() != nil {
-					l.ColdFactor = 0 // cold_factor is smooth_warming_up's
+					l.ColdFactorMilli = 0 // cold_factor is smooth_warming_up's
 				}
 				if err := l.Validate(); err != nil {
 					t.Fatal(err)
@@ -629,9 +629,9 @@ func FuzzSmooth(f *testing.F) {
 			Burst: pos(burst, MaxLimit+1) - 1, MaxWait: time.Duration(pos(maxWait, math.MaxInt64) - 1)}
 		if warm {
 			l.Algorithm, l.WarmUp = SmoothWarmingUp, time.Duration(max(pos(warmUp, math.MaxInt64), 1000))
-			l.ColdFactor = 1 + float64(uint64(burst)%1000)/7
+			l.ColdFactorMilli = uint16(1000 + uint64(burst)%(math.MaxUint16-999))
 		} else if burst%3 == 0 {
-			l.Burst, l.MaxBurstSeconds = 0, float64(uint64(burst)%10000+1)/100
+			l.Burst, l.MaxBurstMillis = 0, uint32(1+uint64(burst)%math.MaxUint32)
 		}
 		if l.Validate() != nil {
 			return // a Guava option out of range for this rate
@@ -730,9 +730,9 @@ func TestSmoothGuavaQuantum(t *testing.T) {
 func TestSmoothGuavaDefaults(t *testing.T) {
 	for _, pair := range [][2]Limit{
 		{{Algorithm: SmoothBursty, Limit: 7, Period: 2 * time.Second, MaxWait: time.Second},
-			{Algorithm: SmoothBursty, Limit: 7, Period: 2 * time.Second, MaxWait: time.Second, MaxBurstSeconds: 1}},
+			{Algorithm: SmoothBursty, Limit: 7, Period: 2 * time.Second, MaxWait: time.Second, MaxBurstMillis: 1000}},
 		{{Algorithm: SmoothWarmingUp, Limit: 7, Period: 2 * time.Second, WarmUp: 3 * time.Second, MaxWait: time.Second},
-			{Algorithm: SmoothWarmingUp, Limit: 7, Period: 2 * time.Second, WarmUp: 3 * time.Second, MaxWait: time.Second, ColdFactor: 3}},
+			{Algorithm: SmoothWarmingUp, Limit: 7, Period: 2 * time.Second, WarmUp: 3 * time.Second, MaxWait: time.Second, ColdFactorMilli: 3000}},
 	} {
 		a, b := newSmooth(pair[0], smoothUs(smoothT0)), newSmooth(pair[1], smoothUs(smoothT0))
 		for i, at := range []time.Duration{0, 0, 10 * smoothMs, 5 * time.Second, 5 * time.Second, 5100 * smoothMs} {
@@ -749,7 +749,7 @@ func TestSmoothGuavaDefaults(t *testing.T) {
 		}
 	}
 	// maxBurstSeconds 2.5 at 2 per second stores 5 permits.
-	b, _ := New(Limit{Algorithm: SmoothBursty, Limit: 2, Period: time.Second, MaxBurstSeconds: 2.5}, smoothT0)
+	b, _ := New(Limit{Algorithm: SmoothBursty, Limit: 2, Period: time.Second, MaxBurstMillis: 2500}, smoothT0)
 	if d, _ := b.Take(smoothT0.Add(time.Hour), 0); d.Remaining != 5 || d.Limit != 5 {
 		t.Errorf("maxBurstSeconds 2.5 at 2/s after idling: got %+v, want 5 of 5 stored", d)
 	}

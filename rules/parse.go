@@ -41,7 +41,8 @@ var (
 	domainKeys     = []string{"domain", "descriptors", "algorithm", "mode", "policy"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}
 	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"unit_multiplier", "algorithm", "burst", "mode", "policy", "max_wait", "min_gap", "warm_up", "count_rejected"}
+		"unit_multiplier", "algorithm", "burst", "mode", "policy", "max_wait", "min_gap", "warm_up", "count_rejected",
+		"max_burst_seconds", "cold_factor"}
 	replacesKeys = []string{"name"}
 )
 
@@ -289,15 +290,16 @@ func (p *parser) rateLimit(d *domain, path []Step, at, n *yaml.Node, shadow bool
 		MaxWait: p.duration(f, "max_wait"), MinGap: p.duration(f, "min_gap"),
 		WarmUp: p.duration(f, "warm_up"), CountRejected: p.flag(f, "count_rejected"),
 	}
+	var errMBS, errCF error
+	lim.MaxBurstMillis, errMBS = bucket.MaxBurstMillis(p.positive(f, "max_burst_seconds"))
+	lim.ColdFactorMilli, errCF = bucket.ColdFactorMilli(p.positive(f, "cold_factor"))
+	if err := cmp.Or(errMBS, errCF); err != nil {
+		p.limitError(f, at, err)
+		return nil
+	}
 	if r.RequestsPerUnit > 0 && r.Unit.Valid() {
 		if err := lim.Validate(); err != nil {
-			var le *bucket.LimitError
-			if errors.As(err, &le) {
-				field := limitFields[le.Field]
-				p.errorf(cmp.Or(f[field], at), "%s: %s", cmp.Or(field, le.Field), le.Reason)
-			} else {
-				p.errorf(at, "%v", err)
-			}
+			p.limitError(f, at, err)
 			return nil
 		}
 		r.Limit = lim
@@ -305,11 +307,24 @@ func (p *parser) rateLimit(d *domain, path []Step, at, n *yaml.Node, shadow bool
 	return p.register(r, at)
 }
 
+// limitError reports err, an error of bucket about the limit of the
+// rate_limit block at at whose fields are f, at the key it names.
+func (p *parser) limitError(f map[string]*yaml.Node, at *yaml.Node, err error) {
+	var le *bucket.LimitError
+	if errors.As(err, &le) {
+		field := limitFields[le.Field]
+		p.errorf(cmp.Or(f[field], at), "%s: %s", cmp.Or(field, le.Field), le.Reason)
+	} else {
+		p.errorf(at, "%v", err)
+	}
+}
+
 // limitFields maps the fields of bucket.LimitError to the keys of a
 // rate_limit block.
 var limitFields = map[string]string{
 	"algorithm": "algorithm", "limit": "requests_per_unit", "period": "unit", "burst": "burst",
 	"max_wait": "max_wait", "min_gap": "min_gap", "warm_up": "warm_up",
+	"max_burst_seconds": "max_burst_seconds", "cold_factor": "cold_factor",
 }
 
 // replaces parses Lyft's replaces list into r.

@@ -103,6 +103,10 @@ type LimitSpec struct {
 	MaxWait Duration `json:"max_wait,omitempty"`
 	MinGap  Duration `json:"min_gap,omitempty"`
 	WarmUp  Duration `json:"warm_up,omitempty"`
+	// MaxBurstSeconds and ColdFactor are Guava's options (multiples of
+	// 0.001; zero is the default).
+	MaxBurstSeconds float64 `json:"max_burst_seconds,omitempty"`
+	ColdFactor      float64 `json:"cold_factor,omitempty"`
 }
 
 // Bucket returns the limit as a bucket.Limit.
@@ -112,7 +116,14 @@ func (l LimitSpec) Bucket() (bucket.Limit, error) {
 		return bucket.Limit{}, err
 	}
 	bl := bucket.Limit{Algorithm: a, Limit: l.Limit, Period: l.Period.D(), Burst: l.Burst,
-		MaxWait: l.MaxWait.D(), MinGap: l.MinGap.D(), WarmUp: l.WarmUp.D()}
+		MaxWait: l.MaxWait.D(), MinGap: l.MinGap.D(), WarmUp: l.WarmUp.D(),
+	}
+	if bl.MaxBurstMillis, err = bucket.MaxBurstMillis(l.MaxBurstSeconds); err != nil {
+		return bucket.Limit{}, err
+	}
+	if bl.ColdFactorMilli, err = bucket.ColdFactorMilli(l.ColdFactor); err != nil {
+		return bucket.Limit{}, err
+	}
 	return bl, bl.Validate()
 }
 

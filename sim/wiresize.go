@@ -121,7 +121,17 @@ func sizeLimit(m *peerv1.Limit) int {
 		return 0
 	}
 	return sizeUint(uint64(m.Algorithm)) + sizeInt(m.Limit) + sizeInt(m.PeriodNs) + sizeInt(m.Burst) +
-		sizeInt(m.MaxWaitNs) + sizeInt(m.MinGapNs) + sizeBool(m.CountRejected) + sizeInt(m.WarmUpNs)
+		sizeInt(m.MaxWaitNs) + sizeInt(m.MinGapNs) + sizeBool(m.CountRejected) + sizeInt(m.WarmUpNs) +
+		sizeUint2(uint64(m.MaxBurstMillis)) + sizeUint2(uint64(m.ColdFactorMilli))
+}
+
+// sizeUint2 returns the size of a varint field numbered 16 to 2047 (a
+// two-byte tag).
+func sizeUint2(v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return 2 + protowire.SizeVarint(v)
 }
 
 func sizeFlush(m *peerv1.Flush) int {
