@@ -34,7 +34,7 @@ var gvT0 = time.Unix(1_700_000_000, 0)
 
 // gvOp is one call of a sequence, after an idle gap.
 type gvOp struct {
-	kind    byte          // 'a' acquire, 't' tryAcquire(n), 'T' tryAcquire(n, timeout), 'r' setRate
+	kind    byte          // 'a' acquire, 't' tryAcquire(n), 'T' tryAcquire(n, timeout), 'r' setRate, 'd' Drain
 	gap     time.Duration // idle time before the call (any nanoseconds)
 	hits    int64         // 'a', 't', 'T'
 	timeout time.Duration // 'T' (any nanoseconds)
@@ -59,8 +59,11 @@ type gvResult struct {
 }
 
 func (r gvResult) String() string {
-	if !r.ok {
+	switch {
+	case !r.ok:
 		return "false"
+	case r.wait < 0:
+		return "(not seen)"
 	}
 	return fmt.Sprintf("true, wait %dµs", r.wait)
 }
@@ -106,6 +109,15 @@ func (q gvSeq) run() (script []string, got []gvResult, calls []string, err error
 			}
 			script = append(script, fmt.Sprintf("rate %d %s", us, gvFloat(permitsPerSecond(l))))
 			calls = append(calls, at+fmt.Sprintf("setRate(%s) [limit %d per %v]", gvFloat(permitsPerSecond(l)), l.Limit, l.Period))
+			continue
+		}
+		if op.kind == 'd' { // Drain is acquire(n) whose wait nobody sees
+			if err := b.Drain(now, op.hits); err != nil {
+				return nil, nil, nil, err
+			}
+			script = append(script, fmt.Sprintf("drain %d %d", us, op.hits))
+			calls = append(calls, at+fmt.Sprintf("acquire(%d) as Drain", op.hits))
+			got = append(got, gvResult{true, -1})
 			continue
 		}
 		switch op.kind {
@@ -287,8 +299,10 @@ func gvGen(rng *rand.Rand, n int) gvSeq {
 			op.hits = 1 + rng.Int64N(100)
 		}
 		switch k := rng.IntN(20); {
-		case k < 7:
+		case k < 6:
 			op.kind = 'a'
+		case k < 7:
+			op.kind = 'd'
 		case k < 11:
 			op.kind = 't'
 		case k < 19:
@@ -440,6 +454,9 @@ func TestGuavaDifferential(t *testing.T) {
 			}
 		}
 		for _, w := range wants[i] {
+			if w.wait < 0 {
+				continue // a Drain: what it did is compared by the calls after it
+			}
 			compared++
 			if w.ok {
 				admitted++
@@ -449,9 +466,9 @@ func TestGuavaDifferential(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("seed %d: %d sequences, %d calls (%d acquire, %d tryAcquire(n), %d tryAcquire(n, timeout), %d setRate); "+
+	t.Logf("seed %d: %d sequences, %d calls (%d acquire, %d tryAcquire(n), %d tryAcquire(n, timeout), %d setRate, %d Drain); "+
 		"%d decisions and waits compared (%d admitted, %d of them with a wait; %d rejected); mismatching sequences: %d; Guava's JVM run %v",
-		seed, n, counts['a']+counts['t']+counts['T']+counts['r'], counts['a'], counts['t'], counts['T'], counts['r'],
+		seed, n, counts['a']+counts['t']+counts['T']+counts['r']+counts['d'], counts['a'], counts['t'], counts['T'], counts['r'], counts['d'],
 		compared, admitted, waited, compared-admitted, mismatched, jvm.Round(time.Millisecond))
 	if first >= 0 {
 		q := gvShrink(t, o, seqs[first])

@@ -13,6 +13,8 @@
 //   warming PPS WARMUP_NS COLD     new SmoothWarmingUp at time 0: create(PPS,
 //                                  WARMUP_NS, NANOSECONDS, COLD); 0 means 3.0
 //   acquire NOW N                  acquire(N) at NOW; prints "1 WAIT"
+//   drain NOW N                    acquire(N) at NOW; prints "1 -1" (the bucket's
+//                                  Drain, whose wait nobody sees)
 //   try NOW N                      tryAcquire(N) at NOW; prints "1 WAIT" or "0"
 //   tryd NOW N TIMEOUT_NS          tryAcquire(N, Duration.ofNanos(TIMEOUT_NS))
 //   rate NOW PPS                   setRate(PPS) at NOW; prints nothing
@@ -102,6 +104,11 @@ final class RingLimitGuavaOracle {
           clock.at(f[1]);
           limiter.acquire(Integer.parseInt(f[2]));
           out.println("1 " + clock.slept);
+          break;
+        case "drain":
+          clock.at(f[1]);
+          limiter.acquire(Integer.parseInt(f[2]));
+          out.println("1 -1");
           break;
         case "try":
           clock.at(f[1]);
