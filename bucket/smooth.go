@@ -245,7 +245,9 @@ func (s *smoothLimiter) tryAcquire(now, hits, timeout int64) Decision {
 func (s *smoothLimiter) decision(now int64, allowed bool) Decision {
 	d := Decision{Allowed: allowed, Limit: toInt64(s.maxPermits)}
 	if s.next <= now {
-		d.Remaining = toInt64(s.stored)
+		// Guava's rescaling on setRate may leave storedPermits an ulp above
+		// maxPermits until the next resync; Remaining never exceeds Limit.
+		d.Remaining = min(toInt64(s.stored), d.Limit)
 	}
 	full := toInt64((s.maxPermits - s.stored) * s.coolDown)
 	d.ResetAt = unix(microsToNs(min(addSat(later(s.next, now), full), maxMicros)))
@@ -313,12 +315,11 @@ func (s *smoothLimiter) Reconfigure(now time.Time, l Limit) error {
 	if l.Algorithm != s.l.Algorithm {
 		return fmt.Errorf("%w: cannot reconfigure %v as %v", ErrMismatch, s.l.Algorithm, l.Algorithm)
 	}
-	t := s.clock(now)
 	if l.withMaxWait(s.l.MaxWait) == s.l {
-		s.l = l
+		s.l = l // the clock is read by the call that uses the timeout
 		return nil
 	}
-	s.resync(t)
+	s.resync(s.clock(now))
 	s.setRate(l)
 	return nil
 }

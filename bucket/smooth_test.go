@@ -792,3 +792,41 @@ func TestSmoothDecodesNanosecondStates(t *testing.T) {
 		t.Errorf("got next %d last %d stored %v, want %d, %d, 0.5", s.next, s.last, s.stored, want+333_333, want+1)
 	}
 }
+
+// TestSmoothStoredAboveMax: Guava's setRate rescales storedPermits without
+// clamping (stored*max/oldMax may round an ulp above max), and the state
+// keeps it until the next resync, as Guava's does. Found by FuzzSmooth: the
+// Decision still reports at most Limit remaining, and the state encodes.
+func TestSmoothStoredAboveMax(t *testing.T) {
+	l := Limit{Algorithm: SmoothBursty, Limit: 1e17, Period: time.Second, MaxBurstMillis: 1300} // an ulp is 16 permits
+	s := newSmooth(l, smoothUs(smoothT0))
+	s.stored = math.Nextafter(s.maxPermits, math.Inf(1))
+	d := s.tryAcquire(s.last, 0, 0)
+	if d.Remaining > d.Limit {
+		t.Errorf("Remaining %d > Limit %d", d.Remaining, d.Limit)
+	}
+	enc, _ := s.AppendBinary(nil)
+	if got, err := Decode(enc); err != nil || !reflect.DeepEqual(got, Bucket(s)) {
+		t.Errorf("Decode(AppendBinary()) = %+v, %v; want %+v", got, err, s)
+	}
+}
+
+// TestSmoothMaxWaitOnlyLeavesTheClock: a Reconfigure that changes MaxWait
+// only reads no clock, so a ticket in the past stays decodable (found by
+// FuzzSmooth: recording the instant without resyncing left the ticket
+// before the latest instant, which Decode rejects).
+func TestSmoothMaxWaitOnlyLeavesTheClock(t *testing.T) {
+	l := Limit{Algorithm: SmoothBursty, Limit: 10, Period: time.Second}
+	b, _ := New(l, smoothT0)
+	l.MaxWait = time.Second
+	if err := b.Reconfigure(smoothT0.Add(time.Hour), l); err != nil {
+		t.Fatal(err)
+	}
+	enc, _ := b.AppendBinary(nil)
+	if _, err := Decode(enc); err != nil {
+		t.Fatalf("Decode after a MaxWait-only Reconfigure: %v", err)
+	}
+	if d, _ := b.Take(smoothT0.Add(time.Hour), 0); d.Remaining != 10 {
+		t.Errorf("an hour later: got %+v, want 10 stored", d)
+	}
+}
