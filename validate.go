@@ -102,11 +102,7 @@ func (it *item) request(maxKeyLen int) (rlsync.Request, error) {
 		CountRejected: it.countRejected,
 		WarmUp:        it.warmUp,
 	}
-	var err error
-	if lim.MaxBurstMillis, err = bucket.MaxBurstMillis(it.maxBurstSeconds); err != nil {
-		return rlsync.Request{}, asFieldError(err)
-	}
-	if lim.ColdFactorMilli, err = bucket.ColdFactorMilli(it.coldFactor); err != nil {
+	if err := lim.SetGuavaOptions(it.maxBurstSeconds, it.coldFactor); err != nil {
 		return rlsync.Request{}, asFieldError(err)
 	}
 	if err := lim.Validate(); err != nil {

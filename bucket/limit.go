@@ -163,6 +163,19 @@ func ColdFactorMilli(factor float64) (uint16, error) {
 	return uint16(m), err
 }
 
+// SetGuavaOptions sets MaxBurstMillis and ColdFactorMilli from Guava's
+// maxBurstSeconds and cold factor as numbers (0 for the default), as
+// MaxBurstMillis and ColdFactorMilli convert them. The error is a
+// *LimitError naming the option.
+func (l *Limit) SetGuavaOptions(maxBurstSeconds, coldFactor float64) error {
+	var err error
+	if l.MaxBurstMillis, err = MaxBurstMillis(maxBurstSeconds); err != nil {
+		return err
+	}
+	l.ColdFactorMilli, err = ColdFactorMilli(coldFactor)
+	return err
+}
+
 // toMilli returns x in thousandths, at most hi, or a *LimitError naming
 // field when x is not a multiple of 0.001 in range.
 func toMilli(field string, x float64, hi uint64) (uint64, error) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // ltValid is a valid limit of every algorithm that the table below spoils one
@@ -296,5 +297,13 @@ func TestReconfigureErrors(t *testing.T) {
 				t.Errorf("failed Reconfigure changed the state:\n%x\n%x", before, after)
 			}
 		})
+	}
+}
+
+// TestLimitSize: Guava's options live in Limit's padding; a Limit is part of
+// every key's state (sync pins its entries' size classes).
+func TestLimitSize(t *testing.T) {
+	if got := unsafe.Sizeof(Limit{}); got != 56 {
+		t.Errorf("Limit is %d bytes, want 56", got)
 	}
 }

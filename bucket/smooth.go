@@ -51,10 +51,10 @@ import (
 // apart.
 const (
 	// DefaultMaxBurstSeconds is SmoothBursty's maxBurstSeconds when
-	// Limit.MaxBurstSeconds and Limit.Burst are zero: Guava's create(rate).
+	// Limit.MaxBurstMillis and Limit.Burst are zero: Guava's create(rate).
 	DefaultMaxBurstSeconds = 1.0
-	// DefaultColdFactor is SmoothWarmingUp's cold factor when Limit.ColdFactor
-	// is zero: Guava's create(rate, warmup).
+	// DefaultColdFactor is SmoothWarmingUp's cold factor when
+	// Limit.ColdFactorMilli is zero: Guava's create(rate, warmup).
 	DefaultColdFactor = 3.0
 )
 
@@ -71,7 +71,7 @@ const minMicros = math.MinInt64 / 1000
 // granted at the ticket, which it pushes forward by its own cost, so a
 // request's wait is paid by the next one. SmoothBursty stored permits are free
 // (a burst of up to maxPermits); SmoothWarmingUp's cost more the more are
-// stored, ramping from Limit/ColdFactor per Period up to the rate over WarmUp.
+// stored, ramping from Limit/(cold factor) per Period up to the rate over WarmUp.
 // Bound: hits admitted in any window [a, T] <= (T-a+MaxWait)/stableInterval +
 // the last one's hits + (SmoothBursty only) the permits stored at a.
 type smoothLimiter struct {

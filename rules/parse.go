@@ -290,10 +290,7 @@ func (p *parser) rateLimit(d *domain, path []Step, at, n *yaml.Node, shadow bool
 		MaxWait: p.duration(f, "max_wait"), MinGap: p.duration(f, "min_gap"),
 		WarmUp: p.duration(f, "warm_up"), CountRejected: p.flag(f, "count_rejected"),
 	}
-	var errMBS, errCF error
-	lim.MaxBurstMillis, errMBS = bucket.MaxBurstMillis(p.positive(f, "max_burst_seconds"))
-	lim.ColdFactorMilli, errCF = bucket.ColdFactorMilli(p.positive(f, "cold_factor"))
-	if err := cmp.Or(errMBS, errCF); err != nil {
+	if err := lim.SetGuavaOptions(p.positive(f, "max_burst_seconds"), p.positive(f, "cold_factor")); err != nil {
 		p.limitError(f, at, err)
 		return nil
 	}

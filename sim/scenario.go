@@ -116,12 +116,8 @@ func (l LimitSpec) Bucket() (bucket.Limit, error) {
 		return bucket.Limit{}, err
 	}
 	bl := bucket.Limit{Algorithm: a, Limit: l.Limit, Period: l.Period.D(), Burst: l.Burst,
-		MaxWait: l.MaxWait.D(), MinGap: l.MinGap.D(), WarmUp: l.WarmUp.D(),
-	}
-	if bl.MaxBurstMillis, err = bucket.MaxBurstMillis(l.MaxBurstSeconds); err != nil {
-		return bucket.Limit{}, err
-	}
-	if bl.ColdFactorMilli, err = bucket.ColdFactorMilli(l.ColdFactor); err != nil {
+		MaxWait: l.MaxWait.D(), MinGap: l.MinGap.D(), WarmUp: l.WarmUp.D()}
+	if err := bl.SetGuavaOptions(l.MaxBurstSeconds, l.ColdFactor); err != nil {
 		return bucket.Limit{}, err
 	}
 	return bl, bl.Validate()
