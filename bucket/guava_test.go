@@ -18,10 +18,14 @@ import (
 
 // The differential test of SmoothBursty and SmoothWarmingUp against Guava
 // 31.1 itself: seeded random sequences of acquire(n), tryAcquire(n),
-// tryAcquire(n, timeout), setRate and idle gaps run on a bucket and, through
-// the oracle program testdata/guava/RingLimitGuavaOracle.java, on Guava's
-// RateLimiter with a manual clock; every decision and every wait must be the
-// same. `make guava` installs Debian's libguava-java and a JDK and runs it:
+// tryAcquire(n, timeout), setRate, Drain and idle gaps run on a bucket and,
+// through the oracle program testdata/guava/RingLimitGuavaOracle.java, on
+// Guava's RateLimiter with a manual clock; every decision and every wait must
+// be the same. On the bucket, acquire(n) is Take with MaxWait MaxPeriod,
+// tryAcquire(n) Take with MaxWait 0, tryAcquire(n, timeout) Take with MaxWait
+// timeout (each set by a Reconfigure that changes MaxWait only, the per-call
+// timeout), setRate a Reconfigure to a new Limit and Period, and Drain is
+// Guava's acquire(n) whose wait is not compared (the calls after it are). `make guava` installs Debian's libguava-java and a JDK and runs it:
 //
 //	GUAVA_JAR=/usr/share/java/guava.jar go test -tags guava -run '^TestGuava' -v ./bucket/
 //
