@@ -85,7 +85,7 @@ proto:
 ## against Guava 31.1's RateLimiter itself (docs/algorithms.md): Debian's
 ## libguava-java and JDK, installed when missing; the test compiles the oracle
 ## (bucket/testdata/guava) and compares GUAVA_SEQUENCES random sequences
-## (default 10000; GUAVA_SEED, default 1) call by call. About 10 s.
+## (default 10000; GUAVA_SEED, default 1) call by call. About 15 s here.
 GUAVA_JAR ?= /usr/share/java/guava.jar
 guava:
 	@{ command -v javac >/dev/null && command -v java >/dev/null && [ -f $(GUAVA_JAR) ]; } || \
