@@ -58,6 +58,9 @@ func fromProto(pi *ringlimitv1.CheckItem) item {
 		lease:         pi.GetLease(),
 		release:       pi.GetRelease(),
 		rule:          pi.GetRule(),
+
+		maxBurstSeconds: pi.GetMaxBurstSeconds(),
+		coldFactor:      pi.GetColdFactor(),
 	}
 	it.period, it.err = protoDuration("period", pi.GetPeriod(), it.err)
 	it.maxWait, it.err = protoDuration("max_wait", pi.GetMaxWait(), it.err)

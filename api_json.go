@@ -35,6 +35,9 @@ type jsonItem struct {
 	Lease         string `json:"lease"`
 	Release       bool   `json:"release"`
 	Rule          string `json:"rule"`
+	// Guava's options; 0 (or absent) is the default.
+	MaxBurstSeconds float64 `json:"max_burst_seconds"`
+	ColdFactor      float64 `json:"cold_factor"`
 }
 
 // jsonCheckResponse is the answer of POST /v1/check.
@@ -82,6 +85,9 @@ func fromJSON(j *jsonItem) item {
 		lease:         j.Lease,
 		release:       j.Release,
 		rule:          j.Rule,
+
+		maxBurstSeconds: j.MaxBurstSeconds,
+		coldFactor:      j.ColdFactor,
 	}
 	it.period, it.err = jsonDuration("period", j.Period, it.err)
 	it.maxWait, it.err = jsonDuration("max_wait", j.MaxWait, it.err)

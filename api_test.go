@@ -48,6 +48,16 @@ func TestGRPCBadItems(t *testing.T) {
 			i.Algorithm = ringlimitv1.Algorithm_ALGORITHM_SMOOTH_WARMING_UP
 		}, "warm_up:"},
 		{"negative max wait", func(i *ringlimitv1.CheckItem) { i.MaxWait = durationpb.New(-time.Second) }, "max_wait:"},
+		{"max burst seconds on a token bucket", func(i *ringlimitv1.CheckItem) { i.MaxBurstSeconds = 2 }, "max_burst_seconds: applies to smooth_bursty only"},
+		{"negative max burst seconds", func(i *ringlimitv1.CheckItem) {
+			i.Algorithm, i.MaxBurstSeconds = ringlimitv1.Algorithm_ALGORITHM_SMOOTH_BURSTY, -1
+		}, "max_burst_seconds: must be between 0.001 and"},
+		{"max burst seconds with burst", func(i *ringlimitv1.CheckItem) {
+			i.Algorithm, i.MaxBurstSeconds, i.Burst = ringlimitv1.Algorithm_ALGORITHM_SMOOTH_BURSTY, 2, 3
+		}, "max_burst_seconds: set burst or max_burst_seconds, not both"},
+		{"cold factor below 1", func(i *ringlimitv1.CheckItem) {
+			i.Algorithm, i.WarmUp, i.ColdFactor = ringlimitv1.Algorithm_ALGORITHM_SMOOTH_WARMING_UP, durationpb.New(time.Second), 0.5
+		}, "cold_factor: must be at least 1, got 0.5"},
 		{"lease on a token bucket", func(i *ringlimitv1.CheckItem) { i.Lease = "holder" }, "lease: lease and release are only for the concurrency algorithm"},
 		{"release without lease", func(i *ringlimitv1.CheckItem) {
 			i.Algorithm, i.Release = ringlimitv1.Algorithm_ALGORITHM_CONCURRENCY, true
@@ -211,6 +221,51 @@ func TestHTTPBadRequests(t *testing.T) {
 				t.Errorf("error %q, want it to contain %q", e.Error, tt.wantMsg)
 			}
 		})
+	}
+}
+
+// TestGuavaOptionsReachTheBucket: max_burst_seconds and cold_factor, over
+// gRPC and JSON, set the stored-permit capacity that a check reports as its
+// limit: 2.5 seconds at 2 per second stores 5 permits (Guava's default, 1
+// second, 2); a 4s warm-up at 5 per second stores 20 permits with cold
+// factor 3 and 10 + 8e6/2.2e6 = 13.6 with cold factor 10.
+func TestGuavaOptionsReachTheBucket(t *testing.T) {
+	n := startNode(t, testConfig("solo"))
+	waitMembers(t, []*Node{n}, []string{"solo"})
+	client := dial(t, n)
+	bursty := func(key string, seconds float64) *ringlimitv1.CheckItem {
+		return &ringlimitv1.CheckItem{Name: "g", UniqueKey: key, Limit: 2, Period: durationpb.New(time.Second),
+			Algorithm: ringlimitv1.Algorithm_ALGORITHM_SMOOTH_BURSTY, MaxBurstSeconds: seconds, Mode: ringlimitv1.Mode_MODE_LOCAL}
+	}
+	warming := func(key string, cold float64) *ringlimitv1.CheckItem {
+		return &ringlimitv1.CheckItem{Name: "g", UniqueKey: key, Limit: 5, Period: durationpb.New(time.Second),
+			Algorithm: ringlimitv1.Algorithm_ALGORITHM_SMOOTH_WARMING_UP, WarmUp: durationpb.New(4 * time.Second),
+			ColdFactor: cold, Mode: ringlimitv1.Mode_MODE_LOCAL}
+	}
+	resp, err := client.Check(t.Context(), &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{
+		bursty("b0", 0), bursty("b25", 2.5), warming("w0", 0), warming("w10", 10)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{2, 5, 20, 13} {
+		if got := resp.Items[i]; got.Status != ringlimitv1.Status_STATUS_UNDER_LIMIT || got.Limit != want {
+			t.Errorf("gRPC item %d: %v limit %d (%s), want under limit, limit %d", i, got.Status, got.Limit, got.Error, want)
+		}
+	}
+	body := `{"items":[{"name":"j","unique_key":"b","hits":0,"limit":2,"period":"1s","algorithm":"smooth_bursty","max_burst_seconds":2.5,"mode":"local"},` +
+		`{"name":"j","unique_key":"w","hits":0,"limit":5,"period":"1s","algorithm":"smooth_warming_up","warm_up":"4s","cold_factor":10,"mode":"local"}]}`
+	code, out := post(t, n, "application/json", []byte(body))
+	if code != http.StatusOK {
+		t.Fatalf("HTTP %d %s", code, out)
+	}
+	var jr jsonCheckResponse
+	if err := json.Unmarshal(out, &jr); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{5, 13} {
+		if got := jr.Items[i]; got.Status != statusUnderLimit || got.Limit != want {
+			t.Errorf("JSON item %d: %+v, want under limit, limit %d", i, got, want)
+		}
 	}
 }
 

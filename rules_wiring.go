@@ -385,6 +385,10 @@ func (it *item) limitField() string {
 		return "count_rejected"
 	case it.warmUp != 0:
 		return "warm_up"
+	case it.maxBurstSeconds != 0:
+		return "max_burst_seconds"
+	case it.coldFactor != 0:
+		return "cold_factor"
 	}
 	return ""
 }
@@ -447,5 +451,6 @@ func (it *item) applyRule(set *rules.Set, haveRules bool, maxKeyLen int) ruleAns
 	l := r.Limit
 	it.limit, it.period, it.burst, it.algorithm = l.Limit, l.Period, l.Burst, int64(l.Algorithm)
 	it.maxWait, it.minGap, it.countRejected, it.warmUp = l.MaxWait, l.MinGap, l.CountRejected, l.WarmUp
+	it.maxBurstSeconds, it.coldFactor = float64(l.MaxBurstMillis)/1000, float64(l.ColdFactorMilli)/1000
 	return ruleAnswer{shadow: r.Shadow}
 }

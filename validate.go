@@ -43,6 +43,8 @@ type item struct {
 	hits, limit, burst      int64
 	period, maxWait, minGap time.Duration
 	warmUp                  time.Duration
+	maxBurstSeconds         float64 // Guava's options, as numbers; 0 is the default
+	coldFactor              float64
 	algorithm               int64 // 0 means token bucket
 	mode                    int64
 	policy                  int64
@@ -99,6 +101,9 @@ func (it *item) request(maxKeyLen int) (rlsync.Request, error) {
 		MinGap:        it.minGap,
 		CountRejected: it.countRejected,
 		WarmUp:        it.warmUp,
+	}
+	if err := lim.SetGuavaOptions(it.maxBurstSeconds, it.coldFactor); err != nil {
+		return rlsync.Request{}, asFieldError(err)
 	}
 	if err := lim.Validate(); err != nil {
 		return rlsync.Request{}, asFieldError(err)

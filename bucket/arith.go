@@ -45,6 +45,18 @@ func addSat(a, b int64) int64 {
 	return s
 }
 
+// mulSat returns a * b for non-negative a and b, saturated at MaxInt64.
+func mulSat(a, b int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(lo)
+}
+
 // mulDiv returns a * b / c for non-negative a, b and positive c, without
 // intermediate overflow, saturated at MaxInt64.
 func mulDiv(a, b, c int64) int64 {

@@ -29,9 +29,15 @@ func fzLimits(a Algorithm) []Limit {
 			ls[i].Limit = min(ls[i].Limit, 64)
 		case SmoothWarmingUp:
 			if ls[i].WarmUp == 0 {
-				ls[i].WarmUp = ls[i].Period
+				ls[i].WarmUp = max(ls[i].Period, time.Microsecond)
 			}
 		}
+	}
+	switch a { // Guava's options
+	case SmoothBursty:
+		ls = append(ls, Limit{Algorithm: a, Limit: 3, Period: time.Second, MaxBurstMillis: 2500, MaxWait: time.Second})
+	case SmoothWarmingUp:
+		ls = append(ls, Limit{Algorithm: a, Limit: 3, Period: time.Second, ColdFactorMilli: 10000, WarmUp: time.Second})
 	}
 	return ls
 }
@@ -110,12 +116,15 @@ var fzGarbage = [][]byte{
 	{1, 1, 0},
 	{2, 1, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0}, // unknown version
 	{1, 0, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0}, // algorithm 0
-	{1, 11, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0},   // algorithm 11
-	{1, 1, 2, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0},    // unknown flag
-	{1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},     // limit 0
-	{1, 1, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0},    // period 0
-	{1, 1, 0, 10, 1, 0, 0, 0, 0, 40, 0, 0},      // 20 tokens of 10 (zigzag varint 40)
-	{1, 1, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0xff}, // a full token bucket and a trailing byte
+	{1, 11, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0},                                     // algorithm 11
+	{1, 1, 8, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0},                                      // unknown flag
+	{1, 1, 2, 10, 1, 0, 0, 0, 0, 5, 0, 0},                                         // max_burst_seconds on a token bucket
+	{1, 9, 2, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},                 // max_burst_seconds flagged but 0
+	{1, 10, 4, 10, 1, 0, 0, 0, 1, 0x80, 0x80, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, // cold factor above 65535
+	{1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},                                       // limit 0
+	{1, 1, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0},                                      // period 0
+	{1, 1, 0, 10, 1, 0, 0, 0, 0, 40, 0, 0},                                        // 20 tokens of 10 (zigzag varint 40)
+	{1, 1, 0, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0xff},                                   // a full token bucket and a trailing byte
 	bytes.Repeat([]byte{0xff}, 64),
 	bytes.Repeat([]byte{0x80}, 64),
 	[]byte("token_bucket"),

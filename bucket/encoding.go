@@ -16,16 +16,38 @@ const stateVersion = 1
 // the header and the state of the small algorithms.
 const encodedGuess = 48
 
-// appendLimit writes the header shared by every state: version, algorithm and
-// the limit's fields.
+// Header flags. A flag set means the field follows the header's varints, as
+// a uvarint that is not zero; a limit without Guava's options writes the
+// header of earlier releases, byte for byte.
+const (
+	flagCountRejected   = 1 << 0
+	flagMaxBurstSeconds = 1 << 1
+	flagColdFactor      = 1 << 2
+	knownFlags          = flagCountRejected | flagMaxBurstSeconds | flagColdFactor
+)
+
+// limitFlags returns the header flags of l.
+func limitFlags(l *Limit) byte {
+	var flags byte
+	if l.CountRejected {
+		flags |= flagCountRejected
+	}
+	if l.MaxBurstMillis != 0 {
+		flags |= flagMaxBurstSeconds
+	}
+	if l.ColdFactorMilli != 0 {
+		flags |= flagColdFactor
+	}
+	return flags
+}
+
+// appendLimit writes the header shared by every state: version, algorithm,
+// flags and the limit's fields.
 func appendLimit(b []byte, l Limit) []byte {
 	// One allocation for the header and a small state (a token bucket's is
 	// about 30 bytes), instead of one per field as the buffer grows.
 	b = slices.Grow(b, encodedGuess)
-	var flags byte
-	if l.CountRejected {
-		flags |= 1
-	}
+	flags := limitFlags(&l)
 	b = append(b, stateVersion, byte(l.Algorithm), flags)
 	b = binary.AppendUvarint(b, uint64(l.Limit))
 	b = binary.AppendUvarint(b, uint64(l.Period))
@@ -33,6 +55,12 @@ func appendLimit(b []byte, l Limit) []byte {
 	b = binary.AppendUvarint(b, uint64(l.MaxWait))
 	b = binary.AppendUvarint(b, uint64(l.MinGap))
 	b = binary.AppendUvarint(b, uint64(l.WarmUp))
+	if flags&flagMaxBurstSeconds != 0 {
+		b = binary.AppendUvarint(b, uint64(l.MaxBurstMillis))
+	}
+	if flags&flagColdFactor != 0 {
+		b = binary.AppendUvarint(b, uint64(l.ColdFactorMilli))
+	}
 	return b
 }
 
@@ -124,6 +152,17 @@ func (r *reader) float(what string) float64 {
 	return f
 }
 
+// option reads a flagged option: a uvarint in [1, hi] (it is written only
+// when set).
+func (r *reader) option(what string, hi uint64) uint64 {
+	v := r.uvarint(what)
+	if r.err == nil && (v == 0 || v > hi) {
+		r.fail(what)
+		return 0
+	}
+	return v
+}
+
 func (r *reader) limit() Limit {
 	if v := r.byte("version"); r.err == nil && v != stateVersion {
 		r.err = fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
@@ -131,16 +170,22 @@ func (r *reader) limit() Limit {
 	var l Limit
 	l.Algorithm = Algorithm(r.byte("algorithm"))
 	flags := r.byte("flags")
-	if flags&^1 != 0 {
+	if flags&^knownFlags != 0 {
 		r.fail("flags")
 	}
-	l.CountRejected = flags&1 != 0
+	l.CountRejected = flags&flagCountRejected != 0
 	l.Limit = r.int63("limit")
 	l.Period = time.Duration(r.int63("period"))
 	l.Burst = r.int63("burst")
 	l.MaxWait = time.Duration(r.int63("max_wait"))
 	l.MinGap = time.Duration(r.int63("min_gap"))
 	l.WarmUp = time.Duration(r.int63("warm_up"))
+	if flags&flagMaxBurstSeconds != 0 {
+		l.MaxBurstMillis = uint32(r.option("max_burst_seconds", math.MaxUint32))
+	}
+	if flags&flagColdFactor != 0 {
+		l.ColdFactorMilli = uint16(r.option("cold_factor", math.MaxUint16))
+	}
 	return l
 }
 
@@ -199,10 +244,7 @@ func sameLimitAt(b []byte, l *Limit) (int, bool) {
 	if len(b) < 3 || b[0] != stateVersion || b[1] != byte(l.Algorithm) {
 		return 0, false
 	}
-	var flags byte
-	if l.CountRejected {
-		flags = 1
-	}
+	flags := limitFlags(l)
 	if b[2] != flags {
 		return 0, false
 	}
@@ -212,6 +254,18 @@ func sameLimitAt(b []byte, l *Limit) (int, bool) {
 	for _, want := range [...]int64{l.Limit, int64(l.Period), l.Burst, int64(l.MaxWait), int64(l.MinGap), int64(l.WarmUp)} {
 		var v uint64
 		if v, i = uvarintAt(b, i); v != uint64(want) || i < 0 {
+			return 0, false
+		}
+	}
+	if flags&flagMaxBurstSeconds != 0 {
+		var v uint64
+		if v, i = uvarintAt(b, i); v != uint64(l.MaxBurstMillis) || i < 0 {
+			return 0, false
+		}
+	}
+	if flags&flagColdFactor != 0 {
+		var v uint64
+		if v, i = uvarintAt(b, i); v != uint64(l.ColdFactorMilli) || i < 0 {
 			return 0, false
 		}
 	}

@@ -3,6 +3,7 @@ package bucket
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -37,11 +38,13 @@ const (
 	// released expires Period after it was acquired.
 	Concurrency Algorithm = 8
 	// SmoothBursty is Guava's SmoothBursty RateLimiter: Limit permits per
-	// Period, up to Burst stored permits (default: one second's worth), and the
-	// wait of a request paid by the next one.
+	// Period, up to maxBurstSeconds' worth of stored permits (default: one
+	// second's worth, Guava's create(rate)) or Burst, and the wait of a request
+	// paid by the next one.
 	SmoothBursty Algorithm = 9
 	// SmoothWarmingUp is Guava's SmoothWarmingUp RateLimiter: after idling, the
-	// rate ramps up from a third of Limit per Period over WarmUp.
+	// rate ramps up from Limit/(cold factor) per Period (default: a third, Guava's
+	// create(rate, warmup)) over WarmUp.
 	SmoothWarmingUp Algorithm = 10
 )
 
@@ -98,6 +101,17 @@ type Limit struct {
 	// request is admitted when the window's count, its own hits included,
 	// stays within Limit). Other algorithms ignore it.
 	CountRejected bool // placed here, beside Algorithm, to keep Limit at 56 bytes
+	// ColdFactorMilli is Guava's cold factor (SmoothWarmingUp only) in
+	// thousandths: 3000 is 3, a cold limiter spacing permits three stable
+	// intervals apart. Zero means DefaultColdFactor (Guava's create(rate,
+	// warmup)); else at least 1000 (1). ColdFactorMilli converts a number.
+	ColdFactorMilli uint16 // in Limit's padding, as MaxBurstMillis
+	// MaxBurstMillis is Guava's maxBurstSeconds (SmoothBursty only) in
+	// milliseconds: 2500 is maxBurstSeconds 2.5, the most stored permits
+	// being 2.5 times the rate per second. Zero means DefaultMaxBurstSeconds
+	// (Guava's create(rate)), unless Burst is set; the two are exclusive.
+	// MaxBurstMillis converts a number of seconds.
+	MaxBurstMillis uint32
 	// Limit is the number of permits per Period (for Concurrency: the number of
 	// permits held at once). It must be positive.
 	Limit int64
@@ -107,18 +121,96 @@ type Limit struct {
 	Period time.Duration
 	// Burst is the capacity: the permits that can be taken at once after idling
 	// (TokenBucket, GCRA, LeakyMeter), the longest queue (LeakyQueue), or the
-	// most stored permits (SmoothBursty). Zero means Limit (SmoothBursty: one
-	// second's worth of permits, as Guava's default). Other algorithms ignore it.
+	// most stored permits (SmoothBursty, a ringlimit option: Guava's own is
+	// MaxBurstMillis). Zero means Limit (SmoothBursty: MaxBurstMillis' worth
+	// of permits). Other algorithms ignore it.
 	Burst int64
 	// MaxWait is the longest a caller is willing to wait (LeakyQueue,
 	// SmoothBursty, SmoothWarmingUp): a request whose wait would be longer is
-	// rejected. Zero means the request must not wait at all (Guava's tryAcquire).
+	// rejected. Zero means the request must not wait at all (Guava's
+	// tryAcquire()). For the smooth limiters it is tryAcquire's timeout,
+	// counted in whole microseconds, and may change from call to call: that is
+	// not a change of rate.
 	MaxWait time.Duration
 	// MinGap is the shortest time allowed between two admitted hits (SlidingLog).
 	MinGap time.Duration
-	// WarmUp is the warm-up period of SmoothWarmingUp. It must be positive for
+	// WarmUp is the warm-up period of SmoothWarmingUp, which counts it in whole
+	// microseconds as Guava does. It must be at least a microsecond for
 	// SmoothWarmingUp.
 	WarmUp time.Duration
+}
+
+// Guava's two options are kept in thousandths so that they fit in Limit's
+// padding: a Limit is part of every key's state. Guava reads a decimal
+// (2.5, 0.1) as the nearest double, and float64(n)/1000 is that double for
+// n thousandths, so a value written with at most three decimals computes
+// exactly as in Guava.
+
+// MaxBurstMillis converts Guava's maxBurstSeconds to Limit.MaxBurstMillis:
+// it must be a multiple of 0.001 between 0.001 and 4294967.295 (about 49
+// days), or 0 for the default. The error is a *LimitError naming
+// max_burst_seconds.
+func MaxBurstMillis(seconds float64) (uint32, error) {
+	m, err := toMilli("max_burst_seconds", seconds, math.MaxUint32)
+	return uint32(m), err
+}
+
+// ColdFactorMilli converts Guava's cold factor to Limit.ColdFactorMilli: it
+// must be a multiple of 0.001 between 1 and 65.535, or 0 for the default.
+// The error is a *LimitError naming cold_factor.
+func ColdFactorMilli(factor float64) (uint16, error) {
+	if factor != 0 && factor < 1 {
+		return 0, invalid("cold_factor", "must be at least 1, got %v", factor)
+	}
+	m, err := toMilli("cold_factor", factor, math.MaxUint16)
+	return uint16(m), err
+}
+
+// SetGuavaOptions sets MaxBurstMillis and ColdFactorMilli from Guava's
+// maxBurstSeconds and cold factor as numbers (0 for the default), as
+// MaxBurstMillis and ColdFactorMilli convert them. The error is a
+// *LimitError naming the option.
+func (l *Limit) SetGuavaOptions(maxBurstSeconds, coldFactor float64) error {
+	var err error
+	if l.MaxBurstMillis, err = MaxBurstMillis(maxBurstSeconds); err != nil {
+		return err
+	}
+	l.ColdFactorMilli, err = ColdFactorMilli(coldFactor)
+	return err
+}
+
+// toMilli returns x in thousandths, at most hi, or a *LimitError naming
+// field when x is not a multiple of 0.001 in range.
+func toMilli(field string, x float64, hi uint64) (uint64, error) {
+	if x == 0 {
+		return 0, nil
+	}
+	if !(x > 0) || x > float64(hi)/1000 {
+		return 0, invalid(field, "must be between 0.001 and %v, got %v", float64(hi)/1000, x)
+	}
+	m := math.Round(x * 1000)
+	if m/1000 != x {
+		return 0, invalid(field, "must be a multiple of 0.001, got %v", x)
+	}
+	return uint64(m), nil
+}
+
+// maxBurstSeconds returns Guava's maxBurstSeconds: MaxBurstMillis, or the
+// default when zero.
+func (l Limit) maxBurstSeconds() float64 {
+	if l.MaxBurstMillis > 0 {
+		return float64(l.MaxBurstMillis) / 1000
+	}
+	return DefaultMaxBurstSeconds
+}
+
+// coldFactor returns Guava's cold factor: ColdFactorMilli, or the default
+// when zero.
+func (l Limit) coldFactor() float64 {
+	if l.ColdFactorMilli > 0 {
+		return float64(l.ColdFactorMilli) / 1000
+	}
+	return DefaultColdFactor
 }
 
 // Maximums that keep every computation inside int64 and float64 range.
@@ -201,8 +293,32 @@ func (l Limit) Validate() error {
 			return invalid("limit", "sliding_log keeps one timestamp per permit: at most %d, got %d", MaxLogLimit, l.Limit)
 		}
 	case SmoothWarmingUp:
-		if l.WarmUp <= 0 {
-			return invalid("warm_up", "smooth_warming_up needs a positive warm-up period")
+		if l.WarmUp < time.Microsecond {
+			return invalid("warm_up", "smooth_warming_up needs a warm-up period of at least 1µs (Guava counts it in whole microseconds), got %v", l.WarmUp)
+		}
+	}
+	return l.validateGuava()
+}
+
+// validateGuava checks MaxBurstMillis and ColdFactorMilli.
+func (l Limit) validateGuava() error {
+	if l.MaxBurstMillis != 0 {
+		switch {
+		case l.Algorithm != SmoothBursty:
+			return invalid("max_burst_seconds", "applies to smooth_bursty only, not %v", l.Algorithm)
+		case l.Burst != 0:
+			return invalid("max_burst_seconds", "set burst or max_burst_seconds, not both")
+		case !(l.maxBurstSeconds()*permitsPerSecond(l) <= MaxLimit):
+			return invalid("max_burst_seconds", "stores more than %d permits: %v seconds at %v per second",
+				int64(MaxLimit), l.maxBurstSeconds(), permitsPerSecond(l))
+		}
+	}
+	if l.ColdFactorMilli != 0 {
+		switch {
+		case l.Algorithm != SmoothWarmingUp:
+			return invalid("cold_factor", "applies to smooth_warming_up only, not %v", l.Algorithm)
+		case l.ColdFactorMilli < 1000:
+			return invalid("cold_factor", "must be at least 1, got %v", l.coldFactor())
 		}
 	}
 	return nil

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // ltValid is a valid limit of every algorithm that the table below spoils one
@@ -64,9 +66,49 @@ func TestLimitValidateInvalid(t *testing.T) {
 		{"sliding_log limit above MaxLogLimit", Limit{Algorithm: SlidingLog, Limit: MaxLogLimit + 1, Period: time.Second}, "limit"},
 		{"sliding_log limit MaxLimit", Limit{Algorithm: SlidingLog, Limit: MaxLimit, Period: time.Second}, "limit"},
 		{"smooth_warming_up without warm_up", Limit{Algorithm: SmoothWarmingUp, Limit: 10, Period: time.Second}, "warm_up"},
+		{"smooth_warming_up warm_up under 1µs", Limit{Algorithm: SmoothWarmingUp, Limit: 10, Period: time.Second, WarmUp: 999}, "warm_up"},
+		{"max_burst_seconds on token_bucket", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, MaxBurstMillis: 2000}, "max_burst_seconds"},
+		{"max_burst_seconds with burst", Limit{Algorithm: SmoothBursty, Limit: 10, Period: time.Second, MaxBurstMillis: 2000, Burst: 3}, "max_burst_seconds"},
+		{"max_burst_seconds storing over MaxLimit", Limit{Algorithm: SmoothBursty, Limit: MaxLimit, Period: time.Second, MaxBurstMillis: 2000}, "max_burst_seconds"},
+		{"cold_factor on smooth_bursty", Limit{Algorithm: SmoothBursty, Limit: 10, Period: time.Second, ColdFactorMilli: 3000}, "cold_factor"},
+		{"cold_factor below 1", Limit{Algorithm: SmoothWarmingUp, Limit: 10, Period: time.Second, WarmUp: time.Second, ColdFactorMilli: 999}, "cold_factor"},
 		{"zero value", Limit{}, "algorithm"},
 	} {
 		ltCheckInvalid(t, tt.name, tt.l, tt.field)
+	}
+}
+
+// TestGuavaOptionConversions: Guava's options as numbers, to thousandths.
+func TestGuavaOptionConversions(t *testing.T) {
+	for _, tt := range []struct {
+		seconds float64
+		want    uint32
+		err     string
+	}{
+		{0, 0, ""}, {1, 1000, ""}, {2.5, 2500, ""}, {0.1, 100, ""}, {0.001, 1, ""}, {1.0 / 3, 0, "multiple of 0.001"},
+		{0.0005, 0, "multiple of 0.001"}, {-1, 0, "between"}, {math.NaN(), 0, "between"}, {math.Inf(1), 0, "between"},
+		{4294967.295, math.MaxUint32, ""}, {4294967.296, 0, "between"},
+	} {
+		got, err := MaxBurstMillis(tt.seconds)
+		if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("MaxBurstMillis(%v) = %d, %v; want %d, error %q", tt.seconds, got, err, tt.want, tt.err)
+		}
+		if err == nil && float64(got)/1000 != tt.seconds {
+			t.Errorf("MaxBurstMillis(%v) = %d: back as %v", tt.seconds, got, float64(got)/1000)
+		}
+	}
+	for _, tt := range []struct {
+		factor float64
+		want   uint16
+		err    string
+	}{
+		{0, 0, ""}, {1, 1000, ""}, {3, 3000, ""}, {2.5, 2500, ""}, {65.535, math.MaxUint16, ""},
+		{0.5, 0, "at least 1"}, {65.536, 0, "between"}, {1.0001, 0, "multiple of 0.001"},
+	} {
+		got, err := ColdFactorMilli(tt.factor)
+		if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("ColdFactorMilli(%v) = %d, %v; want %d, error %q", tt.factor, got, err, tt.want, tt.err)
+		}
 	}
 }
 
@@ -255,5 +297,13 @@ func TestReconfigureErrors(t *testing.T) {
 				t.Errorf("failed Reconfigure changed the state:\n%x\n%x", before, after)
 			}
 		})
+	}
+}
+
+// TestLimitSize: Guava's options live in Limit's padding; a Limit is part of
+// every key's state (sync pins its entries' size classes).
+func TestLimitSize(t *testing.T) {
+	if got := unsafe.Sizeof(Limit{}); got != 56 {
+		t.Errorf("Limit is %d bytes, want 56", got)
 	}
 }

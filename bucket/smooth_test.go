@@ -14,6 +14,9 @@ import (
 
 var smoothT0 = time.Unix(1_700_000_000, 0)
 
+// smoothUs is t in Unix microseconds, a smooth limiter's clock.
+func smoothUs(t time.Time) int64 { return nsToMicros(nanos(t)) }
+
 const smoothMs = time.Millisecond
 
 // smoothAcquireLimit is Guava's create(perSecond) (or create(perSecond, warmUp)
@@ -169,14 +172,18 @@ func smoothSteady(at, interval time.Duration, want string, n int) []smoothStep {
 func TestSmoothGuavaRateLimiterTest(t *testing.T) {
 	for _, tc := range smoothGuavaCases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newSmooth(tc.l, nanos(smoothT0), tc.coldFactor)
+			l := tc.l
+			if l.Algorithm == SmoothWarmingUp {
+				l.ColdFactorMilli = uint16(tc.coldFactor * 1000)
+			}
+			s := newSmooth(l, smoothUs(smoothT0))
 			var clock time.Duration // Guava's FakeStopwatch
 			for i, st := range tc.steps {
 				switch {
 				case st.sleep > 0:
 					clock += st.sleep
 					continue
-				case (clock - st.at).Abs() > time.Microsecond:
+				case clock != st.at:
 					t.Fatalf("step %d: the table says %v but the clock is at %v", i, st.at, clock)
 				case st.rate > 0:
 					l := s.Config()
@@ -227,9 +234,9 @@ func TestSmoothGuavaTryAcquire(t *testing.T) {
 			[]step{{0, 5, 0, true}, {900 * smoothMs, 1, 0, false}, {time.Second, 1, 0, true}}},
 	}
 	for _, tc := range tests {
-		s := newSmooth(tc.l, nanos(smoothT0), smoothColdFactor)
+		s := newSmooth(tc.l, smoothUs(smoothT0))
 		for i, st := range tc.steps {
-			d := s.tryAcquire(nanos(smoothT0.Add(st.at)), st.hits, int64(st.timeout))
+			d := s.tryAcquire(smoothUs(smoothT0.Add(st.at)), st.hits, int64(st.timeout/time.Microsecond))
 			if d.Allowed != st.want {
 				t.Errorf("%s step %d: tryAcquire(%d, %v) at %v: got %v, want %v", tc.name, i, st.hits, st.timeout, st.at, d.Allowed, st.want)
 			}
@@ -261,8 +268,8 @@ func TestSmoothGuavaTimeToWarmUpIsHonouredEvenWithWeights(t *testing.T) {
 			for _, q := range []struct{ n, secs int64 }{{4, 1}, {2, 1}, {1, 1}, {1, 2}, {1, 10}} {
 				qps := float64(q.n) / float64(q.secs)
 				warmup := time.Duration((1+coldFactor)*warmupPermits/(2.0*qps)*1000.0) * smoothMs
-				l := Limit{Algorithm: SmoothWarmingUp, Limit: q.n, Period: time.Duration(q.secs) * time.Second, MaxWait: MaxPeriod, WarmUp: warmup}
-				s := newSmooth(l, nanos(smoothT0), coldFactor)
+				l := Limit{Algorithm: SmoothWarmingUp, Limit: q.n, Period: time.Duration(q.secs) * time.Second, MaxWait: MaxPeriod, WarmUp: warmup, ColdFactorMilli: uint16(coldFactor * 1000)}
+				s := newSmooth(l, smoothUs(smoothT0))
 				var clock time.Duration
 				if got := smoothMeasure(s, &clock, warmupPermits, rng); got != warmup {
 					t.Fatalf("trial %d cold factor %v qps %v: took %v, want %v", trial, coldFactor, qps, got, warmup)
@@ -274,7 +281,7 @@ func TestSmoothGuavaTimeToWarmUpIsHonouredEvenWithWeights(t *testing.T) {
 
 func TestSmoothGuavaWeNeverGetABurstMoreThanOneSec(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	s := newSmooth(smoothAcquireLimit(1, 0), nanos(smoothT0), smoothColdFactor)
+	s := newSmooth(smoothAcquireLimit(1, 0), smoothUs(smoothT0))
 	var clock time.Duration
 	for _, rate := range []int64{1000, 1, 10, 1000000, 10, 1} {
 		clock += time.Duration(rate) * time.Second
@@ -413,13 +420,13 @@ func TestSmoothMergeIdleClone(t *testing.T) {
 	if d, _ := a.Take(smoothT0.Add(time.Second), 0); d.Wait != 2375*smoothMs {
 		t.Errorf("merged: got %+v, want the later ticket (wait 2.375s)", d)
 	}
-	if err := a.Merge(smoothT0, newSmooth(Limit{Algorithm: SmoothBursty, Limit: 1, Period: time.Second}, 0, 3)); !errors.Is(err, ErrMismatch) {
+	if err := a.Merge(smoothT0, newSmooth(Limit{Algorithm: SmoothBursty, Limit: 1, Period: time.Second}, 0)); !errors.Is(err, ErrMismatch) {
 		t.Errorf("Merge(other algorithm) = %v, want ErrMismatch", err)
 	}
 	// A fresh SmoothBursty stores nothing: once it has saved permits it is
 	// not idle (it would admit a burst a fresh one would not).
 	c, _ := New(Limit{Algorithm: SmoothBursty, Limit: 1, Period: time.Second}, smoothT0)
-	if !c.Idle(smoothT0) || c.Idle(smoothT0.Add(time.Nanosecond)) || c.Idle(smoothT0.Add(time.Hour)) {
+	if !c.Idle(smoothT0) || c.Idle(smoothT0.Add(time.Microsecond)) || c.Idle(smoothT0.Add(time.Hour)) {
 		t.Error("SmoothBursty Idle: want true only while nothing is stored")
 	}
 }
@@ -441,7 +448,7 @@ func TestSmoothEncoding(t *testing.T) {
 	s := b.(*smoothLimiter)
 	corrupt := func(next, last int64, stored float64) []byte {
 		e := appendLimit(nil, l)
-		e = appendVarint(appendVarint(e, next), last)
+		e = appendVarint(appendVarint(e, microsToNs(next)), microsToNs(last))
 		return appendFloat(e, stored)
 	}
 	for name, e := range map[string][]byte{
@@ -460,7 +467,7 @@ func TestSmoothEncoding(t *testing.T) {
 // smoothCheck checks the invariants of a state and, unless nil, a decision.
 func smoothCheck(t *testing.T, s *smoothLimiter, d *Decision) {
 	t.Helper()
-	if !(s.stored >= 0 && s.stored <= s.maxPermits) || s.next < s.last {
+	if !(s.stored >= 0 && s.stored <= s.maxPermits*smoothStoredSlack) || s.next < s.last || s.next > maxMicros || s.last < minMicros {
 		t.Fatalf("broken state %+v", s)
 	}
 	if d == nil {
@@ -478,13 +485,21 @@ func TestSmoothExtremes(t *testing.T) {
 	for _, alg := range []Algorithm{SmoothBursty, SmoothWarmingUp} {
 		for _, l := range []Limit{
 			{Limit: MaxLimit, Period: 1, Burst: MaxLimit, WarmUp: MaxPeriod, MaxWait: MaxPeriod},
-			{Limit: MaxLimit, Period: 1, WarmUp: 1},
-			{Limit: 1, Period: MaxPeriod, WarmUp: 1},
+			{Limit: MaxLimit, Period: 1, WarmUp: time.Microsecond},
+			{Limit: 1, Period: MaxPeriod, WarmUp: time.Microsecond},
+			{Limit: 1, Period: MaxPeriod, WarmUp: MaxPeriod, ColdFactorMilli: math.MaxUint16},
+			{Limit: MaxLimit, Period: 1, WarmUp: time.Microsecond, ColdFactorMilli: 1000},
 			{Limit: 1, Period: MaxPeriod, Burst: MaxLimit, WarmUp: MaxPeriod, MaxWait: MaxPeriod},
 		} {
 			l.Algorithm = alg
 			for _, start := range []int64{math.MinInt64, 0, math.MaxInt64} {
-				s := newSmooth(l, start, smoothColdFactor)
+				if l.Validate() != nil {
+					l.ColdFactorMilli = 0 // cold_factor is smooth_warming_up's
+				}
+				if err := l.Validate(); err != nil {
+					t.Fatal(err)
+				}
+				s := newSmooth(l, nsToMicros(start))
 				for _, now := range []int64{start, math.MaxInt64, math.MinInt64, 0} {
 					for _, hits := range []int64{0, 1, math.MaxInt64} {
 						d, err := s.Take(unix(now), hits)
@@ -504,17 +519,17 @@ func TestSmoothExtremes(t *testing.T) {
 
 // TestSmoothBoundProperty checks, on random traffic, the bound of the type
 // comment over every window [a, T]: admitted <= (T-a+MaxWait)/stable + last
-// hits + (SmoothBursty) stored at a, plus the truncation of waits to whole
-// nanoseconds (at most 3ns per request).
+// hits + (SmoothBursty) stored at a, plus the truncation of waits and of the
+// clock to whole microseconds (at most 3µs per request).
 func TestSmoothBoundProperty(t *testing.T) {
 	for seed := uint64(0); seed < 200; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		l := Limit{Algorithm: SmoothBursty, Limit: 1 + rng.Int64N(1000), Period: smoothMs + time.Duration(rng.Int64N(int64(10*time.Second))),
 			Burst: rng.Int64N(50), MaxWait: time.Duration(rng.Int64N(int64(time.Second)))}
 		if seed%2 == 1 {
-			l.Algorithm, l.Burst, l.WarmUp = SmoothWarmingUp, 0, time.Duration(1+rng.Int64N(int64(5*time.Second)))
+			l.Algorithm, l.Burst, l.WarmUp = SmoothWarmingUp, 0, time.Microsecond+time.Duration(rng.Int64N(int64(5*time.Second)))
 		}
-		s := newSmooth(l, nanos(smoothT0), smoothColdFactor)
+		s := newSmooth(l, smoothUs(smoothT0))
 		type event struct {
 			at     int64
 			stored float64
@@ -525,7 +540,7 @@ func TestSmoothBoundProperty(t *testing.T) {
 		for i := 0; i < 300; i++ {
 			now += rng.Int64N(int64(l.Period) / l.Limit * 3)
 			c := *s
-			c.resync(now)
+			c.resync(nsToMicros(now))
 			hits := 1 + rng.Int64N(5)
 			d, _ := s.Take(unix(now), hits)
 			smoothCheck(t, s, &d)
@@ -539,7 +554,7 @@ func TestSmoothBoundProperty(t *testing.T) {
 			for j := len(log) - 1; j >= 0; j-- {
 				sum += float64(log[j].hits)
 				n := float64(len(log) - j)
-				bound := (float64(now-log[j].at)+float64(l.MaxWait)+3*n)/s.stable + float64(lastHits)
+				bound := (float64(now-log[j].at)/1e3+float64(l.MaxWait)/1e3+3*n)/s.stable + float64(lastHits)
 				if l.Algorithm == SmoothBursty {
 					bound += log[j].stored
 				}
@@ -613,9 +628,15 @@ func FuzzSmooth(f *testing.F) {
 		l := Limit{Algorithm: SmoothBursty, Limit: pos(limit, MaxLimit), Period: time.Duration(pos(period, math.MaxInt64)),
 			Burst: pos(burst, MaxLimit+1) - 1, MaxWait: time.Duration(pos(maxWait, math.MaxInt64) - 1)}
 		if warm {
-			l.Algorithm, l.WarmUp = SmoothWarmingUp, time.Duration(pos(warmUp, math.MaxInt64))
+			l.Algorithm, l.WarmUp = SmoothWarmingUp, time.Duration(max(pos(warmUp, math.MaxInt64), 1000))
+			l.ColdFactorMilli = uint16(1000 + uint64(burst)%(math.MaxUint16-999))
+		} else if burst%3 == 0 {
+			l.Burst, l.MaxBurstMillis = 0, uint32(1+uint64(burst)%math.MaxUint32)
 		}
-		s := newSmooth(l, nanos(smoothT0), smoothColdFactor)
+		if l.Validate() != nil {
+			return // a Guava option out of range for this rate
+		}
+		s := newSmooth(l, smoothUs(smoothT0))
 		now := nanos(smoothT0)
 		for ; len(script) >= 9; script = script[9:] {
 			v := int64(uint64(script[1]) | uint64(script[2])<<8 | uint64(script[3])<<16 | uint64(script[4])<<24 |
@@ -626,10 +647,10 @@ func FuzzSmooth(f *testing.F) {
 			switch script[0] % 6 {
 			case 0, 1:
 				c := *s
-				c.resync(later(now, s.last))
+				c.resync(later(nsToMicros(now), s.last))
 				got, _ := s.Take(unix(now), hits)
 				d = &got
-				if d.Allowed && c.next > addSat(s.last, int64(l.MaxWait)) {
+				if d.Allowed && c.next > addSat(s.last, int64(l.MaxWait/time.Microsecond)) {
 					t.Fatalf("admitted with the ticket at %d beyond now %d + MaxWait", c.next, s.last)
 				}
 			case 2:
@@ -670,4 +691,142 @@ func BenchmarkTakeSmoothBursty(b *testing.B) {
 
 func BenchmarkTakeSmoothWarmingUp(b *testing.B) {
 	benchmarkSmoothTake(b, Limit{Algorithm: SmoothWarmingUp, Limit: 1000, Period: time.Second, WarmUp: time.Second, MaxWait: time.Second})
+}
+
+// TestSmoothGuavaQuantum: the smallest case where the nanosecond limiter of
+// earlier releases disagreed with Guava (issue 17). Guava's create(3) has a
+// stable interval of 333333.33µs and truncates the first acquire's cost to
+// 333333µs, so tryAcquire(1, 333333µs) right after is admitted.
+func TestSmoothGuavaQuantum(t *testing.T) {
+	l := Limit{Algorithm: SmoothBursty, Limit: 3, Period: time.Second, MaxWait: MaxPeriod}
+	b, _ := New(l, smoothT0)
+	if d, _ := b.Take(smoothT0, 1); !d.Allowed || d.Wait != 0 {
+		t.Fatalf("acquire(): got %+v, want admitted at once", d)
+	}
+	l.MaxWait = 333333 * time.Microsecond
+	if err := b.Reconfigure(smoothT0, l); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := b.Take(smoothT0, 1); !d.Allowed || d.Wait != 333333*time.Microsecond {
+		t.Errorf("tryAcquire(1, 333333µs): got %+v, want admitted with a 333333µs wait", d)
+	}
+	// The clock is read in whole microseconds: 999ns later is the same
+	// instant, 1µs later a microsecond less to wait.
+	l.MaxWait = MaxPeriod
+	if err := b.Reconfigure(smoothT0, l); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := b.Take(smoothT0.Add(999), 0); d.Wait != 666666*time.Microsecond {
+		t.Errorf("peek 999ns later: got wait %v, want 666666µs", d.Wait)
+	}
+	if d, _ := b.Take(smoothT0.Add(time.Microsecond), 0); d.Wait != 666665*time.Microsecond {
+		t.Errorf("peek 1µs later: got wait %v, want 666665µs", d.Wait)
+	}
+}
+
+// TestSmoothGuavaDefaults: zero MaxBurstSeconds and ColdFactor are Guava's
+// create(rate) and create(rate, warmup): the same states as 1 and 3 spelled
+// out, through a burst, a rate change and a warm-up.
+func TestSmoothGuavaDefaults(t *testing.T) {
+	for _, pair := range [][2]Limit{
+		{{Algorithm: SmoothBursty, Limit: 7, Period: 2 * time.Second, MaxWait: time.Second},
+			{Algorithm: SmoothBursty, Limit: 7, Period: 2 * time.Second, MaxWait: time.Second, MaxBurstMillis: 1000}},
+		{{Algorithm: SmoothWarmingUp, Limit: 7, Period: 2 * time.Second, WarmUp: 3 * time.Second, MaxWait: time.Second},
+			{Algorithm: SmoothWarmingUp, Limit: 7, Period: 2 * time.Second, WarmUp: 3 * time.Second, MaxWait: time.Second, ColdFactorMilli: 3000}},
+	} {
+		a, b := newSmooth(pair[0], smoothUs(smoothT0)), newSmooth(pair[1], smoothUs(smoothT0))
+		for i, at := range []time.Duration{0, 0, 10 * smoothMs, 5 * time.Second, 5 * time.Second, 5100 * smoothMs} {
+			if i == 4 {
+				pair[0].Limit, pair[1].Limit = 11, 11
+				_ = a.Reconfigure(smoothT0.Add(at), pair[0])
+				_ = b.Reconfigure(smoothT0.Add(at), pair[1])
+			}
+			da, _ := a.Take(smoothT0.Add(at), int64(1+i%3))
+			db, _ := b.Take(smoothT0.Add(at), int64(1+i%3))
+			if da != db || a.stored != b.stored || a.next != b.next {
+				t.Fatalf("%v step %d: default %+v / %+v, explicit %+v / %+v", pair[0].Algorithm, i, da, a, db, b)
+			}
+		}
+	}
+	// maxBurstSeconds 2.5 at 2 per second stores 5 permits.
+	b, _ := New(Limit{Algorithm: SmoothBursty, Limit: 2, Period: time.Second, MaxBurstMillis: 2500}, smoothT0)
+	if d, _ := b.Take(smoothT0.Add(time.Hour), 0); d.Remaining != 5 || d.Limit != 5 {
+		t.Errorf("maxBurstSeconds 2.5 at 2/s after idling: got %+v, want 5 of 5 stored", d)
+	}
+}
+
+// TestSmoothMaxWaitIsPerCall: a limit that differs in MaxWait only is a new
+// tryAcquire timeout, not a setRate: the state is untouched (a setRate to
+// the same rate would rescale the stored permits, x*max/max, which need not
+// be x).
+func TestSmoothMaxWaitIsPerCall(t *testing.T) {
+	l := Limit{Algorithm: SmoothWarmingUp, Limit: 3, Period: time.Second, WarmUp: 7 * time.Second}
+	b, _ := New(l, smoothT0)
+	_, _ = b.Take(smoothT0.Add(time.Second), 2)
+	before := *b.(*smoothLimiter)
+	l.MaxWait = time.Minute
+	if err := b.Reconfigure(smoothT0.Add(time.Hour), l); err != nil {
+		t.Fatal(err)
+	}
+	after := *b.(*smoothLimiter)
+	before.l, before.last = l, after.last
+	if after != before {
+		t.Errorf("Reconfigure(MaxWait only):\n got %+v\nwant %+v", after, before)
+	}
+}
+
+// TestSmoothDecodesNanosecondStates: states written by the nanosecond
+// limiter of earlier releases (same layout, instants not whole microseconds)
+// decode to the microsecond they were in.
+func TestSmoothDecodesNanosecondStates(t *testing.T) {
+	l := Limit{Algorithm: SmoothBursty, Limit: 3, Period: time.Second}
+	e := appendLimit(nil, l)
+	e = appendVarint(appendVarint(e, nanos(smoothT0)+333_333_333), nanos(smoothT0)+1_999)
+	e = appendFloat(e, 0.5)
+	b, err := Decode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := b.(*smoothLimiter)
+	if want := smoothUs(smoothT0); s.next != want+333_333 || s.last != want+1 || s.stored != 0.5 {
+		t.Errorf("got next %d last %d stored %v, want %d, %d, 0.5", s.next, s.last, s.stored, want+333_333, want+1)
+	}
+}
+
+// TestSmoothStoredAboveMax: Guava's setRate rescales storedPermits without
+// clamping (stored*max/oldMax may round an ulp above max), and the state
+// keeps it until the next resync, as Guava's does. Found by FuzzSmooth: the
+// Decision still reports at most Limit remaining, and the state encodes.
+func TestSmoothStoredAboveMax(t *testing.T) {
+	l := Limit{Algorithm: SmoothBursty, Limit: 1e17, Period: time.Second, MaxBurstMillis: 1300} // an ulp is 16 permits
+	s := newSmooth(l, smoothUs(smoothT0))
+	s.stored = math.Nextafter(s.maxPermits, math.Inf(1))
+	d := s.tryAcquire(s.last, 0, 0)
+	if d.Remaining > d.Limit {
+		t.Errorf("Remaining %d > Limit %d", d.Remaining, d.Limit)
+	}
+	enc, _ := s.AppendBinary(nil)
+	if got, err := Decode(enc); err != nil || !reflect.DeepEqual(got, Bucket(s)) {
+		t.Errorf("Decode(AppendBinary()) = %+v, %v; want %+v", got, err, s)
+	}
+}
+
+// TestSmoothMaxWaitOnlyLeavesTheClock: a Reconfigure that changes MaxWait
+// only reads no clock, so a ticket in the past stays decodable (found by
+// FuzzSmooth: recording the instant without resyncing left the ticket
+// before the latest instant, which Decode rejects).
+func TestSmoothMaxWaitOnlyLeavesTheClock(t *testing.T) {
+	l := Limit{Algorithm: SmoothBursty, Limit: 10, Period: time.Second}
+	b, _ := New(l, smoothT0)
+	l.MaxWait = time.Second
+	if err := b.Reconfigure(smoothT0.Add(time.Hour), l); err != nil {
+		t.Fatal(err)
+	}
+	enc, _ := b.AppendBinary(nil)
+	if _, err := Decode(enc); err != nil {
+		t.Fatalf("Decode after a MaxWait-only Reconfigure: %v", err)
+	}
+	if d, _ := b.Take(smoothT0.Add(time.Hour), 0); d.Remaining != 10 {
+		t.Errorf("an hour later: got %+v, want 10 stored", d)
+	}
 }

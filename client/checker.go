@@ -47,6 +47,7 @@ func (k Checker) Check(ctx context.Context, reqs []rlsync.Request) ([]rlsync.Res
 			Algorithm: Algorithm(r.Limit.Algorithm), Mode: Mode(r.Mode), Policy: Policy(r.Policy),
 			MaxWait: r.Limit.MaxWait, MinGap: r.Limit.MinGap, CountRejected: r.Limit.CountRejected,
 			WarmUp: r.Limit.WarmUp, Lease: r.Lease, Release: r.Release,
+			MaxBurstSeconds: float64(r.Limit.MaxBurstMillis) / 1000, ColdFactor: float64(r.Limit.ColdFactorMilli) / 1000,
 		})
 		idx = append(idx, i)
 	}

@@ -53,7 +53,9 @@ func TestCheckSendsEveryField(t *testing.T) {
 		{Name: "log", Key: "k", Hits: 1, Limit: 3, Period: time.Hour, Algorithm: client.SlidingLog,
 			MinGap: time.Second, CountRejected: true},
 		{Name: "warm", Key: "k", Hits: 1, Limit: 3, Period: time.Second, Algorithm: client.SmoothWarmingUp,
-			WarmUp: 10 * time.Second},
+			WarmUp: 10 * time.Second, ColdFactor: 10},
+		{Name: "bursty", Key: "k", Hits: 1, Limit: 3, Period: time.Second, Algorithm: client.SmoothBursty,
+			MaxBurstSeconds: 2.5},
 		{Name: "conc", Key: "k", Hits: 1, Limit: 3, Period: time.Minute, Algorithm: client.Concurrency,
 			Lease: "worker-1", Release: true},
 	}
@@ -68,7 +70,9 @@ func TestCheckSendsEveryField(t *testing.T) {
 		{Name: "log", UniqueKey: "k", Hits: 1, Limit: 3, Period: durationpb.New(time.Hour),
 			Algorithm: ringlimitv1.Algorithm_ALGORITHM_SLIDING_LOG, MinGap: durationpb.New(time.Second), CountRejected: true},
 		{Name: "warm", UniqueKey: "k", Hits: 1, Limit: 3, Period: durationpb.New(time.Second),
-			Algorithm: ringlimitv1.Algorithm_ALGORITHM_SMOOTH_WARMING_UP, WarmUp: durationpb.New(10 * time.Second)},
+			Algorithm: ringlimitv1.Algorithm_ALGORITHM_SMOOTH_WARMING_UP, WarmUp: durationpb.New(10 * time.Second), ColdFactor: 10},
+		{Name: "bursty", UniqueKey: "k", Hits: 1, Limit: 3, Period: durationpb.New(time.Second),
+			Algorithm: ringlimitv1.Algorithm_ALGORITHM_SMOOTH_BURSTY, MaxBurstSeconds: 2.5},
 		{Name: "conc", UniqueKey: "k", Hits: 1, Limit: 3, Period: durationpb.New(time.Minute),
 			Algorithm: ringlimitv1.Algorithm_ALGORITHM_CONCURRENCY, Lease: "worker-1", Release: true},
 	}}

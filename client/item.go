@@ -17,8 +17,9 @@ import (
 type Item struct {
 	// Rule names a rule of the node's rules file ("edge/remote_address",
 	// see docs/rules.md) instead of spelling out the limit. With Rule set,
-	// Name, Limit, Period, Burst, Algorithm, MaxWait, MinGap, CountRejected
-	// and WarmUp must be zero (the node answers an item that sets them with
+	// Name, Limit, Period, Burst, Algorithm, MaxWait, MinGap, CountRejected,
+	// WarmUp, MaxBurstSeconds and ColdFactor must be zero (the node answers
+	// an item that sets them with
 	// an error naming the field); Mode and Policy, when set, override the
 	// rule's. An unknown rule is an item error.
 	Rule string
@@ -46,7 +47,9 @@ type Item struct {
 	// Policy is the partition policy; zero is the node's default.
 	Policy Policy
 	// MaxWait is the longest the caller will wait (LeakyQueue, the smooth
-	// limiters); a longer wait is a rejection. Zero: must not wait.
+	// limiters); a longer wait is a rejection. Zero: must not wait. For the
+	// smooth limiters it is Guava's tryAcquire timeout (in whole
+	// microseconds) and may differ from call to call.
 	MaxWait time.Duration
 	// MinGap is the least time between two admitted hits (SlidingLog).
 	MinGap time.Duration
@@ -55,6 +58,14 @@ type Item struct {
 	CountRejected bool
 	// WarmUp is the warm-up period of SmoothWarmingUp (required there).
 	WarmUp time.Duration
+	// MaxBurstSeconds is Guava's maxBurstSeconds (SmoothBursty): the most
+	// stored permits are MaxBurstSeconds times the rate per second. Zero
+	// means 1, Guava's create(rate); exclusive with Burst.
+	MaxBurstSeconds float64
+	// ColdFactor is Guava's cold factor (SmoothWarmingUp): a cold limiter
+	// spaces permits ColdFactor stable intervals apart. Zero means 3, Guava's
+	// create(rate, warmup).
+	ColdFactor float64
 	// Lease names the permit holder of a Concurrency item; with Release the
 	// item returns Hits permits of that holder instead of acquiring.
 	Lease   string
@@ -113,6 +124,9 @@ func (it *Item) proto() *ringlimitv1.CheckItem {
 		Lease:         it.Lease,
 		Release:       it.Release,
 		Rule:          it.Rule,
+
+		MaxBurstSeconds: it.MaxBurstSeconds,
+		ColdFactor:      it.ColdFactor,
 	}
 }
 

@@ -41,7 +41,8 @@ var (
 	domainKeys     = []string{"domain", "descriptors", "algorithm", "mode", "policy", "count_rejected"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "share_threshold"}
 	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"unit_multiplier", "algorithm", "burst", "mode", "policy", "max_wait", "min_gap", "warm_up", "count_rejected"}
+		"unit_multiplier", "algorithm", "burst", "mode", "policy", "max_wait", "min_gap", "warm_up", "count_rejected",
+		"max_burst_seconds", "cold_factor"}
 	replacesKeys = []string{"name"}
 )
 
@@ -414,15 +415,13 @@ func (p *parser) rateLimit(d *domain, path []Step, at, n *yaml.Node, fl flags) *
 		p.errorf(cmp.Or(f[keyPrefix+"count_rejected"], df.countRejectedAt), "count_rejected applies to fixed_window and sliding_log, not to %v", lim.Algorithm)
 		return nil
 	}
+	if err := lim.SetGuavaOptions(p.positive(f, "max_burst_seconds"), p.positive(f, "cold_factor")); err != nil {
+		p.limitError(f, at, err)
+		return nil
+	}
 	if r.RequestsPerUnit > 0 && r.Unit.Valid() {
 		if err := lim.Validate(); err != nil {
-			var le *bucket.LimitError
-			if errors.As(err, &le) {
-				field := limitFields[le.Field]
-				p.errorf(cmp.Or(f[field], at), "%s: %s", cmp.Or(field, le.Field), le.Reason)
-			} else {
-				p.errorf(at, "%v", err)
-			}
+			p.limitError(f, at, err)
 			return nil
 		}
 		r.Limit = lim
@@ -436,11 +435,24 @@ func countsRejected(a bucket.Algorithm) bool {
 	return a == bucket.FixedWindow || a == bucket.SlidingLog
 }
 
+// limitError reports err, an error of bucket about the limit of the
+// rate_limit block at at whose fields are f, at the key it names.
+func (p *parser) limitError(f map[string]*yaml.Node, at *yaml.Node, err error) {
+	var le *bucket.LimitError
+	if errors.As(err, &le) {
+		field := limitFields[le.Field]
+		p.errorf(cmp.Or(f[field], at), "%s: %s", cmp.Or(field, le.Field), le.Reason)
+	} else {
+		p.errorf(at, "%v", err)
+	}
+}
+
 // limitFields maps the fields of bucket.LimitError to the keys of a
 // rate_limit block.
 var limitFields = map[string]string{
 	"algorithm": "algorithm", "limit": "requests_per_unit", "period": "unit", "burst": "burst",
 	"max_wait": "max_wait", "min_gap": "min_gap", "warm_up": "warm_up",
+	"max_burst_seconds": "max_burst_seconds", "cold_factor": "cold_factor",
 }
 
 // replaces parses Lyft's replaces list into r.

@@ -87,6 +87,10 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 2, algorithm: smooth_warming_up, warm_up: 3s, max_wait: 250ms}
   - key: log
     rate_limit: {unit: second, requests_per_unit: 2, algorithm: sliding_log, min_gap: 100ms, count_rejected: true}
+  - key: guava_bursty
+    rate_limit: {unit: second, requests_per_unit: 5, algorithm: smooth_bursty, max_burst_seconds: 2.5}
+  - key: guava_cold
+    rate_limit: {unit: second, requests_per_unit: 5, algorithm: smooth_warming_up, warm_up: 4s, cold_factor: 10}
 `)
 	tests := []struct {
 		name string
@@ -103,6 +107,10 @@ descriptors:
 			Limit: bucket.Limit{Algorithm: bucket.SmoothWarmingUp, Limit: 2, Period: time.Second, WarmUp: 3 * time.Second, MaxWait: 250 * time.Millisecond}}},
 		{"api/log", Rule{Domain: "api", RequestsPerUnit: 2, Unit: UnitSecond, Multiplier: 1, Mode: rlsync.ModeCached,
 			Limit: bucket.Limit{Algorithm: bucket.SlidingLog, Limit: 2, Period: time.Second, MinGap: 100 * time.Millisecond, CountRejected: true}}},
+		{"api/guava_bursty", Rule{Domain: "api", RequestsPerUnit: 5, Unit: UnitSecond, Multiplier: 1, Mode: rlsync.ModeCached,
+			Limit: bucket.Limit{Algorithm: bucket.SmoothBursty, Limit: 5, Period: time.Second, MaxBurstMillis: 2500}}},
+		{"api/guava_cold", Rule{Domain: "api", RequestsPerUnit: 5, Unit: UnitSecond, Multiplier: 1, Mode: rlsync.ModeCached,
+			Limit: bucket.Limit{Algorithm: bucket.SmoothWarmingUp, Limit: 5, Period: time.Second, WarmUp: 4 * time.Second, ColdFactorMilli: 10000}}},
 	}
 	for _, tt := range tests {
 		r, ok := s.Lookup(tt.name)
@@ -170,7 +178,21 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"bad mode and policy", "domain: a\nmode: eventual\npolicy: open\n",
 			[]string{`f.yaml:2:7: unknown mode "eventual"`, `f.yaml:3:9: unknown policy "open"`}},
 		{"bucket validation", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: smooth_warming_up\n",
-			[]string{"f.yaml:4:5: warm_up: smooth_warming_up needs a positive warm-up period"}},
+			[]string{"f.yaml:4:5: warm_up: smooth_warming_up needs a warm-up period of at least 1µs"}},
+		{"max_burst_seconds zero", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: smooth_bursty, max_burst_seconds: 0}\n",
+			[]string{`f.yaml:4:99: max_burst_seconds must be positive, got 0 (leave it out for the default)`}},
+		{"max_burst_seconds not a number", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: smooth_bursty, max_burst_seconds: lots}\n",
+			[]string{`f.yaml:4:99: max_burst_seconds must be a number, got "lots"`}},
+		{"max_burst_seconds infinite", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: smooth_bursty, max_burst_seconds: .inf}\n",
+			[]string{`f.yaml:4:99: max_burst_seconds must be a number, got ".inf"`}},
+		{"max_burst_seconds with burst", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: smooth_bursty, burst: 2, max_burst_seconds: 2}\n",
+			[]string{`f.yaml:4:109: max_burst_seconds: set burst or max_burst_seconds, not both`}},
+		{"cold_factor on another algorithm", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, cold_factor: 2}\n",
+			[]string{`f.yaml:4:67: cold_factor: applies to smooth_warming_up only, not fixed_window`}},
+		{"max_burst_seconds not in thousandths", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: smooth_bursty, max_burst_seconds: 0.0005}\n",
+			[]string{`f.yaml:4:99: max_burst_seconds: must be a multiple of 0.001, got 0.0005`}},
+		{"cold_factor below 1", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: smooth_warming_up, warm_up: 1s, cold_factor: 0.5}\n",
+			[]string{`f.yaml:4:110: cold_factor: must be at least 1, got 0.5`}},
 		{"sliding log too long", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 2000000\n      algorithm: sliding_log\n",
 			[]string{"f.yaml:6:26: requests_per_unit: sliding_log keeps one timestamp per permit"}},
 		{"bad bool", "domain: a\ndescriptors:\n  - key: k\n    shadow_mode: yes please\n",

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -112,6 +113,27 @@ func (p *parser) integer(f map[string]*yaml.Node, key string, lo, hi int64) (int
 		p.errorf(n, "%s must be between %d and %d, got %d", key, lo, hi, v)
 	}
 	return v, true
+}
+
+// positive returns the finite, positive number at f[key] (an integer or a
+// decimal: 2, 2.5), zero when absent: the key's default, which an explicit
+// 0 may not spell.
+func (p *parser) positive(f map[string]*yaml.Node, key string) float64 {
+	n := f[key]
+	if n == nil {
+		return 0
+	}
+	var v float64
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") || n.Decode(&v) != nil ||
+		math.IsNaN(v) || math.IsInf(v, 0) {
+		p.errorf(n, "%s must be a number, got %s", key, kindName(n))
+		return 0
+	}
+	if v <= 0 {
+		p.errorf(n, "%s must be positive, got %s (leave it out for the default)", key, n.Value)
+		return 0
+	}
+	return v
 }
 
 // duration returns the duration at f[key] ("250ms", "2s"), zero when absent.

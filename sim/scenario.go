@@ -103,6 +103,10 @@ type LimitSpec struct {
 	MaxWait Duration `json:"max_wait,omitempty"`
 	MinGap  Duration `json:"min_gap,omitempty"`
 	WarmUp  Duration `json:"warm_up,omitempty"`
+	// MaxBurstSeconds and ColdFactor are Guava's options (multiples of
+	// 0.001; zero is the default).
+	MaxBurstSeconds float64 `json:"max_burst_seconds,omitempty"`
+	ColdFactor      float64 `json:"cold_factor,omitempty"`
 }
 
 // Bucket returns the limit as a bucket.Limit.
@@ -113,6 +117,9 @@ func (l LimitSpec) Bucket() (bucket.Limit, error) {
 	}
 	bl := bucket.Limit{Algorithm: a, Limit: l.Limit, Period: l.Period.D(), Burst: l.Burst,
 		MaxWait: l.MaxWait.D(), MinGap: l.MinGap.D(), WarmUp: l.WarmUp.D()}
+	if err := bl.SetGuavaOptions(l.MaxBurstSeconds, l.ColdFactor); err != nil {
+		return bucket.Limit{}, err
+	}
 	return bl, bl.Validate()
 }
 

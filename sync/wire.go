@@ -49,12 +49,15 @@ func limitToWire(l bucket.Limit) *peerv1.Limit {
 		MinGapNs:      int64(l.MinGap),
 		CountRejected: l.CountRejected,
 		WarmUpNs:      int64(l.WarmUp),
+
+		MaxBurstMillis:  l.MaxBurstMillis,
+		ColdFactorMilli: uint32(l.ColdFactorMilli),
 	}
 }
 
 // limitFromWire converts m back to a valid limit, or returns an error.
 func limitFromWire(m *peerv1.Limit) (bucket.Limit, error) {
-	if m == nil || m.Algorithm > math.MaxUint8 {
+	if m == nil || m.Algorithm > math.MaxUint8 || m.ColdFactorMilli > math.MaxUint16 {
 		return bucket.Limit{}, errWireLimit
 	}
 	l := bucket.Limit{
@@ -66,6 +69,9 @@ func limitFromWire(m *peerv1.Limit) (bucket.Limit, error) {
 		MinGap:        time.Duration(m.MinGapNs),
 		CountRejected: m.CountRejected,
 		WarmUp:        time.Duration(m.WarmUpNs),
+
+		MaxBurstMillis:  m.MaxBurstMillis,
+		ColdFactorMilli: uint16(m.ColdFactorMilli),
 	}
 	if err := l.Validate(); err != nil {
 		return bucket.Limit{}, err

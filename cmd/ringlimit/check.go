@@ -62,6 +62,8 @@ func parseCheck(args []string, getenv func(string) string, out io.Writer) (check
 	fs.DurationVar(&it.MinGap, "min-gap", 0, "least time between two admitted hits (sliding_log)")
 	fs.BoolVar(&it.CountRejected, "count-rejected", false, "count rejected attempts too (sliding_log, fixed_window)")
 	fs.DurationVar(&it.WarmUp, "warm-up", 0, "warm-up period (smooth_warming_up)")
+	fs.Float64Var(&it.MaxBurstSeconds, "max-burst-seconds", 0, "Guava's maxBurstSeconds: seconds' worth of permits stored (smooth_bursty; default 1)")
+	fs.Float64Var(&it.ColdFactor, "cold-factor", 0, "Guava's cold factor: a cold limiter is this many times slower (smooth_warming_up; default 3)")
 	fs.StringVar(&it.Lease, "lease", "", "permit holder (concurrency)")
 	fs.BoolVar(&it.Release, "release", false, "return the holder's permits instead of taking (concurrency)")
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Second, "longest wait for the answer, connecting included")
@@ -86,8 +88,8 @@ func parseCheck(args []string, getenv func(string) string, out io.Writer) (check
 	case it.Rule != "" && it.Name != "":
 		return o, usageErr(out, "check", "--rule and --name: give one or the other (the rule names the bucket)")
 	case it.Rule != "" && (it.Limit != 0 || it.Period != 0 || it.Burst != 0 || algorithm != "" ||
-		it.MaxWait != 0 || it.MinGap != 0 || it.CountRejected || it.WarmUp != 0):
-		return o, usageErr(out, "check", "--rule supplies the limit: drop --limit, --period, --burst, --algorithm, --max-wait, --min-gap, --count-rejected and --warm-up")
+		it.MaxWait != 0 || it.MinGap != 0 || it.CountRejected || it.WarmUp != 0 || it.MaxBurstSeconds != 0 || it.ColdFactor != 0):
+		return o, usageErr(out, "check", "--rule supplies the limit: drop --limit, --period, --burst, --algorithm, --max-wait, --min-gap, --count-rejected, --warm-up, --max-burst-seconds and --cold-factor")
 	case it.Rule == "" && it.Name == "":
 		return o, usageErr(out, "check", "--name is required (or --rule)")
 	case it.Key == "":

@@ -374,11 +374,19 @@ type CheckItem struct {
 	// rule names a rule of the node's rules file (docs/rules.md) instead of
 	// spelling out the limit: "edge/remote_address", as rules.RuleName builds
 	// it. The rule supplies limit, period, burst, algorithm, max_wait,
-	// min_gap, count_rejected and warm_up, which must then be unset (an item
-	// that sets both is an error naming the field); name must be empty too,
-	// as the bucket is (rule, unique_key). mode and policy, when set,
+	// min_gap, count_rejected, warm_up, max_burst_seconds and cold_factor,
+	// which must then be unset (an item that sets both is an error naming the
+	// field); name must be empty too, as the bucket is (rule, unique_key). mode and policy, when set,
 	// override the rule's. An unknown rule is an error naming the field.
-	Rule          string `protobuf:"bytes,16,opt,name=rule,proto3" json:"rule,omitempty"`
+	Rule string `protobuf:"bytes,16,opt,name=rule,proto3" json:"rule,omitempty"`
+	// max_burst_seconds is Guava's maxBurstSeconds (smooth bursty only): the
+	// most stored permits are max_burst_seconds times the rate per second.
+	// 0 (unset) means 1, Guava's create(rate); exclusive with burst.
+	MaxBurstSeconds float64 `protobuf:"fixed64,17,opt,name=max_burst_seconds,json=maxBurstSeconds,proto3" json:"max_burst_seconds,omitempty"`
+	// cold_factor is Guava's cold factor (smooth warming up only): a cold
+	// limiter spaces permits cold_factor stable intervals apart. 0 (unset)
+	// means 3, Guava's create(rate, warmup); else between 1 and 1e6.
+	ColdFactor    float64 `protobuf:"fixed64,18,opt,name=cold_factor,json=coldFactor,proto3" json:"cold_factor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -523,6 +531,20 @@ func (x *CheckItem) GetRule() string {
 		return x.Rule
 	}
 	return ""
+}
+
+func (x *CheckItem) GetMaxBurstSeconds() float64 {
+	if x != nil {
+		return x.MaxBurstSeconds
+	}
+	return 0
+}
+
+func (x *CheckItem) GetColdFactor() float64 {
+	if x != nil {
+		return x.ColdFactor
+	}
+	return 0
 }
 
 type CheckResponse struct {
@@ -716,7 +738,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
 	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"=\n" +
 	"\fCheckRequest\x12-\n" +
-	"\x05items\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\x05items\"\xc7\x04\n" +
+	"\x05items\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\x05items\"\x94\x05\n" +
 	"\tCheckItem\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -735,7 +757,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\awarm_up\x18\r \x01(\v2\x19.google.protobuf.DurationR\x06warmUp\x12\x14\n" +
 	"\x05lease\x18\x0e \x01(\tR\x05lease\x12\x18\n" +
 	"\arelease\x18\x0f \x01(\bR\arelease\x12\x12\n" +
-	"\x04rule\x18\x10 \x01(\tR\x04rule\"T\n" +
+	"\x04rule\x18\x10 \x01(\tR\x04rule\x12*\n" +
+	"\x11max_burst_seconds\x18\x11 \x01(\x01R\x0fmaxBurstSeconds\x12\x1f\n" +
+	"\vcold_factor\x18\x12 \x01(\x01R\n" +
+	"coldFactor\"T\n" +
 	"\rCheckResponse\x12/\n" +
 	"\x05items\x18\x01 \x03(\v2\x19.ringlimit.v1.CheckResultR\x05items\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\"\x85\x03\n" +

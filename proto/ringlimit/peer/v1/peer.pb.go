@@ -397,8 +397,12 @@ type Limit struct {
 	MinGapNs      int64  `protobuf:"varint,6,opt,name=min_gap_ns,json=minGapNs,proto3" json:"min_gap_ns,omitempty"`
 	CountRejected bool   `protobuf:"varint,7,opt,name=count_rejected,json=countRejected,proto3" json:"count_rejected,omitempty"`
 	WarmUpNs      int64  `protobuf:"varint,8,opt,name=warm_up_ns,json=warmUpNs,proto3" json:"warm_up_ns,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Guava's options in thousandths (bucket.Limit's MaxBurstMillis and
+	// ColdFactorMilli); 0 is the default.
+	MaxBurstMillis  uint32 `protobuf:"varint,20,opt,name=max_burst_millis,json=maxBurstMillis,proto3" json:"max_burst_millis,omitempty"`
+	ColdFactorMilli uint32 `protobuf:"varint,21,opt,name=cold_factor_milli,json=coldFactorMilli,proto3" json:"cold_factor_milli,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Limit) Reset() {
@@ -483,6 +487,20 @@ func (x *Limit) GetCountRejected() bool {
 func (x *Limit) GetWarmUpNs() int64 {
 	if x != nil {
 		return x.WarmUpNs
+	}
+	return 0
+}
+
+func (x *Limit) GetMaxBurstMillis() uint32 {
+	if x != nil {
+		return x.MaxBurstMillis
+	}
+	return 0
+}
+
+func (x *Limit) GetColdFactorMilli() uint32 {
+	if x != nil {
+		return x.ColdFactorMilli
 	}
 	return 0
 }
@@ -1436,7 +1454,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x06backup\x18\x11 \x01(\v2\x19.ringlimit.peer.v1.BackupH\x00R\x06backup\x12=\n" +
 	"\n" +
 	"backup_ack\x18\x12 \x01(\v2\x1c.ringlimit.peer.v1.BackupAckH\x00R\tbackupAckB\x06\n" +
-	"\x04body\"\xf1\x01\n" +
+	"\x04body\"\xc7\x02\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1b\n" +
@@ -1447,7 +1465,9 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"min_gap_ns\x18\x06 \x01(\x03R\bminGapNs\x12%\n" +
 	"\x0ecount_rejected\x18\a \x01(\bR\rcountRejected\x12\x1c\n" +
 	"\n" +
-	"warm_up_ns\x18\b \x01(\x03R\bwarmUpNs\"M\n" +
+	"warm_up_ns\x18\b \x01(\x03R\bwarmUpNs\x12(\n" +
+	"\x10max_burst_millis\x18\x14 \x01(\rR\x0emaxBurstMillis\x12*\n" +
+	"\x11cold_factor_milli\x18\x15 \x01(\rR\x0fcoldFactorMilli\"M\n" +
 	"\x05Flush\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x122\n" +
 	"\x05items\x18\x02 \x03(\v2\x1c.ringlimit.peer.v1.FlushItemR\x05items\"\xe3\x01\n" +
