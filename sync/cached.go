@@ -72,6 +72,22 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Reques
 	}
 }
 
+// smallForShares reports whether a key of limit l is too small for cached
+// mode's shares among members nodes: SyncFraction x its capacity is less
+// than one hit per member (at the default 0.02, a capacity under 150 at 3
+// members, under 1500 at 30). A node seeing such a key for the first time
+// would have a share of limit / members, less than 1/SyncFraction requests
+// (50 at the default): a limit of 1 a minute over 3 nodes gives a third of
+// a request, so two first checks in three would be rejected, and each
+// node's unseen hits, at least one request, would add up to more than the
+// drift cached mode allows itself (SyncFraction of the capacity). A
+// non-owner sends such a key's checks to its owner, as in owner mode, and
+// keeps no view of it: small limits (5 logins a minute, 1 OTP a minute)
+// are exact and never refused for want of a share, at one round trip.
+func (n *Node) smallForShares(l *bucket.Limit, members int) bool {
+	return n.cfg.SyncFraction*float64(l.Capacity()) < float64(max(members, 1))
+}
+
 // satAdd32 adds a non-negative count to a saturating uint32.
 func satAdd32(a uint32, b int64) uint32 {
 	if b >= int64(math.MaxUint32-a) {

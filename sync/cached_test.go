@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -212,15 +213,15 @@ func TestFlushToNonOwnerRequeued(t *testing.T) {
 	key := keyMoving(t, "b", "c", []string{"a", "b", "c"}, []string{"a", "c"})
 	// b believes b has left: it does not own key any more.
 	b.SetMembers(t0, []string{"a", "c"})
-	check(t, a, t0, Request{Key: key, Hits: 2, Limit: perMinute(100)})
+	check(t, a, t0, Request{Key: key, Hits: 2, Limit: perHour(1000)})
 	nw.deliver(t0.Add(2 * time.Millisecond))
 	if got := b.Metrics().NotOwner.Load(); got != 1 {
 		t.Fatalf("NotOwner %d, want 1", got)
 	}
 	nw.setMembers([]string{"a", "c"}, "a", "c")
 	nw.run(200 * time.Millisecond)
-	if got := remainingOn(nw.nodes["c"], nw.now, key); got != 98 {
-		t.Errorf("new owner c remaining %d, want 98", got)
+	if got := remainingOn(nw.nodes["c"], nw.now, key); got != 998 {
+		t.Errorf("new owner c remaining %d, want 998", got)
 	}
 }
 
@@ -243,5 +244,75 @@ func TestStaleAckIgnored(t *testing.T) {
 	nw.settle()
 	if got := a.Metrics().FlushesAcked.Load(); got != 1 {
 		t.Errorf("FlushesAcked %d, want 1 after the real answer", got)
+	}
+}
+
+// TestSmallLimitNotRejectedForWantOfShare: a limit of 1 per minute over 3
+// nodes would leave a non-owner a share of a third of a request. Its check
+// is not rejected on that share: the owner decides it (smallForShares), and
+// admits it; the next, through another non-owner, is rejected by the
+// owner.
+func TestSmallLimitNotRejectedForWantOfShare(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b", "c")
+	key := keyOwnedBy(t, "c", "a", "b", "c")
+	req := Request{Key: key, Hits: 1, Limit: perMinute(1), Mode: ModeCached}
+	first := checkAsync(nw.nodes["a"], t0, req)
+	if first.done {
+		t.Fatalf("a decided alone on a third of a request: %+v", first.resps[0])
+	}
+	nw.settle()
+	if !first.done || !first.resps[0].Allowed || first.resps[0].Owner != "c" || first.resps[0].Mode != ModeCached {
+		t.Fatalf("first check via a: %+v done=%v, want admitted by the owner c, in cached mode", first.resps[0], first.done)
+	}
+	second := checkAsync(nw.nodes["b"], nw.now, req)
+	nw.settle()
+	if !second.done || second.resps[0].Allowed || second.resps[0].Degraded {
+		t.Errorf("second check via b: %+v done=%v, want rejected (by the owner)", second.resps[0], second.done)
+	}
+	// The threshold: SyncFraction x capacity against the members.
+	n := nw.nodes["a"]
+	for _, tc := range []struct {
+		limit int64
+		small bool
+	}{{1, true}, {100, true}, {149, true}, {150, false}, {1000, false}} {
+		l := perMinute(tc.limit)
+		if got := n.smallForShares(&l, 3); got != tc.small {
+			t.Errorf("limit %d over 3 members: small %v, want %v", tc.limit, got, tc.small)
+		}
+	}
+}
+
+// TestSmallLimitsRoundRobin: the limits people set (1 to 10 a minute) on a
+// fresh key, one client sending its checks round robin over 3 and 5 nodes
+// (each when the last is answered, after a pause): cached mode admits
+// exactly the limit, and the first check is never rejected.
+func TestSmallLimitsRoundRobin(t *testing.T) {
+	for _, size := range []int{3, 5} {
+		names := []string{"a", "b", "c", "d", "e"}[:size]
+		for _, limit := range []int64{1, 2, 3, 5, 10} {
+			for _, pause := range []time.Duration{0, 700 * time.Microsecond, 3 * time.Millisecond} {
+				for start := range size {
+					nw := newTestNet(t, nil, names...)
+					key := fmt.Sprintf("small-%d-%d-%v-%d", size, limit, pause, start)
+					req := Request{Key: key, Hits: 1, Limit: perMinute(limit), Mode: ModeCached}
+					admitted := 0
+					for i := range 3 * int(limit) * size {
+						p := checkAsync(nw.nodes[names[(start+i)%size]], nw.now, req)
+						for !p.done {
+							nw.run(100 * time.Microsecond)
+						}
+						if p.resps[0].Allowed {
+							admitted++
+						} else if i == 0 {
+							t.Errorf("%d nodes, limit %d, pause %v, from %s: the first check was rejected: %+v", size, limit, pause, names[start], p.resps[0])
+						}
+						nw.run(pause)
+					}
+					if admitted != int(limit) {
+						t.Errorf("%d nodes, limit %d/min, pause %v, from %s: admitted %d, want exactly %d", size, limit, pause, names[start], admitted, limit)
+					}
+				}
+			}
+		}
 	}
 }

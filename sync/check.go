@@ -239,6 +239,12 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 			n.degrade(now, c, v, r, resp, pol)
 			break
 		}
+		if n.smallForShares(&r.Limit, v.size()) {
+			// Too small for shares: the owner decides, as in owner mode.
+			it := a.item()
+			it.resp, it.req, it.pol = resp, *r, pol
+			return it
+		}
 		n.decideCached(now, c, v, p, r, resp)
 	case ModeLeased:
 		if n.decideLeased(now, c, v, p, r, resp, pol) {

@@ -130,7 +130,7 @@ func TestQuorumHeal(t *testing.T) {
 	nw := newTestNet(t, nil, all...)
 	key := keyOwnedBy(t, "a", all...)
 	a, c := nw.nodes["a"], nw.nodes["c"]
-	r := Request{Key: key, Hits: 1, Limit: perMinute(90), Mode: ModeCached, Policy: PolicyLocalShare}
+	r := Request{Key: key, Hits: 1, Limit: perHour(900), Mode: ModeCached, Policy: PolicyLocalShare}
 	check(t, c, nw.now, r) // c holds a view of the key
 	nw.run(200 * time.Millisecond)
 	nw.split([]string{"a", "b"}, []string{"c"})
@@ -150,8 +150,8 @@ func TestQuorumHeal(t *testing.T) {
 	}
 	nw.run(300 * time.Millisecond)
 	// 1 before the cut, 10 under local-share, 1 after: all on a's bucket.
-	if got := remainingOn(a, nw.now, key); got > 90-12+1 {
-		t.Errorf("a's bucket has %d left, want at most %d: the hits admitted while cut off were not charged", got, 90-12+1)
+	if got := remainingOn(a, nw.now, key); got > 900-12+1 {
+		t.Errorf("a's bucket has %d left, want at most %d: the hits admitted while cut off were not charged", got, 900-12+1)
 	}
 }
 
@@ -179,7 +179,7 @@ func TestQuorumLeaveShrinksBaseline(t *testing.T) {
 				t.Errorf("a's quorum %+v, want minority %v", q, tc.minority)
 			}
 			key := keyOwnedBy(t, "c", all...)
-			resp := check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: perMinute(90), Mode: ModeCached, Policy: PolicyFailClosed})
+			resp := check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: perHour(900), Mode: ModeCached, Policy: PolicyFailClosed})
 			if resp.Degraded != tc.minority {
 				t.Errorf("c's key on a: %+v, want degraded %v", resp, tc.minority)
 			}
