@@ -6,6 +6,7 @@ import (
 	"log"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ringlimit/ringlimit"
@@ -57,7 +58,7 @@ func ExampleStart() {
 	waitMembers(n, 1)
 
 	item := &ringlimitv1.CheckItem{
-		Name: "api", UniqueKey: "user:42", Hits: 1, Limit: 2,
+		Name: "api", UniqueKey: "user:42", Hits: proto.Int64(1), Limit: 2,
 		Period: durationpb.New(time.Minute),
 	}
 	for range 3 {
@@ -100,7 +101,7 @@ func ExampleStart_cluster() {
 	fmt.Println("a sees", a.Members(), "and b sees", b.Members())
 
 	item := &ringlimitv1.CheckItem{
-		Name: "login", UniqueKey: "alice", Hits: 1, Limit: 3,
+		Name: "login", UniqueKey: "alice", Hits: proto.Int64(1), Limit: 3,
 		Period: durationpb.New(time.Hour), Mode: ringlimitv1.Mode_MODE_OWNER,
 	}
 	for i, n := range []*ringlimit.Node{a, b, a, b} {
