@@ -31,6 +31,10 @@ var (
 	ErrClosed = errors.New("peer: closed")
 	// ErrAlreadyStarted: Start was called twice.
 	ErrAlreadyStarted = errors.New("peer: already started")
+	// ErrNameTaken: the cluster this node tried to join has a live member
+	// of the same name at another address. Cluster.Err returns it once
+	// the Cluster has given up joining.
+	ErrNameTaken = errors.New("peer: another live member has this node's name")
 )
 
 // ClusterConfig configures a Cluster. Start from DefaultClusterConfig (a LAN
@@ -270,6 +274,7 @@ func (c ClusterConfig) memberlistConfig(d *delegate, logger *slog.Logger) (*memb
 	mc.Delegate = d
 	mc.Events = d
 	mc.Conflict = d
+	mc.Merge = d
 	mc.LogOutput = nil
 	mc.Logger = log.New(&logWriter{l: logger}, "", 0)
 	if c.wrapTransport != nil {

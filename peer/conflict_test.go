@@ -1,0 +1,106 @@
+package peer
+
+import (
+	"errors"
+	"net"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestClusterRefusesADuplicateName: a second process named like a live
+// member is refused at join, on both sides, with real memberlist on
+// loopback. The newcomer gives up (Refused, ErrNameTaken) and never becomes
+// Ready; the cluster keeps the real member; and when the newcomer stops,
+// the cluster does not take the real member for failed. Before the
+// MergeDelegate, the newcomer joined, reported Ready, owned the name's keys
+// beside the real member, and its stop had the others mark the real member
+// failed for about a second.
+func TestClusterRefusesADuplicateName(t *testing.T) {
+	a := startNode(t, "a", nil)
+	b := startNode(t, "b", nil, a.GossipAddr())
+	ab := []*testNode{a, b}
+	waitFor(t, 10*time.Second, "a and b agree on [a b]", agree(ab, "a", "b"), describe(ab))
+	callsBefore := []int{a.w.count(), b.w.count()}
+	realB := b.GossipAddr()
+
+	dup := startNode(t, "b", func(c *ClusterConfig) { c.GRPCAddr = "127.0.0.1:6999" }, a.GossipAddr())
+	select {
+	case <-dup.Refused():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the duplicate was not refused within 10s; it sees %v, ready %v", Names(dup.Members()), dup.Ready())
+	}
+	if err := dup.Err(); !errors.Is(err, ErrNameTaken) {
+		t.Errorf("dup.Err() = %v; want ErrNameTaken", err)
+	}
+	if dup.Ready() {
+		t.Error("the refused duplicate reports Ready")
+	}
+	if got := Names(dup.Members()); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("the refused duplicate sees %v; want only itself", got)
+	}
+	select {
+	case <-dup.Joined():
+		t.Error("the refused duplicate's Joined is closed")
+	default:
+	}
+	for _, n := range ab {
+		for _, m := range n.Members() {
+			if m.Name == "b" && m.GossipAddr != realB {
+				t.Errorf("%s holds b at %s; want the real b at %s", n.cfg.Name, m.GossipAddr, realB)
+			}
+		}
+	}
+
+	// Stop the duplicate and watch for two probe-and-suspicion spans (the
+	// old failure showed within 1.2s): nothing may change for a or b.
+	if err := dup.Close(); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(2 * time.Second)
+	for time.Now().Before(until) {
+		if f := a.Failed(); len(f) > 0 {
+			t.Fatalf("a reports %v failed after the duplicate stopped", f)
+		}
+		if got := Names(a.Members()); !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("a sees %v after the duplicate stopped; want [a b]", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := []int{a.w.count(), b.w.count()}; !slices.Equal(got, callsBefore) {
+		t.Errorf("membership callbacks of a and b went from %v to %v: the duplicate disturbed the cluster", callsBefore, got)
+	}
+}
+
+// TestClusterJoinedByAnother: a node whose seeds never answer is not Ready,
+// until another node joins it through it; then it is (it is in a cluster),
+// and onChange hears of both.
+func TestClusterJoinedByAnother(t *testing.T) {
+	nowhere := closedAddr(t)
+	x := startNode(t, "x", nil, nowhere)
+	waitFor(t, 5*time.Second, "x reports itself alone", func() bool { return slices.Equal(x.w.names(), []string{"x"}) })
+	if x.Ready() {
+		t.Fatal("x, whose seed never answers, reports Ready")
+	}
+	y := startNode(t, "y", nil, x.GossipAddr())
+	xy := []*testNode{x, y}
+	waitFor(t, 10*time.Second, "x and y agree on [x y]", agree(xy, "x", "y"), describe(xy))
+	waitFor(t, 5*time.Second, "x is Ready once y joined it", x.Ready)
+	select {
+	case <-x.Joined():
+	default:
+		t.Error("x is Ready but Joined is not closed")
+	}
+}
+
+// closedAddr returns a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
