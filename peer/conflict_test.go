@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -103,4 +104,36 @@ func closedAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// TestClusterRestartInPlaceKeepsItsName: a member that crashed and comes
+// back at the same gossip address, before the others declared it dead, is
+// not a duplicate of itself: it joins again.
+func TestClusterRestartInPlaceKeepsItsName(t *testing.T) {
+	a := startNode(t, "a", nil)
+	b := startNode(t, "b", nil, a.GossipAddr())
+	ab := []*testNode{a, b}
+	waitFor(t, 10*time.Second, "a and b agree on [a b]", agree(ab, "a", "b"), describe(ab))
+	addr := b.GossipAddr()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil { // a crash: no leave
+		t.Fatal(err)
+	}
+	again := startNode(t, "b", func(c *ClusterConfig) {
+		c.BindPort, _ = strconv.Atoi(port)
+	}, a.GossipAddr())
+	if again.GossipAddr() != addr {
+		t.Fatalf("restarted at %s; want %s", again.GossipAddr(), addr)
+	}
+	select {
+	case <-again.Joined():
+	case <-again.Refused():
+		t.Fatalf("the restarted b was refused: %v", again.Err())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the restarted b did not join within 10s")
+	}
+	waitFor(t, 10*time.Second, "a and the restarted b agree on [a b]", agree([]*testNode{a, again}, "a", "b"))
 }

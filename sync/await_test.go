@@ -106,3 +106,32 @@ func TestProbeAnswerFollowsDroppedHandoff(t *testing.T) {
 		t.Errorf("c remaining %d after the probe, want about 0", got)
 	}
 }
+
+// TestUnjoinedJoinerAsksPreviousOwnerFirst: a joiner that was unjoined
+// (alone with the stand-ins of SetExpected, as a node whose seeds had not
+// answered) and then learns the whole membership, before the previous owner
+// has heard of it, still asks the previous owner of a spent key first: its
+// ring with the stand-ins is the ring of a node just started, not one whose
+// stand-ins owned keys.
+func TestUnjoinedJoinerAsksPreviousOwnerFirst(t *testing.T) {
+	nw, c, key, l := spentKeyJoiner(t)
+	c.SetExpected(nw.now, []string{"seed a"})
+	c.SetMembership(nw.now, []string{"c"}, nil)
+	if q := c.Quorum(); !q.Minority {
+		t.Fatalf("unjoined c's quorum %+v; want a minority", q)
+	}
+	nw.setMembers(nw.names, "c") // the join; then the driver drops the stand-ins
+	c.SetExpected(nw.now, nil)
+	p := checkAsync(c, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeCached})
+	if p.done {
+		t.Fatalf("c decided %q at once on a fresh bucket: %+v", key, p.resps[0])
+	}
+	nw.setMembers(nw.names, "a", "b")
+	nw.settle()
+	if !p.done {
+		t.Fatalf("check of %q never completed", key)
+	}
+	if r := p.resps[0]; r.Err != nil || r.Allowed {
+		t.Errorf("c answered %+v, want a rejection: the key was spent on a", r)
+	}
+}
