@@ -55,10 +55,12 @@ func ExampleStart() {
 		log.Fatal(err)
 	}
 	defer stop(n)
-	waitMembers(n, 1)
+	if err := n.WaitReady(context.Background()); err != nil { // at once: no seeds, the first node
+		log.Fatal(err)
+	}
 
-	item := &ringlimitv1.CheckItem{
-		Name: "api", UniqueKey: "user:42", Hits: proto.Int64(1), Limit: 2,
+	item := &ringlimitv1.CheckItem{ // hits left out: one per check (proto.Int64(0) would peek)
+		Name: "api", UniqueKey: "user:42", Limit: 2,
 		Period: durationpb.New(time.Minute),
 	}
 	for range 3 {
@@ -96,6 +98,9 @@ func ExampleStart_cluster() {
 	defer stop(a)
 	b := start("b", a.GossipAddr())
 	defer stop(b)
+	if err := b.WaitReady(context.Background()); err != nil { // b joined through a
+		log.Fatal(err)
+	}
 	waitMembers(a, 2)
 	waitMembers(b, 2)
 	fmt.Println("a sees", a.Members(), "and b sees", b.Members())
