@@ -137,3 +137,25 @@ func TestClusterRestartInPlaceKeepsItsName(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "a and the restarted b agree on [a b]", agree([]*testNode{a, again}, "a", "b"))
 }
+
+// TestClusterSeededThroughItselfIsReady: the first node of a cluster whose
+// seed is a name that resolves to its own address (a Kubernetes headless
+// Service resolving to the first pod alone, here "localhost") joins itself
+// and is ready: its own name at its own address is no conflict.
+func TestClusterSeededThroughItselfIsReady(t *testing.T) {
+	_, port, err := net.SplitHostPort(closedAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := startNode(t, "first", func(c *ClusterConfig) {
+		c.BindPort, _ = strconv.Atoi(port)
+		c.Seeds = []string{"localhost:" + port}
+	})
+	select {
+	case <-first.Joined():
+	case <-first.Refused():
+		t.Fatalf("refused: %v", first.Err())
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready within 10s")
+	}
+}
