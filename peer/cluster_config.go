@@ -271,6 +271,14 @@ func (c ClusterConfig) memberlistConfig(d *delegate, logger *slog.Logger) (*memb
 		}
 		mc.Keyring = kr
 	}
+	// A member declared dead may come back at another address at once (a
+	// replaced pod, a restart on a new port): memberlist's default, 0,
+	// keeps the dead member's address until it forgets the member
+	// (GossipToTheDeadTime, 15 to 30s), refusing the new one meanwhile,
+	// while the newcomer believes it joined and owns the name's keys beside
+	// the members that took them over. A live or suspect holder of the name
+	// still refuses the newcomer (delegate.NotifyMerge).
+	mc.DeadNodeReclaimTime = time.Nanosecond
 	mc.Delegate = d
 	mc.Events = d
 	mc.Conflict = d

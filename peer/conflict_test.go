@@ -159,3 +159,38 @@ func TestClusterSeededThroughItselfIsReady(t *testing.T) {
 		t.Fatal("not ready within 10s")
 	}
 }
+
+// TestClusterRestartAtANewAddressAfterDeath: a member that crashed, was
+// declared dead, and comes back at another address (a replaced pod, a new
+// port) is taken back at once under its name. With memberlist's default
+// DeadNodeReclaimTime (0) the others refused the new address until they
+// forgot the dead member (17.6s measured with the local profile), while
+// the newcomer believed it had joined and owned the name's keys beside the
+// members that had taken them over.
+func TestClusterRestartAtANewAddressAfterDeath(t *testing.T) {
+	a := startNode(t, "a", nil)
+	b := startNode(t, "b", nil, a.GossipAddr())
+	c := startNode(t, "c", nil, a.GossipAddr())
+	abc := []*testNode{a, b, c}
+	waitFor(t, 10*time.Second, "a, b and c agree on [a b c]", agree(abc, "a", "b", "c"), describe(abc))
+	old := b.GossipAddr()
+	if err := b.Close(); err != nil { // a crash: no leave
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a and c report b failed", func() bool {
+		return slices.Contains(a.Failed(), "b") && slices.Contains(c.Failed(), "b")
+	})
+	again := startNode(t, "b", nil, a.GossipAddr())
+	if again.GossipAddr() == old {
+		t.Fatalf("the new b has the old address %s", old)
+	}
+	all := []*testNode{a, again, c}
+	waitFor(t, 5*time.Second, "a, the new b and c agree on [a b c]", agree(all, "a", "b", "c"), describe(all))
+	for _, n := range []*testNode{a, c} {
+		for _, m := range n.Members() {
+			if m.Name == "b" && m.GossipAddr != again.GossipAddr() {
+				t.Errorf("%s holds b at %s; want the new address %s", n.cfg.Name, m.GossipAddr, again.GossipAddr())
+			}
+		}
+	}
+}
