@@ -3,27 +3,15 @@ package ringlimit
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ringlimit/ringlimit/internal/testaddr"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
-
-// closedAddr returns a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // checkPolicies sends count owner-mode checks of key (limit 10 an hour) in
 // each partition policy to n and returns, per policy, how many were
@@ -61,7 +49,7 @@ func checkPolicies(t *testing.T, n *Node, key string, count int) (admitted, degr
 // every policy, none degraded. Once another node joins it, it is ready,
 // WaitReady returns, and it owns keys again.
 func TestUnjoinedNodeDecidesByPolicy(t *testing.T) {
-	lonely := startNode(t, testConfig("lonely", closedAddr(t)))
+	lonely := startNode(t, testConfig("lonely", testaddr.Closed(t)))
 	if lonely.Ready() {
 		t.Fatal("a node whose seed never answered is ready")
 	}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/internal/testaddr"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
@@ -333,12 +334,7 @@ func TestDial(t *testing.T) {
 	c.Close()
 
 	// Nothing listens on a port just closed: Dial gives up when ctx ends.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := testaddr.Closed(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	if c, err := client.Dial(ctx, []string{dead}); err == nil || !errors.Is(err, context.DeadlineExceeded) {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/ringlimit/ringlimit/internal/testaddr"
 )
 
 // TestClusterRefusesADuplicateName: a second process named like a live
@@ -81,7 +83,7 @@ func TestClusterRefusesADuplicateName(t *testing.T) {
 // until another node joins it through it; then it is (it is in a cluster),
 // and onChange hears of both.
 func TestClusterJoinedByAnother(t *testing.T) {
-	nowhere := closedAddr(t)
+	nowhere := testaddr.Closed(t)
 	x := startNode(t, "x", nil, nowhere)
 	waitFor(t, 5*time.Second, "x reports itself alone", func() bool { return slices.Equal(x.w.names(), []string{"x"}) })
 	if x.Ready() {
@@ -96,18 +98,6 @@ func TestClusterJoinedByAnother(t *testing.T) {
 	default:
 		t.Error("x is Ready but Joined is not closed")
 	}
-}
-
-// closedAddr returns a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // TestClusterRestartInPlaceKeepsItsName: a member that crashed and comes
@@ -147,7 +137,7 @@ func TestClusterRestartInPlaceKeepsItsName(t *testing.T) {
 // Service resolving to the first pod alone, here "localhost") joins itself
 // and is ready: its own name at its own address is no conflict.
 func TestClusterSeededThroughItselfIsReady(t *testing.T) {
-	_, port, err := net.SplitHostPort(closedAddr(t))
+	_, port, err := net.SplitHostPort(testaddr.Closed(t))
 	if err != nil {
 		t.Fatal(err)
 	}
