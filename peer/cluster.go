@@ -32,18 +32,18 @@ type Cluster struct {
 	onChange func([]Member)
 	log      *slog.Logger
 	d        *delegate
-	ready    atomic.Bool // joined (or alone by design)
+	ready    atomic.Bool // in a cluster: joined, joined by another, or alone by design
 	gone     atomic.Bool // left or closed
+	self     atomic.Pointer[Member]
+	// failed holds the failed members of the list last given to onChange.
+	failed atomic.Pointer[[]string]
+	wg     sync.WaitGroup
 	// joined is closed when ready is first set (markReady); refused is
 	// closed when the Cluster gives up joining for good (refuse), err
 	// then saying why.
 	joined, refused       chan struct{}
 	joinedOnce, refuseOne sync.Once
 	err                   error
-	self                  atomic.Pointer[Member]
-	// failed holds the failed members of the list last given to onChange.
-	failed atomic.Pointer[[]string]
-	wg     sync.WaitGroup
 
 	mu sync.Mutex // guards the fields below; held across Leave
 	// ml is the running memberlist, nil before Start.
