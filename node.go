@@ -377,22 +377,16 @@ func (n *Node) tickLoop() {
 // Until the node is in a cluster (it has seeds and none answered yet), the
 // core gets a stand-in for each seed (standIns), so that it decides every
 // key by the partition policy instead of owning every key as a cluster of
-// one. The stand-ins go in before the membership and come out after the
-// membership that follows the join: no check sees a cluster of one between.
+// one. The stand-ins change together with the membership (SetExpected
+// takes effect with SetMembership): no check sees a cluster of one.
 func (n *Node) onMembers(ms []peer.Member) {
 	defer n.firstMembers.Do(func() { close(n.membersIn) })
 	n.tr.SetPeers(ms)
 	names := peer.Names(ms)
 	failed := n.cl.Failed()
-	now := n.clock.Now()
 	standIns := n.standIns()
-	if len(standIns) > 0 {
-		n.core.SetExpected(now, standIns)
-	}
-	n.core.SetMembership(now, names, failed)
-	if len(standIns) == 0 {
-		n.core.SetExpected(now, nil)
-	}
+	n.core.SetExpected(standIns)
+	n.core.SetMembership(n.clock.Now(), names, failed)
 	if _, err := n.ring.SetMembers(names); err != nil {
 		n.log.Error("ring update failed", "members", names, "err", err)
 		return

@@ -192,28 +192,24 @@ func (n *Node) SetMembership(now time.Time, live, failed []string) {
 
 // SetExpected tells the node that it has not joined its cluster yet, and
 // names stand-ins for the members it expects there (one per seed, say);
-// SetExpected(now, nil) says it has joined. Until then the stand-ins count
-// in the quorum baseline as lost members, never reachable and never
-// forgotten (whatever FailedMemberTTL): the node alone is on a minority
-// side and decides every key by the request's partition policy, degraded
-// (local-share dividing the limit by itself plus the stand-ins), instead of
-// owning every key as a cluster of one (quorum.go). A stand-in must not be
-// a member's name; this node's own name is ignored. Set the stand-ins
-// before the first SetMembership, so that no check sees a cluster of one,
-// and remove them after the SetMembership that follows the join.
-func (n *Node) SetExpected(now time.Time, standIns []string) {
+// SetExpected(nil) says it has joined. The stand-ins take effect with the
+// next SetMembership, together with its membership: call SetExpected right
+// before each SetMembership, so that a check never sees one without the
+// other (a joined membership with the stand-ins of before, or this node
+// alone without them). While they last, the stand-ins count in the quorum
+// baseline as lost members, never reachable and never forgotten (whatever
+// FailedMemberTTL): the node alone is on a minority side and decides every
+// key by the request's partition policy, degraded (local-share dividing the
+// limit by itself plus the stand-ins), instead of owning every key as a
+// cluster of one (quorum.go). A stand-in must not be a member's name; this
+// node's own name is ignored.
+func (n *Node) SetExpected(standIns []string) {
 	names := slices.DeleteFunc(slices.Clone(standIns), func(s string) bool { return s == n.cfg.Self })
 	slices.Sort(names)
 	names = slices.Compact(names)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if slices.Equal(names, n.quorum.expected) {
-		return
-	}
 	n.quorum.expected = names
-	if len(n.members) > 0 {
-		n.applyMembersLocked(now)
-	}
 }
 
 // expireFailedLocked forgets the failed members past FailedMemberTTL and,

@@ -337,7 +337,7 @@ func TestExpectedMembersDegradeAnUnjoinedNode(t *testing.T) {
 			t.Run(fmt.Sprintf("%v/%v", mode, tc.pol), func(t *testing.T) {
 				nw := newTestNet(t, nil)
 				c := nw.add("c", nil)
-				c.SetExpected(nw.now, append(standIns, "c")) // its own name is ignored
+				c.SetExpected(append(standIns, "c")) // its own name is ignored
 				c.SetMembership(nw.now, []string{"c"}, nil)
 				if q := c.Quorum(); !q.Minority || q.Live != 1 || q.Baseline != 3 || !slices.Equal(q.Lost, standIns) {
 					t.Fatalf("unjoined c's quorum %+v, want minority 1 of 3, the stand-ins lost", q)
@@ -351,7 +351,8 @@ func TestExpectedMembersDegradeAnUnjoinedNode(t *testing.T) {
 				if q := c.Quorum(); !q.Minority || q.Baseline != 3 {
 					t.Errorf("past FailedMemberTTL, c's quorum %+v; want the stand-ins kept", q)
 				}
-				c.SetExpected(nw.now, nil)
+				c.SetExpected(nil)
+				c.SetMembership(nw.now, []string{"c"}, nil)
 				r.Key = "other"
 				if admitted, degraded := admittedOf(t, nw, c, 50, r); admitted != 50 || degraded != 0 {
 					t.Errorf("alone on purpose: admitted %d of 50, %d degraded; want 50, 0", admitted, degraded)
@@ -368,7 +369,8 @@ func TestExpectedMembersJoined(t *testing.T) {
 	all := []string{"a", "b", "c"}
 	nw := newTestNet(t, nil, all...)
 	c := nw.nodes["c"]
-	c.SetExpected(nw.now, []string{"seed 1", "seed 2"})
+	c.SetExpected([]string{"seed 1", "seed 2"})
+	c.SetMembership(nw.now, all, nil)
 	if q := c.Quorum(); q.Minority || q.Live != 3 || q.Baseline != 5 {
 		t.Fatalf("c's quorum %+v, want a majority, 3 of 5", q)
 	}
