@@ -408,10 +408,12 @@ func (n *Node) onMembers(ms []peer.Member) {
 // standIns returns the core's stand-ins for the members a node that is not
 // in a cluster yet expects: one per seed other than its own address ("seed
 // host:port"; the core ignores a stand-in that is a live member's name), or
-// none once it is in a cluster.
+// none once it has been in a cluster (even if it is leaving now).
 func (n *Node) standIns() []string {
-	if n.cl.Ready() {
+	select {
+	case <-n.cl.Joined():
 		return nil
+	default:
 	}
 	var out []string
 	for _, s := range n.cfg.Seeds {
