@@ -48,7 +48,7 @@ func fromProto(pi *ringlimitv1.CheckItem) item {
 	it := item{
 		name:          pi.GetName(),
 		uniqueKey:     pi.GetUniqueKey(),
-		hits:          pi.GetHits(),
+		hits:          1, // unset counts 1; only an explicit 0 peeks
 		limit:         pi.GetLimit(),
 		burst:         pi.GetBurst(),
 		algorithm:     int64(pi.GetAlgorithm()),
@@ -61,6 +61,9 @@ func fromProto(pi *ringlimitv1.CheckItem) item {
 
 		maxBurstSeconds: pi.GetMaxBurstSeconds(),
 		coldFactor:      pi.GetColdFactor(),
+	}
+	if pi.Hits != nil {
+		it.hits = *pi.Hits
 	}
 	it.period, it.err = protoDuration("period", pi.GetPeriod(), it.err)
 	it.maxWait, it.err = protoDuration("max_wait", pi.GetMaxWait(), it.err)

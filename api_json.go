@@ -21,7 +21,7 @@ type jsonCheckRequest struct {
 type jsonItem struct {
 	Name          string `json:"name"`
 	UniqueKey     string `json:"unique_key"`
-	Hits          int64  `json:"hits"`
+	Hits          *int64 `json:"hits"` // nil (absent, or null) counts 1
 	Limit         int64  `json:"limit"`
 	Period        string `json:"period"`
 	Burst         int64  `json:"burst"`
@@ -78,7 +78,7 @@ func fromJSON(j *jsonItem) item {
 	it := item{
 		name:          j.Name,
 		uniqueKey:     j.UniqueKey,
-		hits:          j.Hits,
+		hits:          1, // absent counts 1; only an explicit 0 peeks
 		limit:         j.Limit,
 		burst:         j.Burst,
 		countRejected: j.CountRejected,
@@ -88,6 +88,9 @@ func fromJSON(j *jsonItem) item {
 
 		maxBurstSeconds: j.MaxBurstSeconds,
 		coldFactor:      j.ColdFactor,
+	}
+	if j.Hits != nil {
+		it.hits = *j.Hits
 	}
 	it.period, it.err = jsonDuration("period", j.Period, it.err)
 	it.maxWait, it.err = jsonDuration("max_wait", j.MaxWait, it.err)

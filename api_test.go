@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -32,7 +33,7 @@ func TestGRPCBadItems(t *testing.T) {
 		{"NUL in name", func(i *ringlimitv1.CheckItem) { i.Name = "a\x00b" }, "name: must not contain a NUL byte"},
 		{"empty unique key", func(i *ringlimitv1.CheckItem) { i.UniqueKey = "" }, "unique_key: must not be empty"},
 		{"oversized key", func(i *ringlimitv1.CheckItem) { i.UniqueKey = strings.Repeat("k", 1022) }, "unique_key: name and unique_key together are 1025 bytes"},
-		{"negative hits", func(i *ringlimitv1.CheckItem) { i.Hits = -1 }, "hits: must not be negative"},
+		{"negative hits", func(i *ringlimitv1.CheckItem) { i.Hits = proto.Int64(-1) }, "hits: must not be negative"},
 		{"zero limit", func(i *ringlimitv1.CheckItem) { i.Limit = 0 }, "limit: must be positive"},
 		{"negative limit", func(i *ringlimitv1.CheckItem) { i.Limit = -5 }, "limit: must be positive"},
 		{"huge limit", func(i *ringlimitv1.CheckItem) { i.Limit = 1 << 62 }, "limit: must be at most"},
@@ -356,4 +357,62 @@ func TestGRPCMalformedAndOversizedMessages(t *testing.T) {
 	if err != nil || resp.Items[0].Status == ringlimitv1.Status_STATUS_UNSPECIFIED {
 		t.Errorf("after bad messages: %v, %v", resp, err)
 	}
+}
+
+// TestHitsDefault: a check that leaves hits out takes one permit, over
+// JSON (absent or null) and over gRPC (unset); only an explicit 0 peeks.
+func TestHitsDefault(t *testing.T) {
+	n := startNode(t, testConfig("solo"))
+	waitMembers(t, []*Node{n}, []string{"solo"})
+
+	t.Run("json", func(t *testing.T) {
+		steps := []struct {
+			hits          string // the "hits" member, "" for none
+			wantStatus    string
+			wantRemaining int64
+		}{
+			{"", statusUnderLimit, 1},
+			{`"hits":0,`, statusUnderLimit, 1}, // a peek takes nothing
+			{`"hits":null,`, statusUnderLimit, 0},
+			{"", statusOverLimit, 0},
+			{`"hits":0,`, statusUnderLimit, 0},
+		}
+		for i, s := range steps {
+			body := `{"items":[{` + s.hits + `"name":"hits","unique_key":"json","limit":2,"period":"1h","mode":"owner"}]}`
+			code, b := post(t, n, "application/json", []byte(body))
+			var got jsonCheckResponse
+			if err := json.Unmarshal(b, &got); code != http.StatusOK || err != nil || len(got.Items) != 1 {
+				t.Fatalf("step %d %s: HTTP %d %s (%v)", i, body, code, b, err)
+			}
+			if r := got.Items[0]; r.Status != s.wantStatus || r.Remaining != s.wantRemaining {
+				t.Errorf("step %d (hits %q): status %s remaining %d; want %s remaining %d", i, s.hits, r.Status, r.Remaining, s.wantStatus, s.wantRemaining)
+			}
+		}
+	})
+
+	t.Run("grpc", func(t *testing.T) {
+		client := dial(t, n)
+		steps := []struct {
+			hits          *int64
+			wantStatus    ringlimitv1.Status
+			wantRemaining int64
+		}{
+			{nil, ringlimitv1.Status_STATUS_UNDER_LIMIT, 1},
+			{proto.Int64(0), ringlimitv1.Status_STATUS_UNDER_LIMIT, 1},
+			{nil, ringlimitv1.Status_STATUS_UNDER_LIMIT, 0},
+			{nil, ringlimitv1.Status_STATUS_OVER_LIMIT, 0},
+			{proto.Int64(0), ringlimitv1.Status_STATUS_UNDER_LIMIT, 0},
+		}
+		for i, s := range steps {
+			it := item1("hits", "grpc", 2, ringlimitv1.Mode_MODE_OWNER)
+			it.Hits = s.hits
+			resp, err := client.Check(t.Context(), &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{it}})
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			if r := resp.Items[0]; r.Status != s.wantStatus || r.Remaining != s.wantRemaining {
+				t.Errorf("step %d (hits %v): status %v remaining %d; want %v remaining %d", i, s.hits, r.Status, r.Remaining, s.wantStatus, s.wantRemaining)
+			}
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -18,7 +19,7 @@ func item1(name, key string, limit int64, mode ringlimitv1.Mode) *ringlimitv1.Ch
 	if limit == 0 {
 		limit = 10
 	}
-	return &ringlimitv1.CheckItem{Name: name, UniqueKey: key, Hits: 1, Limit: limit,
+	return &ringlimitv1.CheckItem{Name: name, UniqueKey: key, Hits: proto.Int64(1), Limit: limit,
 		Period: durationpb.New(time.Hour), Mode: mode}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -140,7 +141,7 @@ func TestJoinUnderConcurrentClients(t *testing.T) {
 				continue
 			}
 			found++
-			keys = append(keys, &tracked{item: &ringlimitv1.CheckItem{Name: "join", UniqueKey: k, Hits: 1, Limit: 100,
+			keys = append(keys, &tracked{item: &ringlimitv1.CheckItem{Name: "join", UniqueKey: k, Hits: proto.Int64(1), Limit: 100,
 				Period: durationpb.New(time.Hour), Mode: m.mode, Policy: ringlimitv1.Policy_POLICY_FAIL_CLOSED}, slack: m.slack, least: m.least})
 		}
 	}

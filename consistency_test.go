@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -27,7 +28,7 @@ import (
 
 // perMinute is the key: a token bucket of limit per minute.
 func perMinute(key string, limit int64, mode ringlimitv1.Mode) *ringlimitv1.CheckItem {
-	return &ringlimitv1.CheckItem{Name: "consistency", UniqueKey: key, Hits: 1, Limit: limit,
+	return &ringlimitv1.CheckItem{Name: "consistency", UniqueKey: key, Hits: proto.Int64(1), Limit: limit,
 		Period: durationpb.New(time.Minute), Mode: mode}
 }
 

@@ -19,7 +19,7 @@
 //	defer n.Shutdown(context.Background()) // drain, hand off, leave
 //
 //	resp, err := n.Check(ctx, &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{{
-//		Name: "api", UniqueKey: "user:42", Hits: 1, Limit: 100,
+//		Name: "api", UniqueKey: "user:42", Hits: proto.Int64(1), Limit: 100,
 //		Period: durationpb.New(time.Minute),
 //	}}})
 //

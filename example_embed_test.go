@@ -6,6 +6,7 @@ import (
 	"log"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ringlimit/ringlimit"
@@ -54,10 +55,12 @@ func ExampleStart() {
 		log.Fatal(err)
 	}
 	defer stop(n)
-	waitMembers(n, 1)
+	if err := n.WaitReady(context.Background()); err != nil { // at once: no seeds, the first node
+		log.Fatal(err)
+	}
 
-	item := &ringlimitv1.CheckItem{
-		Name: "api", UniqueKey: "user:42", Hits: 1, Limit: 2,
+	item := &ringlimitv1.CheckItem{ // hits left out: one per check (proto.Int64(0) would peek)
+		Name: "api", UniqueKey: "user:42", Limit: 2,
 		Period: durationpb.New(time.Minute),
 	}
 	for range 3 {
@@ -95,12 +98,15 @@ func ExampleStart_cluster() {
 	defer stop(a)
 	b := start("b", a.GossipAddr())
 	defer stop(b)
+	if err := b.WaitReady(context.Background()); err != nil { // b joined through a
+		log.Fatal(err)
+	}
 	waitMembers(a, 2)
 	waitMembers(b, 2)
 	fmt.Println("a sees", a.Members(), "and b sees", b.Members())
 
 	item := &ringlimitv1.CheckItem{
-		Name: "login", UniqueKey: "alice", Hits: 1, Limit: 3,
+		Name: "login", UniqueKey: "alice", Hits: proto.Int64(1), Limit: 3,
 		Period: durationpb.New(time.Hour), Mode: ringlimitv1.Mode_MODE_OWNER,
 	}
 	for i, n := range []*ringlimit.Node{a, b, a, b} {

@@ -116,14 +116,14 @@ func FuzzGRPCCheck(f *testing.F) {
 	lim := func(it *ringlimitv1.CheckItem) *ringlimitv1.CheckItem { return it }
 	for _, req := range []*ringlimitv1.CheckRequest{
 		{Items: []*ringlimitv1.CheckItem{item1("a", "k", 5, ringlimitv1.Mode_MODE_LOCAL)}},
-		{Items: []*ringlimitv1.CheckItem{lim(&ringlimitv1.CheckItem{Name: "a", UniqueKey: "k", Hits: 1 << 62, Limit: 1e18, Burst: 1e18,
+		{Items: []*ringlimitv1.CheckItem{lim(&ringlimitv1.CheckItem{Name: "a", UniqueKey: "k", Hits: proto.Int64(1 << 62), Limit: 1e18, Burst: 1e18,
 			Period: durationpb.New(1), Algorithm: ringlimitv1.Algorithm_ALGORITHM_GCRA, Mode: ringlimitv1.Mode_MODE_CACHED})}},
-		{Items: []*ringlimitv1.CheckItem{lim(&ringlimitv1.CheckItem{Name: "a", UniqueKey: "k", Hits: 1, Limit: 3,
+		{Items: []*ringlimitv1.CheckItem{lim(&ringlimitv1.CheckItem{Name: "a", UniqueKey: "k", Hits: proto.Int64(1), Limit: 3,
 			Period: &durationpb.Duration{Seconds: 315_576_000_000}, Algorithm: ringlimitv1.Algorithm_ALGORITHM_CONCURRENCY, Lease: "h", Release: true})}},
-		{Items: []*ringlimitv1.CheckItem{lim(&ringlimitv1.CheckItem{Name: "a", UniqueKey: "k", Hits: 2, Limit: 10, Period: durationpb.New(time.Second),
+		{Items: []*ringlimitv1.CheckItem{lim(&ringlimitv1.CheckItem{Name: "a", UniqueKey: "k", Hits: proto.Int64(2), Limit: 10, Period: durationpb.New(time.Second),
 			Algorithm: ringlimitv1.Algorithm_ALGORITHM_SMOOTH_WARMING_UP, WarmUp: durationpb.New(time.Minute), Mode: ringlimitv1.Mode_MODE_LEASED,
 			Policy: ringlimitv1.Policy_POLICY_FAIL_CLOSED})}},
-		{Items: []*ringlimitv1.CheckItem{lim(&ringlimitv1.CheckItem{Name: "a\x00b", Hits: -1, Limit: -1, Period: &durationpb.Duration{Seconds: -1, Nanos: 5},
+		{Items: []*ringlimitv1.CheckItem{lim(&ringlimitv1.CheckItem{Name: "a\x00b", Hits: proto.Int64(-1), Limit: -1, Period: &durationpb.Duration{Seconds: -1, Nanos: 5},
 			Algorithm: 99, Mode: -1, Policy: 42, MaxWait: &durationpb.Duration{Nanos: -1}})}},
 	} {
 		b, err := proto.Marshal(req)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -60,7 +61,7 @@ func TestHostileInput(t *testing.T) {
 	}
 	items := func(k int, it string) string { return `{"items":[` + strings.Repeat(it+",", k-1) + it + `]}` }
 	const okItem = `"name":"hostile","unique_key":"k","hits":1,"limit":10,"period":"1h","mode":"local"`
-	valid := &ringlimitv1.CheckItem{Name: "hostile", UniqueKey: "PLACEHOLDER", Hits: 1, Limit: 10, Period: durationpb.New(time.Hour)}
+	valid := &ringlimitv1.CheckItem{Name: "hostile", UniqueKey: "PLACEHOLDER", Hits: proto.Int64(1), Limit: 10, Period: durationpb.New(time.Hour)}
 
 	tests := []struct {
 		name string
@@ -72,7 +73,7 @@ func TestHostileInput(t *testing.T) {
 			outcome{"item error", "unique_key: name and unique_key together are 3145735 bytes, more than the maximum 1024"}},
 		{"gRPC: control bytes and NULs in the unique key (allowed)", g(func(i *ringlimitv1.CheckItem) { i.UniqueKey = "\x00\x01\x1b[2J\x7f" }),
 			outcome{"item under_limit", ""}},
-		{"gRPC: hits MaxInt64", g(func(i *ringlimitv1.CheckItem) { i.Hits = math.MaxInt64 }), outcome{"item over_limit", ""}},
+		{"gRPC: hits MaxInt64", g(func(i *ringlimitv1.CheckItem) { i.Hits = proto.Int64(math.MaxInt64) }), outcome{"item over_limit", ""}},
 		{"gRPC: limit 1e18+1", g(func(i *ringlimitv1.CheckItem) { i.Limit = 1e18 + 1 }),
 			outcome{"item error", "limit: must be at most 1000000000000000000, got 1000000000000000001"}},
 		{"gRPC: burst 1e18+1", g(func(i *ringlimitv1.CheckItem) { i.Burst = 1e18 + 1 }), outcome{"item error", "burst: must be between 0 and"}},

@@ -76,10 +76,14 @@ const firstMembershipTimeout = 5 * time.Second
 // Start starts a node for cfg: it binds the gRPC, HTTP and gossip ports
 // (port 0 picks a free one; see GRPCAddr, HTTPAddr, GossipAddr), starts
 // serving, and joins the cluster through cfg.Seeds in the background (Ready
-// reports when it has). It returns once the node knows a first membership
-// (itself at least), so it answers checks from then on: as the owner of
-// every key until it has joined. ctx bounds the start only; the node runs
-// until Shutdown or Close. On error nothing is left running.
+// reports when it has; WaitReady waits for it). It returns once the node
+// knows a first membership (itself at least), so it answers checks from then
+// on. With no seeds it is the first node of its cluster and owns every key;
+// with seeds, until it has joined (or another member joined it), it decides
+// every key by the request's partition policy, answers degraded, as a node
+// cut off from its cluster does (docs/operations.md). ctx bounds the start
+// only; the node runs until Shutdown or Close. On error nothing is left
+// running.
 func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	cfg, err = cfg.withDefaults()
 	if err != nil {
@@ -367,13 +371,22 @@ func (n *Node) afterTick(time.Time) {
 // from most of the cluster decides their keys by the partition policy
 // instead of taking them over (sync/quorum.go). The status ring holds the
 // live members.
+//
+// Until the node is in a cluster (it has seeds and none answered yet), the
+// core gets a stand-in for each seed (standIns), so that it decides every
+// key by the partition policy instead of owning every key as a cluster of
+// one. The stand-ins change together with the membership (SetExpected
+// takes effect with SetMembership): no check sees a cluster of one.
 func (n *Node) onMembers(ms []peer.Member) {
 	defer n.firstMembers.Do(func() { close(n.membersIn) })
 	n.tr.SetPeers(ms)
 	names := peer.Names(ms)
 	failed := n.cl.Failed()
+	standIns := n.standIns()
 	var q rlsync.Quorum
 	err := n.drv.Do(context.Background(), func(now time.Time) {
+		// One input: the stand-ins and the membership change together.
+		n.core.SetExpected(standIns)
 		n.core.SetMembership(now, names, failed)
 		q = n.core.Quorum()
 	})
@@ -385,12 +398,64 @@ func (n *Node) onMembers(ms []peer.Member) {
 		n.log.Error("ring update failed", "members", names, "err", err)
 		return
 	}
+	if len(standIns) > 0 {
+		n.log.Warn("not in a cluster yet: every key goes by the partition policy, degraded, until a seed answers",
+			"members", names, "seeds", n.cfg.Seeds)
+		return
+	}
 	if q.Minority {
 		n.log.Warn("membership changed: minority side, the lost members' keys go by the partition policy",
 			"members", names, "lost", q.Lost, "baseline", q.Baseline)
 		return
 	}
 	n.log.Info("membership changed", "members", names, "failed", failed)
+}
+
+// standIns returns the core's stand-ins for the members a node that is not
+// in a cluster yet expects: one per seed other than its own address ("seed
+// host:port"; the core ignores a stand-in that is a live member's name), or
+// none once it has been in a cluster (even if it is leaving now).
+func (n *Node) standIns() []string {
+	select {
+	case <-n.cl.Joined():
+		return nil
+	default:
+	}
+	var out []string
+	for _, s := range n.cfg.Seeds {
+		if s != "" && s != n.cl.GossipAddr() {
+			out = append(out, "seed "+s)
+		}
+	}
+	return out
+}
+
+// ErrStopped is returned by WaitReady when the node stops first.
+var ErrStopped = errors.New("ringlimit: node stopped")
+
+// ErrNameTaken is wrapped by WaitReady's error when the cluster refused
+// this node because a live member has its name: the node will not join (it
+// goes on deciding by the partition policy); stop it and give it another
+// name.
+var ErrNameTaken = peer.ErrNameTaken
+
+// WaitReady waits until the node is in its cluster, and returns nil then:
+// it joined through a seed, another member joined it, or it has no seeds
+// (Ready). It returns an error wrapping ErrNameTaken if the cluster refused
+// the node for good, ErrStopped if the node stops first, or ctx's error.
+// Start returns before the node has joined; until then it decides every key
+// by the partition policy, degraded.
+func (n *Node) WaitReady(ctx context.Context) error {
+	select {
+	case <-n.cl.Joined():
+		return nil
+	case <-n.cl.Refused():
+		return fmt.Errorf("ringlimit: not joining: %w", n.cl.Err())
+	case <-n.stopTick:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // GRPCAddr returns the address the gRPC server is bound to.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -76,7 +77,7 @@ func rulesNode(t *testing.T, path string, tick chan time.Time) *Node {
 
 // ruleItem is one hit on rule for key.
 func ruleItem(rule, key string) *ringlimitv1.CheckItem {
-	return &ringlimitv1.CheckItem{Rule: rule, UniqueKey: key, Hits: 1}
+	return &ringlimitv1.CheckItem{Rule: rule, UniqueKey: key, Hits: proto.Int64(1)}
 }
 
 // checkOne sends one item and returns its answer.
@@ -213,9 +214,9 @@ func TestCheckByRuleGRPC(t *testing.T) {
 		{"rule and name", func() *ringlimitv1.CheckItem { i := ruleItem("api/per_user", "carol"); i.Name = "x"; return i }(),
 			ringlimitv1.Status_STATUS_ERROR, 0, `name: must be empty with rule`},
 		{"rule without key", ruleItem("api/per_user", ""), ringlimitv1.Status_STATUS_ERROR, 0, "unique_key: must not be empty"},
-		{"unlimited rule, negative hits", func() *ringlimitv1.CheckItem { i := ruleItem("api/open", "a"); i.Hits = -1; return i }(),
+		{"unlimited rule, negative hits", func() *ringlimitv1.CheckItem { i := ruleItem("api/open", "a"); i.Hits = proto.Int64(-1); return i }(),
 			ringlimitv1.Status_STATUS_ERROR, 0, "hits: must not be negative"},
-		{"the rule's bucket is (rule, key): the same as name=rule", &ringlimitv1.CheckItem{Name: "api/per_user", UniqueKey: "bob", Hits: 0,
+		{"the rule's bucket is (rule, key): the same as name=rule", &ringlimitv1.CheckItem{Name: "api/per_user", UniqueKey: "bob", Hits: proto.Int64(0),
 			Limit: 3, Period: durationpb.New(time.Hour), Algorithm: ringlimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET, Mode: ringlimitv1.Mode_MODE_LOCAL},
 			ringlimitv1.Status_STATUS_UNDER_LIMIT, 2, ""},
 	}

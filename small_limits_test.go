@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -29,7 +30,7 @@ func TestSmallLimitsOnFreshKeysRoundRobin(t *testing.T) {
 					// Several fresh keys, each starting at another node.
 					for k := range size {
 						key := fmt.Sprintf("fresh-%d-%v-%d-%d", size, mode, limit, k)
-						item := &ringlimitv1.CheckItem{Name: "small", UniqueKey: key, Hits: 1, Limit: limit,
+						item := &ringlimitv1.CheckItem{Name: "small", UniqueKey: key, Hits: proto.Int64(1), Limit: limit,
 							Period: durationpb.New(time.Minute), Mode: mode}
 						admitted := 0
 						for i := range 3 * int(limit) * size {

@@ -69,7 +69,9 @@ type Bucket interface {
 }
 
 // New returns a fresh bucket for l at now, or a *LimitError when l is invalid.
+// A zero Algorithm is TokenBucket (the bucket's Config says so).
 func New(l Limit, now time.Time) (Bucket, error) {
+	l = l.WithDefaults()
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -106,6 +108,9 @@ func Decode(b []byte) (Bucket, error) {
 	l := r.limit()
 	if r.err != nil {
 		return nil, r.err
+	}
+	if l.Algorithm == 0 { // a state always names its algorithm
+		return nil, fmt.Errorf("%w: algorithm 0", ErrCorrupt)
 	}
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)

@@ -90,10 +90,12 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, &LimitError{Field: "algorithm", Reason: fmt.Sprintf("unknown algorithm %q", s)}
 }
 
-// Limit configures one bucket. The zero value is not valid: Algorithm, Limit
-// and Period are required. Unused options must be zero.
+// Limit configures one bucket. The zero value is not valid: Limit and
+// Period are required. The zero Algorithm is TokenBucket, as an unset
+// algorithm is on the wire: New, NewIn, Reconfigure and Validate read it so,
+// and WithDefaults spells it out. Unused options must be zero.
 type Limit struct {
-	// Algorithm selects the algorithm.
+	// Algorithm selects the algorithm; zero is TokenBucket.
 	Algorithm Algorithm
 	// CountRejected makes SlidingLog record rejected attempts too, so a client
 	// that keeps hammering stays blocked until it pauses, and makes
@@ -260,10 +262,18 @@ func invalid(field, format string, args ...any) error {
 	return &LimitError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// WithDefaults returns l with a zero Algorithm set to TokenBucket.
+func (l Limit) WithDefaults() Limit {
+	if l.Algorithm == 0 {
+		l.Algorithm = TokenBucket
+	}
+	return l
+}
+
 // Validate reports whether l can configure a bucket. The error is a
-// *LimitError naming the field.
+// *LimitError naming the field. A zero Algorithm is valid: TokenBucket.
 func (l Limit) Validate() error {
-	if !l.Algorithm.Valid() {
+	if l.Algorithm != 0 && !l.Algorithm.Valid() {
 		return invalid("algorithm", "unknown algorithm %d", uint8(l.Algorithm))
 	}
 	if l.Limit <= 0 {

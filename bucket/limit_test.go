@@ -41,10 +41,10 @@ var ltInvalid = []struct {
 	{"negative max_wait", "max_wait", func(l *Limit) { l.MaxWait = -1 }},
 	{"negative min_gap", "min_gap", func(l *Limit) { l.MinGap = -1 }},
 	{"negative warm_up", "warm_up", func(l *Limit) { l.WarmUp = -1 }},
-	{"unknown algorithm 0", "algorithm", func(l *Limit) { l.Algorithm = 0 }},
+	{"unknown algorithm 12", "algorithm", func(l *Limit) { l.Algorithm = 12 }},
 	{"unknown algorithm 11", "algorithm", func(l *Limit) { l.Algorithm = 11 }},
 	{"unknown algorithm 255", "algorithm", func(l *Limit) { l.Algorithm = 255 }},
-	{"unknown algorithm before a bad limit", "algorithm", func(l *Limit) { l.Algorithm, l.Limit = 0, 0 }},
+	{"unknown algorithm before a bad limit", "algorithm", func(l *Limit) { l.Algorithm, l.Limit = 200, 0 }},
 }
 
 // Every invalid limit is a *LimitError naming the field, wrapping
@@ -72,7 +72,7 @@ func TestLimitValidateInvalid(t *testing.T) {
 		{"max_burst_seconds storing over MaxLimit", Limit{Algorithm: SmoothBursty, Limit: MaxLimit, Period: time.Second, MaxBurstMillis: 2000}, "max_burst_seconds"},
 		{"cold_factor on smooth_bursty", Limit{Algorithm: SmoothBursty, Limit: 10, Period: time.Second, ColdFactorMilli: 3000}, "cold_factor"},
 		{"cold_factor below 1", Limit{Algorithm: SmoothWarmingUp, Limit: 10, Period: time.Second, WarmUp: time.Second, ColdFactorMilli: 999}, "cold_factor"},
-		{"zero value", Limit{}, "algorithm"},
+		{"zero value", Limit{}, "limit"}, // the zero Algorithm is TokenBucket: the limit is what is missing
 	} {
 		ltCheckInvalid(t, tt.name, tt.l, tt.field)
 	}
@@ -305,5 +305,54 @@ func TestReconfigureErrors(t *testing.T) {
 func TestLimitSize(t *testing.T) {
 	if got := unsafe.Sizeof(Limit{}); got != 56 {
 		t.Errorf("Limit is %d bytes, want 56", got)
+	}
+}
+
+// TestZeroAlgorithmIsTokenBucket: Limit{Limit: 3, Period: time.Minute}, with
+// no Algorithm, is a token bucket, as an unset algorithm is on the wire: New
+// and NewIn build one whose Config names TokenBucket and whose decisions
+// are those of an explicit TokenBucket; a token bucket takes a zero
+// Algorithm in Reconfigure; and a stored state never names algorithm 0.
+// Before, New rejected it as "unknown algorithm 0".
+func TestZeroAlgorithmIsTokenBucket(t *testing.T) {
+	zero := Limit{Limit: 3, Period: time.Minute}
+	explicit := zero
+	explicit.Algorithm = TokenBucket
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	if got := zero.WithDefaults(); got != explicit {
+		t.Errorf("WithDefaults = %+v, want %+v", got, explicit)
+	}
+	var sp Space
+	for name, newBucket := range map[string]func(Limit) (Bucket, error){
+		"New":   func(l Limit) (Bucket, error) { return New(l, ltT0) },
+		"NewIn": func(l Limit) (Bucket, error) { return NewIn(&sp, l, ltT0) },
+	} {
+		b, err := newBucket(zero)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want, _ := New(explicit, ltT0)
+		if b.Config() != explicit {
+			t.Errorf("%s: Config = %+v, want %+v", name, b.Config(), explicit)
+		}
+		for i, step := range []struct {
+			at   time.Duration
+			hits int64
+		}{{0, 1}, {0, 2}, {0, 1}, {20 * time.Second, 1}, {20 * time.Second, 1}, {time.Minute, 3}} {
+			got, err1 := b.Take(ltT0.Add(step.at), step.hits)
+			w, err2 := want.Take(ltT0.Add(step.at), step.hits)
+			if got != w || err1 != nil || err2 != nil {
+				t.Errorf("%s: step %d (+%v, %d hits): %+v, %v; want %+v, %v", name, i, step.at, step.hits, got, err1, w, err2)
+			}
+		}
+		if err := b.Reconfigure(ltT0.Add(time.Minute), Limit{Limit: 6, Period: time.Minute}); err != nil {
+			t.Errorf("%s: Reconfigure with a zero Algorithm: %v", name, err)
+		}
+	}
+	state := appendLimit(nil, zero)
+	if _, err := Decode(state); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Decode of a state naming algorithm 0: %v; want ErrCorrupt", err)
 	}
 }

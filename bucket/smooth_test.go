@@ -830,3 +830,29 @@ func TestSmoothMaxWaitOnlyLeavesTheClock(t *testing.T) {
 		t.Errorf("an hour later: got %+v, want 10 stored", d)
 	}
 }
+
+// TestSmoothBurstySlowDefault pins what docs/api.md and algorithms.md say of
+// smooth_bursty's default burst: one second's worth (Guava's
+// maxBurstSeconds = 1), so at 6 a minute it stores at most 0.1 permit and
+// answers limit 0, while still admitting one request every 10s; burst 6
+// makes it store up to 6 (limit 6).
+func TestSmoothBurstySlowDefault(t *testing.T) {
+	for _, tc := range []struct {
+		burst, wantLimit int64
+	}{{0, 0}, {6, 6}} {
+		b, err := New(Limit{Algorithm: SmoothBursty, Limit: 6, Period: time.Minute, Burst: tc.burst}, smoothT0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, st := range []struct {
+			at      time.Duration
+			allowed bool
+		}{{0, true}, {time.Second, false}, {10 * time.Second, true}, {15 * time.Second, false}, {20 * time.Second, true}} {
+			got, err := b.Take(smoothT0.Add(st.at), 1)
+			if err != nil || got.Allowed != st.allowed || got.Limit != tc.wantLimit {
+				t.Errorf("burst %d, step %d (t0+%v): allowed %v limit %d (%v); want allowed %v limit %d",
+					tc.burst, i, st.at, got.Allowed, got.Limit, err, st.allowed, tc.wantLimit)
+			}
+		}
+	}
+}

@@ -19,6 +19,7 @@ type Space struct {
 // any other bucket of its algorithm). A bucket built in sp lives there: sp
 // must not be passed to NewIn again while that bucket is in use.
 func NewIn(sp *Space, l Limit, now time.Time) (Bucket, error) {
+	l = l.WithDefaults()
 	if l.Algorithm != TokenBucket {
 		return New(l, now)
 	}

@@ -186,6 +186,7 @@ func (b *tokenBucket) Refund(now time.Time, hits int64) error {
 // Reconfigure implements Bucket: the tokens earned so far are counted under
 // the old limit, then scaled by newCapacity/oldCapacity.
 func (b *tokenBucket) Reconfigure(now time.Time, l Limit) error {
+	l = l.WithDefaults()
 	if err := l.Validate(); err != nil {
 		return err
 	}

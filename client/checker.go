@@ -42,7 +42,7 @@ func (k Checker) Check(ctx context.Context, reqs []rlsync.Request) ([]rlsync.Res
 			continue
 		}
 		items = append(items, Item{
-			Name: name, Key: key, Hits: r.Hits,
+			Name: name, Key: key, Hits: r.Hits, Peek: r.Hits == 0,
 			Limit: r.Limit.Limit, Period: r.Limit.Period, Burst: r.Limit.Burst,
 			Algorithm: Algorithm(r.Limit.Algorithm), Mode: Mode(r.Mode), Policy: Policy(r.Policy),
 			MaxWait: r.Limit.MaxWait, MinGap: r.Limit.MinGap, CountRejected: r.Limit.CountRejected,

@@ -165,6 +165,9 @@ func (c *Client) Check(ctx context.Context, items ...Item) ([]Result, error) {
 	}
 	req := &ringlimitv1.CheckRequest{Items: make([]*ringlimitv1.CheckItem, len(items))}
 	for i := range items {
+		if items[i].Peek && items[i].Hits != 0 {
+			return nil, fmt.Errorf("%w: item %d has Hits %d", ErrPeekWithHits, i, items[i].Hits)
+		}
 		req.Items[i] = items[i].proto()
 	}
 	callCtx := ctx
@@ -225,9 +228,6 @@ func (c *Client) Allow(ctx context.Context, name, key string) (bool, error) {
 		return false, fmt.Errorf("%w: %q", ErrNoLimit, name)
 	}
 	it.Key = key
-	if it.Hits == 0 {
-		it.Hits = 1
-	}
 	res, err := c.Check(ctx, it)
 	if err != nil {
 		return false, err

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/ringlimit/ringlimit/client"
+	"github.com/ringlimit/ringlimit/internal/testaddr"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
@@ -47,7 +48,7 @@ func TestCheckSendsEveryField(t *testing.T) {
 	c := newClient(t, []string{serveFake(t, f, nil)})
 	items := []client.Item{
 		{Name: "api", Key: "alice", Hits: 2, Limit: 10, Period: time.Minute},
-		{Name: "q", Key: "k", Hits: 0, Limit: 5, Period: time.Second, Burst: 7,
+		{Name: "q", Key: "k", Peek: true, Limit: 5, Period: time.Second, Burst: 7,
 			Algorithm: client.LeakyQueue, Mode: client.ModeLeased, Policy: client.LocalShare,
 			MaxWait: 300 * time.Millisecond},
 		{Name: "log", Key: "k", Hits: 1, Limit: 3, Period: time.Hour, Algorithm: client.SlidingLog,
@@ -63,22 +64,55 @@ func TestCheckSendsEveryField(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{
-		{Name: "api", UniqueKey: "alice", Hits: 2, Limit: 10, Period: durationpb.New(time.Minute)},
-		{Name: "q", UniqueKey: "k", Hits: 0, Limit: 5, Period: durationpb.New(time.Second), Burst: 7,
+		{Name: "api", UniqueKey: "alice", Hits: proto.Int64(2), Limit: 10, Period: durationpb.New(time.Minute)},
+		{Name: "q", UniqueKey: "k", Hits: proto.Int64(0), Limit: 5, Period: durationpb.New(time.Second), Burst: 7,
 			Algorithm: ringlimitv1.Algorithm_ALGORITHM_LEAKY_QUEUE, Mode: ringlimitv1.Mode_MODE_LEASED,
 			Policy: ringlimitv1.Policy_POLICY_LOCAL_SHARE, MaxWait: durationpb.New(300 * time.Millisecond)},
-		{Name: "log", UniqueKey: "k", Hits: 1, Limit: 3, Period: durationpb.New(time.Hour),
+		{Name: "log", UniqueKey: "k", Hits: proto.Int64(1), Limit: 3, Period: durationpb.New(time.Hour),
 			Algorithm: ringlimitv1.Algorithm_ALGORITHM_SLIDING_LOG, MinGap: durationpb.New(time.Second), CountRejected: true},
-		{Name: "warm", UniqueKey: "k", Hits: 1, Limit: 3, Period: durationpb.New(time.Second),
+		{Name: "warm", UniqueKey: "k", Hits: proto.Int64(1), Limit: 3, Period: durationpb.New(time.Second),
 			Algorithm: ringlimitv1.Algorithm_ALGORITHM_SMOOTH_WARMING_UP, WarmUp: durationpb.New(10 * time.Second), ColdFactor: 10},
-		{Name: "bursty", UniqueKey: "k", Hits: 1, Limit: 3, Period: durationpb.New(time.Second),
+		{Name: "bursty", UniqueKey: "k", Hits: proto.Int64(1), Limit: 3, Period: durationpb.New(time.Second),
 			Algorithm: ringlimitv1.Algorithm_ALGORITHM_SMOOTH_BURSTY, MaxBurstSeconds: 2.5},
-		{Name: "conc", UniqueKey: "k", Hits: 1, Limit: 3, Period: durationpb.New(time.Minute),
+		{Name: "conc", UniqueKey: "k", Hits: proto.Int64(1), Limit: 3, Period: durationpb.New(time.Minute),
 			Algorithm: ringlimitv1.Algorithm_ALGORITHM_CONCURRENCY, Lease: "worker-1", Release: true},
 	}}
 	got := f.requests()
 	if len(got) != 1 || !proto.Equal(got[0], want) {
 		t.Errorf("request sent:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestItemHitsDefault: an Item without Hits takes one, as an item without
+// hits does on the wire, and says so explicitly (so that a node that still
+// reads unset as 0 takes one too); only Peek sends 0, and Peek with Hits is
+// refused before anything is sent.
+func TestItemHitsDefault(t *testing.T) {
+	f := &fakeNode{name: "n1"}
+	c := newClient(t, []string{serveFake(t, f, nil)})
+	items := []client.Item{
+		{Name: "a", Key: "k", Limit: 5, Period: time.Minute},
+		{Name: "a", Key: "k", Peek: true, Limit: 5, Period: time.Minute},
+		{Name: "a", Key: "k", Hits: 3, Limit: 5, Period: time.Minute},
+	}
+	if _, err := c.Check(t.Context(), items...); err != nil {
+		t.Fatal(err)
+	}
+	got := f.requests()
+	if len(got) != 1 {
+		t.Fatalf("%d requests sent; want 1", len(got))
+	}
+	for i, want := range []int64{1, 0, 3} {
+		if h := got[0].Items[i].Hits; h == nil || *h != want {
+			t.Errorf("item %d sent hits %v; want explicitly %d", i, h, want)
+		}
+	}
+	_, err := c.Check(t.Context(), client.Item{Name: "a", Key: "k", Peek: true, Hits: 2, Limit: 5, Period: time.Minute})
+	if !errors.Is(err, client.ErrPeekWithHits) {
+		t.Errorf("Peek with Hits 2: err %v; want ErrPeekWithHits", err)
+	}
+	if n := len(f.requests()); n != 1 {
+		t.Errorf("Peek with Hits was sent: %d requests; want still 1", n)
 	}
 }
 
@@ -228,10 +262,10 @@ func TestAllowUsesTheRegisteredLimit(t *testing.T) {
 	}
 	reqs := f.requests()
 	wantItems := []*ringlimitv1.CheckItem{
-		{Name: "api", UniqueKey: "alice", Hits: 1, Limit: 10, Period: durationpb.New(time.Minute), Mode: ringlimitv1.Mode_MODE_OWNER},
-		{Name: "api", UniqueKey: "mallory", Hits: 1, Limit: 10, Period: durationpb.New(time.Minute), Mode: ringlimitv1.Mode_MODE_OWNER},
-		{Name: "api", UniqueKey: "bad", Hits: 1, Limit: 10, Period: durationpb.New(time.Minute), Mode: ringlimitv1.Mode_MODE_OWNER},
-		{Name: "bytes", UniqueKey: "alice", Hits: 512, Limit: 1 << 20, Period: durationpb.New(time.Hour)},
+		{Name: "api", UniqueKey: "alice", Hits: proto.Int64(1), Limit: 10, Period: durationpb.New(time.Minute), Mode: ringlimitv1.Mode_MODE_OWNER},
+		{Name: "api", UniqueKey: "mallory", Hits: proto.Int64(1), Limit: 10, Period: durationpb.New(time.Minute), Mode: ringlimitv1.Mode_MODE_OWNER},
+		{Name: "api", UniqueKey: "bad", Hits: proto.Int64(1), Limit: 10, Period: durationpb.New(time.Minute), Mode: ringlimitv1.Mode_MODE_OWNER},
+		{Name: "bytes", UniqueKey: "alice", Hits: proto.Int64(512), Limit: 1 << 20, Period: durationpb.New(time.Hour)},
 	}
 	if len(reqs) != len(wantItems) {
 		t.Fatalf("%d requests, want %d", len(reqs), len(wantItems))
@@ -304,12 +338,7 @@ func TestDial(t *testing.T) {
 	c.Close()
 
 	// Nothing listens on a port just closed: Dial gives up when ctx ends.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := testaddr.Closed(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	if c, err := client.Dial(ctx, []string{dead}); err == nil || !errors.Is(err, context.DeadlineExceeded) {

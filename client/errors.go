@@ -16,6 +16,8 @@ var (
 	ErrNoLimit = errors.New("client: no limit registered for this name")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("client: closed")
+	// ErrPeekWithHits: an Item sets both Peek and Hits.
+	ErrPeekWithHits = errors.New("client: an item that peeks takes no hits")
 	// ErrBadResponse: the node answered a different number of items than
 	// it was asked.
 	ErrBadResponse = errors.New("client: malformed response")

@@ -3,6 +3,7 @@ package client
 import (
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -27,9 +28,12 @@ type Item struct {
 	Name string
 	// Key identifies the client within the limit (the wire's unique_key).
 	Key string
-	// Hits is the number of permits asked for, >= 0. Zero peeks: the answer
-	// says what is left without taking anything. (Allow asks for 1.)
+	// Hits is the number of permits asked for, >= 0. Zero asks for one, as
+	// an item without hits does on the wire; set Peek to ask for none.
 	Hits int64
+	// Peek asks for no permit: the answer says what is left without taking
+	// anything. Hits must then be zero (Check returns ErrPeekWithHits).
+	Peek bool
 	// Limit is the number of permits per Period (Concurrency: the permits
 	// held at once); > 0.
 	Limit int64
@@ -110,7 +114,7 @@ func (it *Item) proto() *ringlimitv1.CheckItem {
 	return &ringlimitv1.CheckItem{
 		Name:          it.Name,
 		UniqueKey:     it.Key,
-		Hits:          it.Hits,
+		Hits:          proto.Int64(it.hits()),
 		Limit:         it.Limit,
 		Period:        protoDuration(it.Period),
 		Burst:         it.Burst,
@@ -128,6 +132,19 @@ func (it *Item) proto() *ringlimitv1.CheckItem {
 		MaxBurstSeconds: it.MaxBurstSeconds,
 		ColdFactor:      it.ColdFactor,
 	}
+}
+
+// hits returns the permits the item asks for: Hits, one when Hits is zero,
+// none with Peek. It is always sent explicitly, so that a node older than
+// the "unset counts 1" default still takes one.
+func (it *Item) hits() int64 {
+	switch {
+	case it.Peek:
+		return 0
+	case it.Hits == 0:
+		return 1
+	}
+	return it.Hits
 }
 
 // protoDuration returns nil (unset) for zero, so that the node applies its

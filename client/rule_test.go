@@ -21,8 +21,8 @@ func TestRuleIsSentAndRegistered(t *testing.T) {
 		t.Fatalf("Allow by rule = %v, %v; want true, nil", ok, err)
 	}
 	want := []*ringlimitv1.CheckItem{
-		{Rule: "api/per_user", UniqueKey: "alice", Hits: 1},
-		{Rule: "edge/remote_address", UniqueKey: "203.0.113.7", Hits: 1, Mode: ringlimitv1.Mode_MODE_OWNER},
+		{Rule: "api/per_user", UniqueKey: "alice", Hits: proto.Int64(1)},
+		{Rule: "edge/remote_address", UniqueKey: "203.0.113.7", Hits: proto.Int64(1), Mode: ringlimitv1.Mode_MODE_OWNER},
 	}
 	reqs := f.requests()
 	if len(reqs) != len(want) {

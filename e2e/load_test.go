@@ -145,7 +145,7 @@ func (l *load) stop() []callRec {
 
 // newItem returns a one-hit check of key in family fam (the item's name).
 func newItem(fam, key string, mode ringlimitv1.Mode, pol ringlimitv1.Policy, limit int64, period time.Duration) *ringlimitv1.CheckItem {
-	return &ringlimitv1.CheckItem{Name: fam, UniqueKey: key, Hits: 1, Limit: limit,
+	return &ringlimitv1.CheckItem{Name: fam, UniqueKey: key, Hits: proto.Int64(1), Limit: limit,
 		Period: durationpb.New(period), Mode: mode, Policy: pol}
 }
 
@@ -172,7 +172,7 @@ func (c *cluster) keysOwnedBy(tmpl *ringlimitv1.CheckItem, owner, via, n int) []
 		for k := base; k < base+200; k++ {
 			it := proto.Clone(tmpl).(*ringlimitv1.CheckItem)
 			it.UniqueKey = fmt.Sprintf("%s-%d", tmpl.Name, k)
-			it.Hits = 0
+			it.Hits = proto.Int64(0)
 			it.Mode = ringlimitv1.Mode_MODE_OWNER
 			req.Items = append(req.Items, it)
 		}

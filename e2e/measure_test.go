@@ -114,7 +114,7 @@ func admittedByKey(recs []callRec, items []*ringlimitv1.CheckItem, fam string, k
 		}
 		for j, res := range r.res {
 			if items[j].Name == fam && res.Status == ringlimitv1.Status_STATUS_UNDER_LIMIT {
-				out[items[j].UniqueKey] += items[j].Hits
+				out[items[j].UniqueKey] += items[j].GetHits()
 			}
 		}
 	}
@@ -235,7 +235,7 @@ func compareIdeal(recs []callRec, items []*ringlimitv1.CheckItem, fam string, ph
 				}
 				ideal[it.UniqueKey] = b
 			}
-			d, _ := b.Take(r.start, it.Hits)
+			d, _ := b.Take(r.start, it.GetHits())
 			if p < 0 {
 				continue
 			}

@@ -32,12 +32,18 @@ type Cluster struct {
 	onChange func([]Member)
 	log      *slog.Logger
 	d        *delegate
-	ready    atomic.Bool // joined (or alone by design)
+	ready    atomic.Bool // in a cluster: joined, joined by another, or alone by design
 	gone     atomic.Bool // left or closed
 	self     atomic.Pointer[Member]
 	// failed holds the failed members of the list last given to onChange.
 	failed atomic.Pointer[[]string]
 	wg     sync.WaitGroup
+	// joined is closed when ready is first set (markReady); refused is
+	// closed when the Cluster gives up joining for good (refuse), err
+	// then saying why.
+	joined, refused       chan struct{}
+	joinedOnce, refuseOne sync.Once
+	err                   error
 
 	mu sync.Mutex // guards the fields below; held across Leave
 	// ml is the running memberlist, nil before Start.
@@ -71,7 +77,9 @@ func NewCluster(cfg ClusterConfig, onChange func(members []Member)) (*Cluster, e
 		cfg:      cfg,
 		onChange: onChange,
 		log:      l,
-		d:        newDelegate(l, encodeMeta(metaVersion, cfg.GRPCAddr)),
+		d:        newDelegate(l, cfg.Name, encodeMeta(metaVersion, cfg.GRPCAddr)),
+		joined:   make(chan struct{}),
+		refused:  make(chan struct{}),
 	}
 	c.self.Store(&Member{Name: cfg.Name, GRPCAddr: cfg.GRPCAddr, Protocol: ProtocolVersion})
 	return c, nil
@@ -117,7 +125,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 
 	seeds := otherSeeds(c.cfg.Seeds, self.Address(), net.JoinHostPort(c.cfg.BindAddr, strconv.Itoa(int(self.Port))))
 	if len(seeds) == 0 {
-		c.ready.Store(true)
+		c.markReady()
 		c.log.Info("started a new cluster", "gossip", self.Address(), "grpc", grpcAddr)
 	} else {
 		c.wg.Go(func() { c.join(runCtx, ml, seeds) })
@@ -131,18 +139,33 @@ func (c *Cluster) Start(ctx context.Context) error {
 	return nil
 }
 
-// join tries to join the cluster through seeds until one answers or ctx ends,
-// waiting between attempts from JoinBackoffMin doubling to JoinBackoffMax.
+// join tries to join the cluster through seeds until one answers, another
+// member joins this node, or ctx ends, waiting between attempts from
+// JoinBackoffMin doubling to JoinBackoffMax. It gives up for good (refuse,
+// ErrNameTaken) when a seed's cluster holds this node's name, alive, at
+// another address; a suspect holder, which may be this node's own previous
+// run not yet declared dead, is waited out.
 func (c *Cluster) join(ctx context.Context, ml *memberlist.Memberlist, seeds []string) {
 	wait := c.cfg.JoinBackoffMin
-	for attempt := 1; ctx.Err() == nil; attempt++ {
+	for attempt := 1; ctx.Err() == nil && !c.ready.Load(); attempt++ {
+		c.d.takeConflict()
 		n, err := ml.Join(seeds)
-		if n > 0 {
-			c.ready.Store(true)
+		conflict := c.d.takeConflict()
+		switch {
+		case conflict != nil && conflict.state == memberlist.StateAlive:
+			c.refuse(fmt.Errorf("%w: %q is a live member at %s (this node: %s); give this node another name",
+				ErrNameTaken, c.cfg.Name, conflict.addr, ml.LocalNode().Address()))
+			return
+		case conflict != nil:
+			c.log.Warn("a suspect member at another address holds this node's name (a previous run?); retrying",
+				"holder", conflict.addr, "retry_in", wait)
+		case n > 0:
+			c.markReady()
 			c.log.Info("joined the cluster", "seeds_contacted", n, "members", ml.NumMembers())
 			return
+		default:
+			c.log.Warn("could not join any seed; retrying", "seeds", seeds, "attempt", attempt, "retry_in", wait, "err", err)
 		}
-		c.log.Warn("could not join any seed; retrying", "seeds", seeds, "attempt", attempt, "retry_in", wait, "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -154,12 +177,51 @@ func (c *Cluster) join(ctx context.Context, ml *memberlist.Memberlist, seeds []s
 	}
 }
 
+// markReady records that the node is in a cluster, and signals run so that
+// onChange hears of it (Ready changed).
+func (c *Cluster) markReady() {
+	c.ready.Store(true)
+	c.joinedOnce.Do(func() { close(c.joined) })
+	c.d.signal()
+}
+
+// refuse gives up joining for good with err.
+func (c *Cluster) refuse(err error) {
+	c.refuseOne.Do(func() {
+		c.err = err
+		close(c.refused)
+	})
+	c.log.Error("refused by the cluster; not joining", "err", err)
+}
+
+// Joined returns a channel that is closed once the node is in a cluster:
+// it joined a seed, another member joined it, or it had no seeds (Ready).
+func (c *Cluster) Joined() <-chan struct{} { return c.joined }
+
+// Refused returns a channel that is closed when the Cluster gives up
+// joining for good; Err then says why.
+func (c *Cluster) Refused() <-chan struct{} { return c.refused }
+
+// Err returns why the Cluster gave up joining (wrapping ErrNameTaken), or
+// nil while Refused is open.
+func (c *Cluster) Err() error {
+	select {
+	case <-c.refused:
+		return c.err
+	default:
+		return nil
+	}
+}
+
 // run calls onChange with every new member list (or set of failed
-// members) until ctx ends.
+// members, or change of Ready) until ctx ends. A node that sees another
+// live member is in a cluster, even if its own seeds never answered:
+// someone joined it.
 func (c *Cluster) run(ctx context.Context) {
 	var (
 		last       []Member
 		lastFailed []string
+		lastReady  bool
 	)
 	first := true
 	for {
@@ -169,10 +231,15 @@ func (c *Cluster) run(ctx context.Context) {
 		case <-c.d.changed:
 		}
 		ms, failed := c.d.snapshot()
-		if !first && slices.Equal(ms, last) && slices.Equal(failed, lastFailed) {
+		if len(ms) > 1 && !c.ready.Load() && c.Err() == nil {
+			c.markReady()
+			c.log.Info("joined by another member", "members", Names(ms))
+		}
+		ready := c.ready.Load()
+		if !first && slices.Equal(ms, last) && slices.Equal(failed, lastFailed) && ready == lastReady {
 			continue
 		}
-		first, last, lastFailed = false, ms, failed
+		first, last, lastFailed, lastReady = false, ms, failed, ready
 		c.log.Debug("membership changed", "members", Names(ms), "failed", failed)
 		c.failed.Store(&failed)
 		c.onChange(slices.Clone(ms))
@@ -202,8 +269,9 @@ func otherSeeds(seeds []string, self ...string) []string {
 	return out
 }
 
-// Ready reports whether the node has joined the cluster (or started one of its
-// own, having no seeds) and is not closed.
+// Ready reports whether the node is in a cluster (it joined a seed, another
+// member joined it, or it started one of its own, having no seeds) and is
+// not closed.
 func (c *Cluster) Ready() bool { return c.ready.Load() && !c.gone.Load() }
 
 // Members returns the live members, sorted by name, this node included.

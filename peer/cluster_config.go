@@ -31,6 +31,10 @@ var (
 	ErrClosed = errors.New("peer: closed")
 	// ErrAlreadyStarted: Start was called twice.
 	ErrAlreadyStarted = errors.New("peer: already started")
+	// ErrNameTaken: the cluster this node tried to join has a live member
+	// of the same name at another address. Cluster.Err returns it once
+	// the Cluster has given up joining.
+	ErrNameTaken = errors.New("peer: another live member has this node's name")
 )
 
 // ClusterConfig configures a Cluster. Start from DefaultClusterConfig (a LAN
@@ -267,9 +271,18 @@ func (c ClusterConfig) memberlistConfig(d *delegate, logger *slog.Logger) (*memb
 		}
 		mc.Keyring = kr
 	}
+	// A member declared dead may come back at another address at once (a
+	// replaced pod, a restart on a new port): memberlist's default, 0,
+	// keeps the dead member's address until it forgets the member
+	// (GossipToTheDeadTime, 15 to 30s), refusing the new one meanwhile,
+	// while the newcomer believes it joined and owns the name's keys beside
+	// the members that took them over. A live or suspect holder of the name
+	// still refuses the newcomer (delegate.NotifyMerge).
+	mc.DeadNodeReclaimTime = time.Nanosecond
 	mc.Delegate = d
 	mc.Events = d
 	mc.Conflict = d
+	mc.Merge = d
 	mc.LogOutput = nil
 	mc.Logger = log.New(&logWriter{l: logger}, "", 0)
 	if c.wrapTransport != nil {

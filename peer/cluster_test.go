@@ -26,6 +26,12 @@ func (w *watcher) onChange(ms []Member) {
 	w.mu.Unlock()
 }
 
+func (w *watcher) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.calls
+}
+
 func (w *watcher) names() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -18,6 +19,8 @@ import (
 // capacity one.
 type delegate struct {
 	log *slog.Logger
+	// name is this node's name.
+	name string
 	// now is the clock departures are stamped with.
 	now func() time.Time
 	// changed holds a token when the member map changed since the Cluster's
@@ -41,6 +44,16 @@ type delegate struct {
 	// leave announced: a crash, or out of reach) or left gracefully. An
 	// entry goes when the member is live again or when prune forgets it.
 	failed, left map[string]departed
+	// conflict is the last merge refused because the other side holds this
+	// node's name at another address, live (see NotifyMerge); nil if none.
+	conflict *nameConflict
+}
+
+// nameConflict is a member met in a join that holds this node's name at
+// another gossip address.
+type nameConflict struct {
+	addr  string
+	state memberlist.NodeStateType
 }
 
 // departed is a member that went away: its gossip address and when.
@@ -53,11 +66,12 @@ var (
 	_ memberlist.Delegate         = (*delegate)(nil)
 	_ memberlist.EventDelegate    = (*delegate)(nil)
 	_ memberlist.ConflictDelegate = (*delegate)(nil)
+	_ memberlist.MergeDelegate    = (*delegate)(nil)
 )
 
-func newDelegate(l *slog.Logger, meta []byte) *delegate {
+func newDelegate(l *slog.Logger, name string, meta []byte) *delegate {
 	return &delegate{
-		log: l, now: time.Now, changed: make(chan struct{}, 1), meta: meta, byName: make(map[string]Member),
+		log: l, name: name, now: time.Now, changed: make(chan struct{}, 1), meta: meta, byName: make(map[string]Member),
 		leaving: map[string]bool{}, gossip: map[string]string{}, failed: map[string]departed{}, left: map[string]departed{},
 	}
 }
@@ -209,9 +223,51 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 	d.signal()
 }
 
-// NotifyConflict implements memberlist.ConflictDelegate: two nodes claim one
-// name. memberlist keeps the first; the operator must rename one.
+// NotifyConflict implements memberlist.ConflictDelegate: an alive message
+// names a member this node knows at another address. memberlist keeps the
+// first; NotifyMerge refuses most such nodes before they get this far.
 func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
 	d.log.Error("two nodes claim one name; keeping the first", "member", existing.Name,
 		"existing", existing.Address(), "other", other.Address())
+}
+
+// NotifyMerge implements memberlist.MergeDelegate. memberlist calls it on
+// both sides of a join (the joining node with the seed's member list, the
+// seed with the joining node's), before either merges anything, and cancels
+// the join when it returns an error. It refuses a list that names, alive or
+// suspect, a member this node knows live at another gossip address: two
+// processes claiming one name would each own that name's keys, each with a
+// bucket of its own. When the name is this node's own, it records the
+// conflict for the join loop (Cluster.join), which tells a node that is
+// joining (the newcomer: it must not take the name) from one that was
+// joined (it keeps its name; the newcomer is refused on both sides).
+// Members that left or died do not conflict: a restarted node takes its
+// name back.
+func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range peers {
+		if p.State != memberlist.StateAlive && p.State != memberlist.StateSuspect {
+			continue
+		}
+		known, ok := d.gossip[p.Name]
+		if !ok || known == p.Address() {
+			continue
+		}
+		if p.Name == d.name {
+			d.conflict = &nameConflict{addr: p.Address(), state: p.State}
+		}
+		d.log.Warn("refusing a join: two nodes claim one name", "member", p.Name, "known", known, "other", p.Address())
+		return fmt.Errorf("%w: %q is at %s, not %s", ErrNameTaken, p.Name, known, p.Address())
+	}
+	return nil
+}
+
+// takeConflict returns and clears the conflict NotifyMerge recorded last.
+func (d *delegate) takeConflict() *nameConflict {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.conflict
+	d.conflict = nil
+	return c
 }

@@ -184,7 +184,7 @@ func TestProfiles(t *testing.T) {
 		c := DefaultClusterConfig()
 		c.Name, c.GRPCAddr = "a", "127.0.0.1:9001"
 		tt.edit(&c)
-		mc, err := c.memberlistConfig(newDelegate(slog.New(slog.DiscardHandler), nil), slog.New(slog.DiscardHandler))
+		mc, err := c.memberlistConfig(newDelegate(slog.New(slog.DiscardHandler), "x", nil), slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}

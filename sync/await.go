@@ -27,12 +27,22 @@ type awaitFrom struct {
 // gainedPartitions returns the partitions that move to this node between
 // before and after from a member still in after, marked until now plus the
 // await window, with the still-running marks of old carried over. before is
-// nil on the first membership (or holds only this node, just started): then
+// nil on the first membership (or holds only this node, just started, with
+// standIns, the stand-ins of SetExpected on it, if it had not joined): then
 // the previous owners are those of the ring without this node, which is
 // what the rest of the cluster used.
-func (n *Node) gainedPartitions(now time.Time, old map[int]awaitFrom, before, after *ring.Ring) map[int]awaitFrom {
+func (n *Node) gainedPartitions(now time.Time, old map[int]awaitFrom, before, after *ring.Ring, standIns []string) map[int]awaitFrom {
 	if n.cfg.HandoffWait == 0 {
 		return nil
+	}
+	for _, s := range standIns {
+		// The stand-ins of a node that had not joined owned nothing that
+		// anyone used: without them, before is this node alone.
+		if before != nil && before.Has(s) {
+			if b, err := before.WithoutMember(s); err == nil {
+				before = b
+			}
+		}
 	}
 	if before == nil || (before.Len() == 1 && before.Has(n.cfg.Self)) {
 		// A node alone on its ring has just started: nothing was handed to

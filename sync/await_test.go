@@ -1,10 +1,12 @@
 package sync
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // spentKeyJoiner returns a network of a and b where a has spent key (its
@@ -104,5 +106,90 @@ func TestProbeAnswerFollowsDroppedHandoff(t *testing.T) {
 	}
 	if got := remainingOn(c, nw.now, key); got > 1 {
 		t.Errorf("c remaining %d after the probe, want about 0", got)
+	}
+}
+
+// TestUnjoinedJoinerAsksPreviousOwnerFirst: a joiner that was unjoined
+// (alone with the stand-ins of SetExpected, as a node whose seeds had not
+// answered) and then learns the whole membership, before the previous owner
+// has heard of it, still asks the previous owner of a spent key first: its
+// ring with the stand-ins is the ring of a node just started, not one whose
+// stand-ins owned keys.
+func TestUnjoinedJoinerAsksPreviousOwnerFirst(t *testing.T) {
+	nw, c, key, l := spentKeyJoiner(t)
+	c.SetExpected([]string{"seed a", "seed b"})
+	c.SetMembership(nw.now, []string{"c"}, nil)
+	if q := c.Quorum(); !q.Minority {
+		t.Fatalf("unjoined c's quorum %+v; want a minority", q)
+	}
+	// The join, as the driver makes it: the stand-ins go with the first
+	// membership that holds another member.
+	c.SetExpected(nil)
+	nw.setMembers(nw.names, "c")
+	p := checkAsync(c, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeCached})
+	if p.done {
+		t.Fatalf("c decided %q at once on a fresh bucket: %+v", key, p.resps[0])
+	}
+	nw.setMembers(nw.names, "a", "b")
+	nw.settle()
+	if !p.done {
+		t.Fatalf("check of %q never completed", key)
+	}
+	if r := p.resps[0]; r.Err != nil || r.Allowed {
+		t.Errorf("c answered %+v, want a rejection: the key was spent on a", r)
+	}
+}
+
+// TestUnjoinedJoinerFirstSeesPartOfTheCluster: the join of a node that was
+// unjoined (two stand-ins) may first show it part of the cluster ([a c] of
+// a, b, c), a membership that with the stand-ins still counted would be a
+// minority ring holding them. The driver drops the stand-ins with that
+// membership, so the spent key that moves from a to c is still asked of a
+// first. (The rolling-restart e2e test caught a restarted owner deciding
+// spent keys on fresh buckets when the stand-ins went after the
+// membership.)
+func TestUnjoinedJoinerFirstSeesPartOfTheCluster(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	owners := func(members ...string) *ring.Ring {
+		r, err := ring.New(ring.DefaultConfig(), members...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	ab, ac, abc := owners("a", "b"), owners("a", "c"), owners("a", "b", "c")
+	key := ""
+	for i := 0; key == "" && i < 100000; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		oab, _ := ab.Owner(k)
+		oac, _ := ac.Owner(k)
+		oabc, _ := abc.Owner(k)
+		if oab == "a" && oac == "c" && oabc == "c" {
+			key = k
+		}
+	}
+	if key == "" {
+		t.Fatal("no key owned by a on [a b] and by c on [a c] and [a b c]")
+	}
+	l := perMinute(60)
+	check(t, nw.nodes["a"], t0, Request{Key: key, Hits: 60, Limit: l})
+	c := nw.add("c", func(cfg *Config) { cfg.HandoffWait = DefaultConfig().HandoffWait })
+	nw.names = []string{"a", "b", "c"}
+	c.SetExpected([]string{"seed a", "seed b"})
+	c.SetMembership(nw.now, []string{"c"}, nil)
+	c.SetExpected(nil)
+	c.SetMembership(nw.now, []string{"a", "c"}, nil)
+	p := checkAsync(c, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeCached})
+	if p.done {
+		t.Fatalf("c decided %q at once on a fresh bucket: %+v", key, p.resps[0])
+	}
+	c.SetMembership(nw.now, nw.names, nil)
+	nw.setMembers(nw.names, "a", "b")
+	nw.settle()
+	if !p.done {
+		t.Fatalf("check of %q never completed", key)
+	}
+	if r := p.resps[0]; r.Err != nil || r.Allowed {
+		t.Errorf("c answered %+v, want a rejection: the key was spent on a", r)
 	}
 }

@@ -119,6 +119,9 @@ func (a *asyncs) wait() *call {
 // answered. resps must stay untouched by the caller until done. done must
 // not block nor call back into the Node.
 //
+// A zero Limit.Algorithm is the token bucket: Check sets it to
+// bucket.TokenBucket in reqs.
+//
 // Each item is decided in its own mode (Request.Mode, or Config.Mode):
 // local on this node alone; owner by the owner (forwarded and batched when
 // it is another node); cached from the cached owner state and this node's
@@ -145,8 +148,11 @@ func (n *Node) Check(now time.Time, reqs []Request, resps []Response, done func(
 	a.c.finish()
 }
 
-// resolve returns the mode and policy of r, or an error.
+// resolve returns the mode and policy of r, or an error. It sets a zero
+// r.Limit.Algorithm to bucket.TokenBucket (what zero means), so that the
+// limit compares equal to its bucket's Config.
 func (n *Node) resolve(r *Request) (Mode, Policy, error) {
+	r.Limit = r.Limit.WithDefaults()
 	mode, pol := r.Mode, r.Policy
 	if mode == ModeDefault {
 		mode = n.cfg.Mode

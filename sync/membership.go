@@ -117,9 +117,12 @@ func (n *Node) applyMembers(now time.Time) {
 			nv.lost = map[string]*peer{}
 		}
 		nv.lost[name] = lostPeer(name)
+		if slices.Contains(n.quorum.expected, name) {
+			nv.standIns = append(nv.standIns, name)
+		}
 	}
 	if !n.leaving && r.Has(n.cfg.Self) {
-		nv.await = n.gainedPartitions(now, old.await, old.ring, r)
+		nv.await = n.gainedPartitions(now, old.await, old.ring, r, old.standIns)
 	}
 	for i, name := range nv.names {
 		nv.index[name] = i

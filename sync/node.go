@@ -74,6 +74,9 @@ type view struct {
 	// lost holds, on a minority side, the members of the ring lost to a
 	// failure, as never-reachable stand-ins (see quorum.go); nil otherwise.
 	lost map[string]*peer
+	// standIns lists the members of lost that are SetExpected's stand-ins
+	// for members never seen, not members that failed.
+	standIns []string
 }
 
 // owner returns key's owner, or "" on an empty ring.

@@ -37,9 +37,13 @@ import (
 // every key by the policy. That is the safe side of the tie: neither half
 // can know the other is not serving, so neither claims a key.
 //
-// A node just started knows only what it has seen since: a node that starts
-// alone behind a partition has no baseline beyond itself and owns every key,
-// as before the rule.
+// A node just started knows only what it has seen since. A node that has
+// not joined its cluster yet (its seeds have not answered) is told so by its
+// driver with SetExpected: stand-ins for the members it expects count in its
+// baseline as lost members, never reachable and never forgotten, so that it
+// decides every key by the policy, degraded, instead of owning every key as
+// a cluster of one. A node started alone on purpose (no seeds: the first of
+// its cluster) expects no one and owns every key.
 
 // quorum is a node's baseline beyond its live members. It is guarded by
 // Node.mu.
@@ -50,6 +54,9 @@ type quorum struct {
 	// forgotten holds members still reported failed but past
 	// FailedMemberTTL: out of the baseline until they are live again.
 	forgotten map[string]bool
+	// expected holds the stand-ins of SetExpected, sorted: in the baseline,
+	// lost, until SetExpected removes them.
+	expected []string
 }
 
 // update applies a membership: live members (this node included) and the
@@ -117,9 +124,17 @@ func (q *quorum) expire(now time.Time, ttl time.Duration) bool {
 	return changed
 }
 
-// lost returns the failed members in the baseline, sorted.
-func (q *quorum) lost() []string {
-	return slices.Sorted(maps.Keys(q.failed))
+// lost returns the failed members in the baseline and the expected
+// stand-ins that are not live, sorted.
+func (q *quorum) lost(live []string) []string {
+	out := slices.Collect(maps.Keys(q.failed))
+	for _, m := range q.expected {
+		if !slices.Contains(live, m) && q.failed[m].IsZero() {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // minority reports whether live members out of a baseline of baseline are
@@ -137,7 +152,8 @@ type Quorum struct {
 	// Minority is Live * 2 <= Baseline: the keys of Lost are decided by the
 	// partition policy, degraded.
 	Minority bool
-	// Lost lists the failed members counted in the baseline, sorted.
+	// Lost lists the failed members counted in the baseline, and the
+	// stand-ins of SetExpected, sorted.
 	Lost []string
 }
 
@@ -148,7 +164,7 @@ func (n *Node) Quorum() Quorum {
 }
 
 func (n *Node) currentQuorum() Quorum {
-	lost := n.quorum.lost()
+	lost := n.quorum.lost(n.members)
 	live := len(n.members)
 	return Quorum{Live: live, Baseline: live + len(lost), Minority: minority(live, live+len(lost)), Lost: lost}
 }
@@ -168,6 +184,26 @@ func (n *Node) SetMembership(now time.Time, live, failed []string) {
 	n.members = slices.Clone(live)
 	n.quorum.update(now, n.cfg.FailedMemberTTL, prev, live, failed)
 	n.applyMembers(now)
+}
+
+// SetExpected tells the node that it has not joined its cluster yet, and
+// names stand-ins for the members it expects there (one per seed, say);
+// SetExpected(nil) says it has joined. The stand-ins take effect with the
+// next SetMembership, together with its membership: call SetExpected right
+// before each SetMembership, so that a check never sees one without the
+// other (a joined membership with the stand-ins of before, or this node
+// alone without them). While they last, the stand-ins count in the quorum
+// baseline as lost members, never reachable and never forgotten (whatever
+// FailedMemberTTL): the node alone is on a minority side and decides every
+// key by the request's partition policy, degraded (local-share dividing the
+// limit by itself plus the stand-ins), instead of owning every key as a
+// cluster of one (quorum.go). A stand-in must not be a member's name; this
+// node's own name is ignored.
+func (n *Node) SetExpected(standIns []string) {
+	names := slices.DeleteFunc(slices.Clone(standIns), func(s string) bool { return s == n.cfg.Self })
+	slices.Sort(names)
+	names = slices.Compact(names)
+	n.quorum.expected = names
 }
 
 // expireFailed forgets the failed members past FailedMemberTTL and,

@@ -322,3 +322,60 @@ func TestQuorumMinorityGrantsNoLeases(t *testing.T) {
 	}
 	t.Logf("admitted %d (after the split %v), limit %d, refilled %.1f", admitted, by, limit, refill)
 }
+
+// TestExpectedMembersDegradeAnUnjoinedNode: a node that has not joined its
+// cluster (its seeds have not answered) and stands in two members for its
+// seeds decides every key by the policy, degraded, in every mode, as one of
+// three members on a minority side does (local-share: 90/3 = 30), and keeps
+// doing so past FailedMemberTTL; told it has joined alone (no stand-ins
+// left), it owns every key. Without SetExpected it answered as a cluster
+// of one: 50 of 50 admitted, none degraded.
+func TestExpectedMembersDegradeAnUnjoinedNode(t *testing.T) {
+	standIns := []string{"seed 10.0.0.1:7946", "seed 10.0.0.2:7946"}
+	for _, mode := range []Mode{ModeOwner, ModeCached, ModeLeased} {
+		for _, tc := range policyCases {
+			t.Run(fmt.Sprintf("%v/%v", mode, tc.pol), func(t *testing.T) {
+				nw := newTestNet(t, nil)
+				c := nw.add("c", nil)
+				c.SetExpected(append(standIns, "c")) // its own name is ignored
+				c.SetMembership(nw.now, []string{"c"}, nil)
+				if q := c.Quorum(); !q.Minority || q.Live != 1 || q.Baseline != 3 || !slices.Equal(q.Lost, standIns) {
+					t.Fatalf("unjoined c's quorum %+v, want minority 1 of 3, the stand-ins lost", q)
+				}
+				r := Request{Key: "k", Hits: 1, Limit: perMinute(90), Mode: mode, Policy: tc.pol}
+				if admitted, degraded := admittedOf(t, nw, c, 50, r); admitted != tc.want || degraded != 50 {
+					t.Errorf("unjoined: admitted %d of 50 (want %d), %d degraded (want 50)", admitted, tc.want, degraded)
+				}
+				nw.now = nw.now.Add(2 * c.cfg.FailedMemberTTL)
+				c.Tick(nw.now)
+				if q := c.Quorum(); !q.Minority || q.Baseline != 3 {
+					t.Errorf("past FailedMemberTTL, c's quorum %+v; want the stand-ins kept", q)
+				}
+				c.SetExpected(nil)
+				c.SetMembership(nw.now, []string{"c"}, nil)
+				r.Key = "other"
+				if admitted, degraded := admittedOf(t, nw, c, 50, r); admitted != 50 || degraded != 0 {
+					t.Errorf("alone on purpose: admitted %d of 50, %d degraded; want 50, 0", admitted, degraded)
+				}
+			})
+		}
+	}
+}
+
+// TestExpectedMembersJoined: the stand-ins of a node that has joined (its
+// members a majority of members plus stand-ins) change nothing, so the
+// driver may drop them after the membership that follows the join.
+func TestExpectedMembersJoined(t *testing.T) {
+	all := []string{"a", "b", "c"}
+	nw := newTestNet(t, nil, all...)
+	c := nw.nodes["c"]
+	c.SetExpected([]string{"seed 1", "seed 2"})
+	c.SetMembership(nw.now, all, nil)
+	if q := c.Quorum(); q.Minority || q.Live != 3 || q.Baseline != 5 {
+		t.Fatalf("c's quorum %+v, want a majority, 3 of 5", q)
+	}
+	r := Request{Key: keyOwnedBy(t, "c", all...), Hits: 1, Limit: perMinute(90), Mode: ModeCached, Policy: PolicyFailClosed}
+	if resp := check(t, c, nw.now, r); !resp.Allowed || resp.Degraded || resp.Owner != "c" {
+		t.Errorf("c's own key: %+v; want admitted by c, not degraded", resp)
+	}
+}

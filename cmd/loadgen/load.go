@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -149,7 +150,7 @@ func worker(ctx context.Context, cfg *config, clients []ringlimitv1.RateLimiterC
 	period := durationpb.New(cfg.period)
 	req := &ringlimitv1.CheckRequest{Items: make([]*ringlimitv1.CheckItem, cfg.items)}
 	for i := range req.Items {
-		req.Items[i] = &ringlimitv1.CheckItem{Name: cfg.name, Hits: cfg.hits, Limit: cfg.limit, Period: period,
+		req.Items[i] = &ringlimitv1.CheckItem{Name: cfg.name, Hits: proto.Int64(cfg.hits), Limit: cfg.limit, Period: period,
 			Algorithm: cfg.algorithm, Mode: cfg.mode}
 	}
 	var seen [classes]bool

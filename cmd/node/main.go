@@ -30,13 +30,16 @@ type rulesReloader interface {
 	ReloadRules() error
 }
 
-// waitAndReload reloads the rules on every value of hup until ctx ends. The
-// node logs the outcome of each reload; a node without rules says so here.
-func waitAndReload(ctx context.Context, hup <-chan os.Signal, n rulesReloader, log *slog.Logger) {
+// waitAndReload reloads the rules on every value of hup until ctx ends, or
+// until refused gives an error, which it returns. The node logs the outcome
+// of each reload; a node without rules says so here.
+func waitAndReload(ctx context.Context, hup <-chan os.Signal, refused <-chan error, n rulesReloader, log *slog.Logger) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
+		case err := <-refused:
+			return err
 		case <-hup:
 			if err := n.ReloadRules(); errors.Is(err, ringlimit.ErrNoRules) {
 				log.Warn("SIGHUP: nothing to reload", "err", err)
@@ -46,8 +49,9 @@ func waitAndReload(ctx context.Context, hup <-chan os.Signal, n rulesReloader, l
 }
 
 // run starts a node and stops it gracefully on SIGTERM or SIGINT (a second
-// signal kills the process); SIGHUP reloads the rules file. It returns the
-// exit code.
+// signal kills the process); SIGHUP reloads the rules file. A node that the
+// cluster refuses (a live member has its name) stops and exits 1. It
+// returns the exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
 	o, err := parseFlags(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -86,14 +90,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	waitAndReload(ctx, hup, n, log)
+	refused := make(chan error, 1)
+	waited := make(chan struct{})
+	go func() { // ends with ctx or the node: joined below
+		defer close(waited)
+		if err := n.WaitReady(ctx); errors.Is(err, ringlimit.ErrNameTaken) {
+			refused <- err
+		}
+	}()
+	code := 0
+	if err := waitAndReload(ctx, hup, refused, n, log); err != nil {
+		log.Error("the cluster refused this node; stopping", "err", err)
+		fmt.Fprintln(stderr, "ringlimit node:", err)
+		code = 1
+	} else {
+		log.Info("signal received; shutting down", "timeout", o.shutdownTimeout)
+	}
 	stop() // a second signal now kills the process
-	log.Info("signal received; shutting down", "timeout", o.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	if err := n.Shutdown(sctx); err != nil {
 		fmt.Fprintln(stderr, "shutdown:", err)
-		return 1
+		code = 1
 	}
-	return 0
+	<-waited
+	return code
 }

@@ -64,7 +64,7 @@ func TestSIGHUPReloadsUntilCancelled(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		waitAndReload(ctx, hup, f, slog.New(slog.NewTextHandler(&logs, nil)))
+		_ = waitAndReload(ctx, hup, nil, f, slog.New(slog.NewTextHandler(&logs, nil)))
 	}()
 	hup <- os.Interrupt
 	hup <- os.Interrupt

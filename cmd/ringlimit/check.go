@@ -51,7 +51,7 @@ func parseCheck(args []string, getenv func(string) string, out io.Writer) (check
 	fs.StringVar(&it.Name, "name", "", "name of the limit (required without --rule)")
 	fs.StringVar(&it.Rule, "rule", "", "name of a rule of the node's rules file, which supplies the limit (instead of --name, --limit, --period, ...)")
 	fs.StringVar(&it.Key, "key", "", "the client's key within the limit (required)")
-	fs.Int64Var(&it.Hits, "hits", 1, "permits to take; 0 peeks")
+	fs.Int64Var(&it.Hits, "hits", 1, "permits to take; 0 peeks (takes nothing)")
 	fs.Int64Var(&it.Limit, "limit", 0, "permits per period (required)")
 	fs.DurationVar(&it.Period, "period", 0, "period of the limit (required)")
 	fs.Int64Var(&it.Burst, "burst", 0, "capacity after idling (default: the limit)")
@@ -103,6 +103,7 @@ func parseCheck(args []string, getenv func(string) string, out io.Writer) (check
 	case o.timeout <= 0:
 		return o, usageErr(out, "check", "--timeout must be positive")
 	}
+	it.Peek = it.Hits == 0 // the client's zero Hits would take one
 	if it.Algorithm, err = client.ParseAlgorithm(algorithm); err != nil {
 		return o, usageErr(out, "check", "--algorithm: %v", err)
 	}

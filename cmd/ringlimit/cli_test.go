@@ -38,7 +38,7 @@ func TestParseCheck(t *testing.T) {
 		{name: "everything", args: append([]string{"--addr", "a:1, b:2", "--hits", "0", "--burst", "20", "--algorithm", "leaky_queue",
 			"--mode", "owner", "--policy", "fail-closed", "--max-wait", "250ms", "--min-gap", "1s", "--count-rejected",
 			"--warm-up", "5s", "--lease", "w1", "--release", "--timeout", "1s", "--json", "--tls-ca", "ca.pem"}, base...),
-			want: checkOptions{addrs: []string{"a:1", "b:2"}, item: client.Item{Name: "api", Key: "alice", Hits: 0, Limit: 10,
+			want: checkOptions{addrs: []string{"a:1", "b:2"}, item: client.Item{Name: "api", Key: "alice", Peek: true, Limit: 10,
 				Period: time.Minute, Burst: 20, Algorithm: client.LeakyQueue, Mode: client.ModeOwner, Policy: client.FailClosed,
 				MaxWait: 250 * time.Millisecond, MinGap: time.Second, CountRejected: true, WarmUp: 5 * time.Second,
 				Lease: "w1", Release: true}, timeout: time.Second, json: true},

@@ -343,8 +343,10 @@ type CheckItem struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	UniqueKey string                 `protobuf:"bytes,2,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
-	// hits is the number of permits asked for, >= 0; 0 peeks without consuming.
-	Hits int64 `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`
+	// hits is the number of permits asked for, >= 0. Unset counts 1, as
+	// Envoy's hits_addend does; an explicit 0 peeks without consuming.
+	// (optional gives the field presence; the encoding is unchanged.)
+	Hits *int64 `protobuf:"varint,3,opt,name=hits,proto3,oneof" json:"hits,omitempty"`
 	// limit is the number of permits per period (concurrency: permits held at
 	// once); > 0.
 	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -436,8 +438,8 @@ func (x *CheckItem) GetUniqueKey() string {
 }
 
 func (x *CheckItem) GetHits() int64 {
-	if x != nil {
-		return x.Hits
+	if x != nil && x.Hits != nil {
+		return *x.Hits
 	}
 	return 0
 }
@@ -738,12 +740,12 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
 	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"=\n" +
 	"\fCheckRequest\x12-\n" +
-	"\x05items\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\x05items\"\x94\x05\n" +
+	"\x05items\x18\x01 \x03(\v2\x17.ringlimit.v1.CheckItemR\x05items\"\xa2\x05\n" +
 	"\tCheckItem\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"unique_key\x18\x02 \x01(\tR\tuniqueKey\x12\x12\n" +
-	"\x04hits\x18\x03 \x01(\x03R\x04hits\x12\x14\n" +
+	"unique_key\x18\x02 \x01(\tR\tuniqueKey\x12\x17\n" +
+	"\x04hits\x18\x03 \x01(\x03H\x00R\x04hits\x88\x01\x01\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x121\n" +
 	"\x06period\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x06period\x12\x14\n" +
 	"\x05burst\x18\x06 \x01(\x03R\x05burst\x125\n" +
@@ -760,7 +762,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x04rule\x18\x10 \x01(\tR\x04rule\x12*\n" +
 	"\x11max_burst_seconds\x18\x11 \x01(\x01R\x0fmaxBurstSeconds\x12\x1f\n" +
 	"\vcold_factor\x18\x12 \x01(\x01R\n" +
-	"coldFactor\"T\n" +
+	"coldFactorB\a\n" +
+	"\x05_hits\"T\n" +
 	"\rCheckResponse\x12/\n" +
 	"\x05items\x18\x01 \x03(\v2\x19.ringlimit.v1.CheckResultR\x05items\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\"\x85\x03\n" +
@@ -867,6 +870,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 	if File_ringlimit_v1_ringlimit_proto != nil {
 		return
 	}
+	file_ringlimit_v1_ringlimit_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
