@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,9 +34,12 @@ type Node struct {
 	log   *slog.Logger
 	clock Clock
 
-	core    *rlsync.Node
-	drv     *peer.Driver // applies every input of core in one order
-	ring    *ring.Holder // the same ring as the core's, for status and Owner
+	core *rlsync.Node
+	drv  *peer.Driver // applies every input of core in one order
+	// ring is the core's current ring, published by the driver's loop
+	// (publishRing) for status, Owner and Members: the very ring the core
+	// decides on, a minority side's baseline included.
+	ring    atomic.Pointer[ring.Ring]
 	tr      *peer.Transport
 	cl      *peer.Cluster
 	metrics *metrics
@@ -235,15 +239,17 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("ringlimit: %w", err)
 	}
-	if n.ring, err = ring.NewHolder(cfg.Sync.Ring); err != nil {
+	empty, err := ring.New(cfg.Sync.Ring)
+	if err != nil {
 		return fmt.Errorf("ringlimit: %w", err)
 	}
+	n.ring.Store(empty)
 	if n.cl, err = peer.NewCluster(n.clusterConfig(), n.onMembers); err != nil {
 		return fmt.Errorf("ringlimit: gossip: %w", err)
 	}
 	n.metrics, err = newMetrics(cfg.Registry, n.core.Metrics(),
 		func() float64 { return float64(len(n.cl.Members())) },
-		func() float64 { return float64(n.ring.Version()) })
+		func() float64 { return float64(n.ring.Load().Version()) })
 	if err != nil {
 		return fmt.Errorf("ringlimit: registering metrics: %w", err)
 	}
@@ -354,9 +360,19 @@ func (n *Node) serve() {
 	}
 }
 
-// afterTick runs on the driver's loop after each Tick of the core: it
+// publishRing publishes the core's current ring, on the driver's loop, after
+// an input that may have changed it.
+func (n *Node) publishRing() {
+	if r := n.core.Ring(); r != nil && r != n.ring.Load() {
+		n.ring.Store(r)
+	}
+}
+
+// afterTick runs on the driver's loop after each Tick of the core (which
+// may change the ring: failed members expire): it publishes the ring, and
 // closes handed once a Leave has handed every key off.
 func (n *Node) afterTick(time.Time) {
+	n.publishRing()
 	if !n.handedClosed && n.leaving.Load() && n.core.HandedOff() {
 		n.handedClosed = true
 		close(n.handed)
@@ -389,13 +405,10 @@ func (n *Node) onMembers(ms []peer.Member) {
 		n.core.SetExpected(standIns)
 		n.core.SetMembership(now, names, failed)
 		q = n.core.Quorum()
+		n.publishRing()
 	})
 	if err != nil {
 		n.log.Debug("membership change after the core stopped", "members", names)
-		return
-	}
-	if _, err := n.ring.SetMembers(names); err != nil {
-		n.log.Error("ring update failed", "members", names, "err", err)
 		return
 	}
 	if len(standIns) > 0 {
@@ -498,9 +511,16 @@ func (n *Node) notReady() string {
 // Owner returns the node that owns the bucket of (name, uniqueKey) in this
 // node's current ring.
 func (n *Node) Owner(name, uniqueKey string) (string, error) {
-	return n.ring.Owner(Key(name, uniqueKey))
+	return n.ring.Load().Owner(Key(name, uniqueKey))
 }
 
 // Members returns the names of the live members this node's ring holds,
-// sorted.
-func (n *Node) Members() []string { return n.ring.Load().Members() }
+// sorted: on a minority side (or before joining) the ring also holds the
+// lost members (or the seeds' stand-ins), which are left out.
+func (n *Node) Members() []string {
+	live := map[string]bool{}
+	for _, m := range n.cl.Members() {
+		live[m.Name] = true
+	}
+	return slices.DeleteFunc(n.ring.Load().Members(), func(name string) bool { return !live[name] })
+}

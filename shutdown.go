@@ -65,7 +65,8 @@ func (n *Node) shutdown(ctx context.Context) error {
 
 	if ctx.Err() == nil && n.cl.Ready() {
 		n.leaving.Store(true)
-		if err := n.drv.Do(ctx, n.core.Leave); err != nil {
+		leave := func(now time.Time) { n.core.Leave(now); n.publishRing() }
+		if err := n.drv.Do(ctx, leave); err != nil {
 			n.log.Warn("shutdown: leave not applied", "err", err)
 		}
 		t := time.NewTimer(n.cfg.HandoffTimeout)

@@ -169,6 +169,13 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 // scrape) may read them while the driver applies inputs.
 func (n *Node) Metrics() *Metrics { return &n.metrics }
 
+// Ring returns the ring of the node's current view: the membership's, or on
+// a minority side the quorum baseline's (quorum.go); nil before the first
+// membership. A Ring is immutable, so the result may be read from any
+// goroutine, but which ring is current is read like any other state: from
+// the driver's loop.
+func (n *Node) Ring() *ring.Ring { return n.view.ring }
+
 // Config returns the node's configuration.
 func (n *Node) Config() Config { return n.cfg }
 
