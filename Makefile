@@ -6,7 +6,7 @@ PKGS      := ./...
 N         ?= 3
 BENCHTIME ?= 1s
 
-.PHONY: all build test race lint bench bench-cluster proto fuzz soak run cluster sim e2e
+.PHONY: all build test race lint bench bench-cluster proto fuzz soak run cluster sim e2e compare compare-short compare-test compare-build
 
 all: lint test
 
@@ -113,3 +113,35 @@ e2e:
 	@command -v nginx >/dev/null || (apt-get update -qq && apt-get install -y -qq nginx)
 	$(GO) test -tags e2e -count=1 -v -timeout 5m ./e2e/nginx/
 	RINGLIMIT_IMAGE=ringlimit:e2e $(GO) test -tags e2e -count=1 -v -timeout 10m ./deploy/
+
+## compare: ringlimit beside Gubernator (v2.13.0) and Lyft's ratelimit
+## service with Redis, and beside a baseline that answers the same gRPC APIs
+## without deciding anything: 3 nodes of each on 127.0.0.1 ports chosen
+## free, one system at a time, interleaved over rounds, driven by one load
+## tool (compare/, a Go module of its own, so the product's go.mod gains
+## nothing). Prints medians, ratios and load averages; writes compare.json.
+## Installs Debian's redis-server when missing. About 25 minutes with the
+## defaults (3 rounds of 10 s); COMPARE_FLAGS adds flags, e.g.
+## COMPARE_FLAGS='-rounds 1 -duration 2s' (make compare-short), -only, -no-kill.
+## docs/bench.md ("Beside Gubernator and Lyft") and docs/comparison.md.
+COMPARE_FLAGS ?=
+NODE_PKG      := $(firstword $(wildcard cmd/ringlimit-node cmd/node))
+compare: compare-build
+	cd compare && bin/compare -ringlimit-version "$$(git describe --always --dirty 2>/dev/null || echo unknown)" \
+	  -out ../compare.json $(COMPARE_FLAGS)
+
+## compare-short: the same, 1 round of 2 s runs, owner kills bounded at 5 s.
+compare-short: COMPARE_FLAGS = -rounds 1 -duration 2s -kill-wait 5s
+compare-short: compare
+
+## compare-test: the compare module's own tests (its load tool, baseline
+## and report), and vet.
+compare-test:
+	cd compare && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+compare-build:
+	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+	$(GO) build -o compare/bin/ringlimit-node ./$(NODE_PKG)
+	cd compare && $(GO) build -o bin/compare . && \
+	  $(GO) build -o bin/gubernator github.com/gubernator-io/gubernator/v2/cmd/gubernator && \
+	  $(GO) build -o bin/ratelimit github.com/envoyproxy/ratelimit/src/service_cmd
