@@ -119,7 +119,7 @@ e2e:
 ## without deciding anything: 3 nodes of each on 127.0.0.1 ports chosen
 ## free, one system at a time, interleaved over rounds, driven by one load
 ## tool (compare/, a Go module of its own, so the product's go.mod gains
-## nothing). Prints medians, ratios and load averages; writes compare.json.
+## nothing; Gubernator v2.13.0 from its go.mod). Prints medians, ratios and load averages; writes compare.json.
 ## Installs Debian's redis-server when missing. About 25 minutes with the
 ## defaults (3 rounds of 10 s); COMPARE_FLAGS adds flags, e.g.
 ## COMPARE_FLAGS='-rounds 1 -duration 2s' (make compare-short), -only, -no-kill.
@@ -139,9 +139,14 @@ compare-short: compare
 compare-test:
 	cd compare && $(GO) vet ./... && $(GO) test -count=1 ./...
 
+# Lyft's service is built by go install at a version, so with the
+# dependencies of its own go.mod. Gubernator's daemon runs in processes of
+# compare itself (compare/gubernatord.go says why), at the version
+# compare/go.mod requires.
+LYFT_VERSION ?= v1.4.1-0.20260122083618-3fb702589d36
 compare-build:
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 	$(GO) build -o compare/bin/ringlimit-node ./$(NODE_PKG)
-	cd compare && $(GO) build -o bin/compare . && \
-	  $(GO) build -o bin/gubernator github.com/gubernator-io/gubernator/v2/cmd/gubernator && \
-	  $(GO) build -o bin/ratelimit github.com/envoyproxy/ratelimit/src/service_cmd
+	cd compare && $(GO) build -o bin/compare .
+	GOBIN=$(CURDIR)/compare/bin $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(LYFT_VERSION)
+	mv compare/bin/service_cmd compare/bin/ratelimit

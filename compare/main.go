@@ -45,7 +45,6 @@ type config struct {
 	rlVersion   string
 	callTimeout time.Duration
 
-	gubernatorBin string
 }
 
 func main() {
@@ -57,6 +56,9 @@ func main() {
 func mainErr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 2 && args[0] == "-serve-baseline" {
 		return serveBaseline(args[1])
+	}
+	if len(args) == 1 && args[0] == "-serve-gubernator" {
+		return serveGubernator()
 	}
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -104,7 +106,6 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.StringVar(&cfg.out, "out", "compare.json", "write the runs, medians and settings here as JSON")
 	fs.StringVar(&cfg.logDir, "log-dir", "", "directory of the servers' logs and files (default: a new temporary directory)")
 	fs.StringVar(&cfg.nodeBin, "node", "bin/ringlimit-node", "ringlimit's node binary")
-	fs.StringVar(&cfg.gubernatorBin, "gubernator", "bin/gubernator", "Gubernator's daemon binary")
 	fs.StringVar(&cfg.lyftBin, "lyft", "bin/ratelimit", "Lyft's ratelimit service binary")
 	fs.StringVar(&cfg.redisBin, "redis", "redis-server", "Redis server binary")
 	fs.StringVar(&cfg.rlVersion, "ringlimit-version", "", "ringlimit's version to report (e.g. git describe)")
@@ -132,7 +133,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		return nil, fmt.Errorf("finding this binary: %w", err)
 	}
 	cfg.self = self
-	for _, p := range []*string{&cfg.nodeBin, &cfg.gubernatorBin, &cfg.lyftBin} {
+	for _, p := range []*string{&cfg.nodeBin, &cfg.lyftBin} {
 		if *p, err = filepath.Abs(*p); err != nil {
 			return nil, err
 		}

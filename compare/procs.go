@@ -141,9 +141,10 @@ func (s *procSet) cpuTicks() int64 {
 // 100 on Linux).
 const clockTick = 10 * time.Millisecond
 
-// freePorts returns n distinct TCP ports of 127.0.0.1 that the OS reports
-// free: each is bound, then released just before the server binds it.
-func freePorts(n int) ([]int, error) {
+// freePorts returns n distinct TCP ports of host (a loopback address) that
+// the OS reports free: each is bound, then released just before the server
+// binds it.
+func freePorts(host string, n int) ([]int, error) {
 	var lns []net.Listener
 	defer func() {
 		for _, ln := range lns {
@@ -152,7 +153,7 @@ func freePorts(n int) ([]int, error) {
 	}()
 	ports := make([]int, 0, n)
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return nil, fmt.Errorf("compare: free port: %w", err)
 		}

@@ -46,13 +46,19 @@ func (cfg *config) env() []string {
 	return []string{"GOMAXPROCS=" + strconv.Itoa(cfg.gomaxprocs), "OTEL_TRACES_EXPORTER=none"}
 }
 
+// loopback is the address every server listens on, but Gubernator's.
+const loopback = "127.0.0.1"
+
 // addr returns 127.0.0.1:port.
-func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+func addr(port int) string { return hostAddr(loopback, port) }
+
+// hostAddr returns host:port.
+func hostAddr(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
 
 // startBaseline starts n baseline processes (this binary, -serve-baseline).
 func startBaseline(ctx context.Context, cfg *config, n int) (*cluster, error) {
 	c := &cluster{procs: &procSet{logDir: cfg.logDir}}
-	ports, err := freePorts(n)
+	ports, err := freePorts(loopback, n)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +121,7 @@ func startRinglimit(ctx context.Context, cfg *config, n int) (*cluster, error) {
 	if err := os.WriteFile(rulesPath, []byte(ringlimitRules), 0o644); err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
-	ports, err := freePorts(3 * n)
+	ports, err := freePorts(loopback, 3*n)
 	if err != nil {
 		return nil, err
 	}
@@ -194,21 +200,30 @@ func getJSON(ctx context.Context, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// startGubernator starts n Gubernator daemons on loopback, discovering each
-// other by memberlist, and waits until each counts n peers.
+// startGubernator starts n Gubernator daemons, discovering each other by
+// memberlist, and waits until each counts n peers. Daemon i listens on a
+// loopback address of its own, 127.0.0.(2+i): Gubernator's memberlist
+// handler keys its peers by IP address alone, so daemons sharing one IP
+// are taken for one peer.
 func startGubernator(ctx context.Context, cfg *config, n int) (*cluster, error) {
-	ports, err := freePorts(3 * n)
-	if err != nil {
-		return nil, err
-	}
 	c := &cluster{procs: &procSet{logDir: cfg.logDir}}
+	var seed string
 	for i := range n {
-		g, h, ml := addr(ports[3*i]), addr(ports[3*i+1]), addr(ports[3*i+2])
+		host := "127.0.0." + strconv.Itoa(2+i)
+		ports, err := freePorts(host, 3)
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
+		g, h, ml := hostAddr(host, ports[0]), hostAddr(host, ports[1]), hostAddr(host, ports[2])
+		if i == 0 {
+			seed = ml
+		}
 		env := append(cfg.env(),
 			"GUBER_GRPC_ADDRESS="+g, "GUBER_HTTP_ADDRESS="+h, "GUBER_ADVERTISE_ADDRESS="+g,
-			"GUBER_PEER_DISCOVERY_TYPE=member-list", "GUBER_MEMBERLIST_ADDRESS="+ml,
-			"GUBER_MEMBERLIST_KNOWN_NODES="+addr(ports[2]), "GUBER_INSTANCE_ID=gubernator"+strconv.Itoa(i+1))
-		pr, err := c.procs.start("gubernator"+strconv.Itoa(i+1), cfg.gubernatorBin, nil, env)
+			"GUBER_PEER_DISCOVERY_TYPE=member-list", "GUBER_MEMBERLIST_ADDRESS="+ml, "GUBER_MEMBERLIST_BIND_ADDRESS="+ml,
+			"GUBER_MEMBERLIST_KNOWN_NODES="+seed, "GUBER_INSTANCE_ID=gubernator"+strconv.Itoa(i+1))
+		pr, err := c.procs.start("gubernator"+strconv.Itoa(i+1), cfg.self, []string{"-serve-gubernator"}, env)
 		if err != nil {
 			c.stop()
 			return nil, err
@@ -251,7 +266,7 @@ func startLyft(ctx context.Context, cfg *config, n int) (*cluster, error) {
 	if err := os.WriteFile(filepath.Join(confDir, "bench.yaml"), []byte(lyftRules), 0o644); err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
-	ports, err := freePorts(1 + 3*n)
+	ports, err := freePorts(loopback, 1+3*n)
 	if err != nil {
 		return nil, err
 	}
