@@ -44,7 +44,6 @@ type config struct {
 	redisBin    string
 	rlVersion   string
 	callTimeout time.Duration
-
 }
 
 func main() {
