@@ -178,11 +178,14 @@ func runKill(ctx context.Context, c *cluster, nc nodeCaller, spec killSpec) (kil
 		mu       sync.Mutex // guards the fields below
 		recs     []callRecord
 		admitted int64
-		live     = []int{0, 1, 2}[:len(c.nodes)]
+		live     []int // the nodes not killed
 		killedAt time.Time
 		lastBad  time.Time // end of the last bad answer after the kill
 		wg       sync.WaitGroup
 	)
+	for i := range c.nodes {
+		live = append(live, i)
+	}
 	sem := make(chan struct{}, 32)
 	tick := time.NewTicker(time.Second / time.Duration(spec.rate))
 	defer tick.Stop()

@@ -173,9 +173,11 @@ func runRinglimitSlot(ctx context.Context, cfg *config, round int, rep *report, 
 	for i, m := range ringlimitModes[:2] {
 		if i > 0 { // the previous kill left a node down: start afresh
 			c.stop()
-			if c, err = startRinglimit(ctx, cfg, 3); err != nil {
+			next, err := startRinglimit(ctx, cfg, 3)
+			if err != nil {
 				return err
 			}
+			c = next
 		}
 		cs, err := dial(c.addrs)
 		if err != nil {
@@ -248,9 +250,11 @@ func runGubernatorSlot(ctx context.Context, cfg *config, round int, rep *report,
 	for i, b := range gubernatorBehaviors {
 		if i > 0 {
 			c.stop()
-			if c, err = startGubernator(ctx, cfg, 3); err != nil {
+			next, err := startGubernator(ctx, cfg, 3)
+			if err != nil {
 				return err
 			}
+			c = next
 		}
 		cs, err := dial(c.addrs)
 		if err != nil {
