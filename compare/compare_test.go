@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -210,6 +211,7 @@ func TestTargetsAreRatiosOfMedians(t *testing.T) {
 		add(r, wlSingle32, sysRLCached, 9000*f, 0.5)
 		add(r, wlSingle32, sysRLOwner, 4000*f, 0.5)
 		add(r, wlSingle32, sysGubBatch, 2000*f, 0.5)
+		add(r, wlSingle32, sysGubGlobal, 2000*f, 0.5)
 		add(r, wlSingle1, sysRLOwner, 1000, 0.2+0.1*f)
 	}
 	rep.summarise()
@@ -220,6 +222,7 @@ func TestTargetsAreRatiosOfMedians(t *testing.T) {
 		"c=32 cached / baseline":           {0.9, true},
 		"c=32 owner / baseline":            {0.4, false},
 		"c=32 owner / Gubernator BATCHING": {2, false},
+		"c=32 cached / Gubernator GLOBAL":  {4.5, true},
 		"c=1 p50 ms, ringlimit owner":      {0.4, false},
 	}
 	if len(rep.Targets) != len(want) {
@@ -229,6 +232,43 @@ func TestTargetsAreRatiosOfMedians(t *testing.T) {
 		w, ok := want[tg.What]
 		if !ok || tg.Met != w.met || tg.Measured < w.v-1e-9 || tg.Measured > w.v+1e-9 {
 			t.Errorf("target %q: measured %v, met %v; want %v, %v", tg.What, tg.Measured, tg.Met, w.v, w.met)
+		}
+	}
+}
+
+func TestMarkdownRoundTrip(t *testing.T) {
+	rep := &report{Rounds: 1, Versions: map[string]string{"ringlimit": "v"}, Settings: map[string]string{"load": "a | b"}}
+	rep.add(runRecord{Round: 1, Workload: wlSingle32, System: sysBaseline, Load: &loadResult{CallsPerSec: 20000, DecisionsPerSec: 20000}})
+	rep.add(runRecord{Round: 1, Workload: wlSingle32, System: sysRLCached, Load: &loadResult{CallsPerSec: 15000, DecisionsPerSec: 15000}})
+	rep.add(runRecord{Round: 1, Workload: wlKill, System: sysRLOwner, Kill: &killResult{Recovered: true, OutageSec: 0.9, State: "kept", Admitted: 1010, Excess: 10}})
+	rep.summarise()
+	path := t.TempDir() + "/r.json"
+	if err := rep.write(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := readReport(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	back.markdown(&b)
+	for _, want := range []string{
+		"| 1 check per call, c=32 | ringlimit cached | 15,000 | 15,000 |",
+		"| 0.75 |", // x baseline
+		"| c=32 cached / baseline | >= 0.8x | 0.75 | **missed** |",
+		"| ringlimit owner | 0.90 s | 0 | kept |",
+		"| load | a \\| b |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 1234567.4: "1,234,567"} {
+		if got := thousands(v); got != want {
+			t.Errorf("thousands(%v) = %q, want %q", v, got, want)
 		}
 	}
 }

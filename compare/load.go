@@ -57,7 +57,7 @@ func runLoad(ctx context.Context, spec loadSpec, newCaller func(worker int) call
 	)
 	budget.Store(spec.maxCalls)
 	start := time.Now()
-	end := start.Add(spec.duration)
+	end, _ := ctx.Deadline() // the calls' contexts share it
 	for w := range spec.concurrency {
 		call := newCaller(w)
 		wg.Go(func() {

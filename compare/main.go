@@ -59,6 +59,15 @@ func mainErr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && args[0] == "-serve-gubernator" {
 		return serveGubernator()
 	}
+	if len(args) == 2 && args[0] == "-markdown" {
+		rep, err := readReport(args[1])
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		rep.markdown(stdout)
+		return 0
+	}
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

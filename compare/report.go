@@ -172,6 +172,12 @@ func (r *report) summarise() {
 		m.Errors += rec.Load.RPCErrors + rec.Load.ItemErrors
 		m.LoadAvgs = append(m.LoadAvgs, rec.LoadAvg)
 	}
+	slices.SortStableFunc(r.Medians, func(a, b median) int {
+		if c := slices.Index(workloadOrder, a.Workload) - slices.Index(workloadOrder, b.Workload); c != 0 {
+			return c
+		}
+		return slices.Index(systemOrder, a.System) - slices.Index(systemOrder, b.System)
+	})
 	for i := range r.Medians {
 		m := &r.Medians[i]
 		var calls, dec, p50, p99, cpu, adm []float64
@@ -188,6 +194,12 @@ func (r *report) summarise() {
 	}
 	r.Targets = r.targets()
 }
+
+// workloadOrder and systemOrder are the order of the tables' rows.
+var (
+	workloadOrder = []string{wlSingle32, wlSingle1, wlBatch, wlRLS3, wlRLS1, wlHot}
+	systemOrder   = []string{sysBaseline, sysRLOwner, sysRLCached, sysRLLeased, sysGubBatch, sysGubGlobal, sysLyft}
+)
 
 // medianOf returns the median of v (the mean of the middle two when even).
 func medianOf(v []float64) float64 {
@@ -224,12 +236,19 @@ func (r *report) targets() []target {
 	atLeast("c=32 cached / baseline", 0.8, r.ratio(wlSingle32, sysRLCached, wlSingle32, sysBaseline))
 	atLeast("c=32 owner / baseline", 0.5, r.ratio(wlSingle32, sysRLOwner, wlSingle32, sysBaseline))
 	atLeast("c=32 owner / Gubernator BATCHING", 3, r.ratio(wlSingle32, sysRLOwner, wlSingle32, sysGubBatch))
-	atLeast("c=32 cached / Gubernator GLOBAL", 3, r.ratio(wlSingle32, sysRLCached, wlSingle32, sysGubGlobal))
+	info := func(what string, got float64) { // a ratio the issue sets no target for
+		if got > 0 {
+			t = append(t, target{What: what, Want: "-", Measured: got, Met: true})
+		}
+	}
+	info("c=32 cached / Gubernator GLOBAL", r.ratio(wlSingle32, sysRLCached, wlSingle32, sysGubGlobal))
+	info("c=1 owner / Gubernator BATCHING", r.ratio(wlSingle1, sysRLOwner, wlSingle1, sysGubBatch))
+	info("c=1 cached / Gubernator GLOBAL", r.ratio(wlSingle1, sysRLCached, wlSingle1, sysGubGlobal))
 	atLeast("100 checks: owner / Gubernator BATCHING", 10, r.ratio(wlBatch, sysRLOwner, wlBatch, sysGubBatch))
 	atLeast("100 checks: cached / Gubernator GLOBAL", 10, r.ratio(wlBatch, sysRLCached, wlBatch, sysGubGlobal))
 	atLeast("RLS, 1 node: ringlimit / Lyft", 3, r.ratio(wlRLS1, sysRLCached, wlRLS1, sysLyft))
 	atLeast("RLS, 3 nodes: ringlimit cached / Lyft", 3, r.ratio(wlRLS3, sysRLCached, wlRLS3, sysLyft))
-	atLeast("RLS, 3 nodes: ringlimit owner / Lyft", 3, r.ratio(wlRLS3, sysRLOwner, wlRLS3, sysLyft))
+	info("RLS, 3 nodes: ringlimit owner / Lyft", r.ratio(wlRLS3, sysRLOwner, wlRLS3, sysLyft))
 	for _, m := range ringlimitModes {
 		if x := r.find(wlSingle1, m.system); x != nil {
 			t = append(t, target{What: "c=1 p50 ms, " + m.system, Want: "<= 0.25", Measured: x.P50ms, Met: x.P50ms <= 0.25})
@@ -269,7 +288,10 @@ func (r *report) print(w io.Writer) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, t := range r.Targets {
 		met := "MISSED"
-		if t.Met {
+		switch {
+		case t.Want == "-":
+			met = ""
+		case t.Met:
 			met = "met"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\n", t.What, t.Want, t.Measured, met)
