@@ -56,30 +56,14 @@ func (r *report) markdown(w io.Writer) {
 	fmt.Fprintln(w, "\n| ratio | target | measured | |")
 	fmt.Fprintln(w, "| --- | --- | ---: | --- |")
 	for _, t := range r.Targets {
-		met := "**missed**"
-		switch {
-		case t.Want == "-":
-			met = "(no target)"
-		case t.Met:
-			met = "met"
-		}
-		fmt.Fprintf(w, "| %s | %s | %.2f | %s |\n", t.What, t.Want, t.Measured, met)
+		fmt.Fprintf(w, "| %s | %s | %.2f | %s |\n", t.What, t.Want, t.Measured, t.verdict("**missed**", "(no target)"))
 	}
 
 	fmt.Fprintf(w, "\nAccuracy, %s: hits admitted where one bucket admits %d, each round:\n\n", wlHot, hotLimit)
 	fmt.Fprintln(w, "| system | admitted | errors | load |")
 	fmt.Fprintln(w, "| --- | --- | ---: | --- |")
-	for _, sys := range systemsOf(r.Runs, wlHot) {
-		var adm, la []string
-		var errs int64
-		for _, rec := range r.Runs {
-			if rec.Workload == wlHot && rec.System == sys && rec.Load != nil {
-				adm = append(adm, fmt.Sprint(rec.Load.Admitted))
-				la = append(la, fmt.Sprintf("%.1f", rec.LoadAvg))
-				errs += rec.Load.RPCErrors + rec.Load.ItemErrors
-			}
-		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s |\n", sys, strings.Join(adm, ", "), errs, strings.Join(la, " "))
+	for _, h := range r.hotRows() {
+		fmt.Fprintf(w, "| %s | %s | %d | %s |\n", h.system, strings.Join(h.admitted, ", "), h.errors, strings.Join(h.loads, " "))
 	}
 
 	fmt.Fprintf(w, "\n%s, each round:\n\n", wlKill)

@@ -124,144 +124,107 @@ func runBaselineSlot(ctx context.Context, cfg *config, round int, rep *report, _
 	return throughput(ctx, cfg, rep, round, c, c.addrs[:1], wlRLS1, sysBaseline, cfg.conc, rls)
 }
 
-// ringlimitModes are the modes every ringlimit workload runs in.
-var ringlimitModes = []struct {
+// askMode is one way a system is asked: a ringlimit mode or a Gubernator
+// behavior.
+type askMode struct {
 	system string
-	mode   ringlimitv1.Mode
-}{
-	{sysRLOwner, ringlimitv1.Mode_MODE_OWNER},
-	{sysRLCached, ringlimitv1.Mode_MODE_CACHED},
-	{sysRLLeased, ringlimitv1.Mode_MODE_LEASED},
+	// check returns the callers of a throughput or hot-key run on wl.
+	check func(wl workload, round int) newCallerFunc
+	// node returns the caller of an owner kill run on the hot key name.
+	node func(c *cluster, cs *conns, name string) nodeCaller
+	kill bool // whether an owner kill runs in this mode
 }
 
-func runRinglimitSlot(ctx context.Context, cfg *config, round int, rep *report, log io.Writer) error {
-	c, err := startRinglimit(ctx, cfg, 3)
-	if err != nil {
-		return err
+// ringlimitModes are the modes every ringlimit workload runs in.
+func ringlimitModes() []askMode {
+	m := func(system string, mode ringlimitv1.Mode, kill bool) askMode {
+		return askMode{system: system, kill: kill,
+			check: func(wl workload, round int) newCallerFunc {
+				return func(cs *conns, w int) caller { return ringlimitCaller(cs, wl, mode, seedOf(round, w)) }
+			},
+			node: func(c *cluster, cs *conns, name string) nodeCaller {
+				return newRinglimitNode(c, cs, name, mode, hotLimit, hotPeriod)
+			}}
 	}
-	defer func() { c.stop() }()
-	check := func(wl workload, mode ringlimitv1.Mode) newCallerFunc {
-		return func(cs *conns, w int) caller { return ringlimitCaller(cs, wl, mode, seedOf(round, w)) }
+	return []askMode{
+		m(sysRLOwner, ringlimitv1.Mode_MODE_OWNER, true),
+		m(sysRLCached, ringlimitv1.Mode_MODE_CACHED, true),
+		m(sysRLLeased, ringlimitv1.Mode_MODE_LEASED, false),
 	}
-	warm := workload{name: "warm", items: 1, keys: cfg.keys, limit: throughputLim, period: time.Second}
-	if err := warmUp(ctx, cfg, c.addrs, check(warm, ringlimitv1.Mode_MODE_CACHED)); err != nil {
-		return err
-	}
-	for _, w := range checkWorkloads(cfg) {
-		for _, m := range ringlimitModes {
-			wl := workload{name: runName(round, "rl", w.name, m.system), items: w.items, keys: cfg.keys, limit: throughputLim, period: time.Second}
-			if err := throughput(ctx, cfg, rep, round, c, c.addrs, w.name, m.system, w.conc, check(wl, m.mode)); err != nil {
-				return err
-			}
-		}
-	}
-	for _, d := range []struct{ domain, system string }{{rlsDomain, sysRLCached}, {rlsDomainOwner, sysRLOwner}} {
-		rls := func(cs *conns, w int) caller { return rlsCaller(cs, d.domain, cfg.keys, seedOf(round, w)) }
-		if err := throughput(ctx, cfg, rep, round, c, c.addrs, wlRLS3, d.system, cfg.conc, rls); err != nil {
-			return err
-		}
-	}
-	for _, m := range ringlimitModes {
-		wl := workload{name: runName(round, "hot", m.system), items: 1, keys: 1, limit: hotLimit, period: hotPeriod}
-		if err := hotKey(ctx, cfg, rep, round, c, m.system, check(wl, m.mode)); err != nil {
-			return err
-		}
-	}
-	if cfg.noKill {
-		return nil
-	}
-	for i, m := range ringlimitModes[:2] {
-		if i > 0 { // the previous kill left a node down: start afresh
-			c.stop()
-			next, err := startRinglimit(ctx, cfg, 3)
-			if err != nil {
-				return err
-			}
-			c = next
-		}
-		cs, err := dial(c.addrs)
-		if err != nil {
-			return err
-		}
-		nc := newRinglimitNode(c, cs, runName(round, "kill", m.system), m.mode, hotLimit, hotPeriod)
-		err = ownerKill(ctx, cfg, rep, round, c, m.system, nc, log)
-		cs.close()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func runRinglimit1Slot(ctx context.Context, cfg *config, round int, rep *report, _ io.Writer) error {
-	c, err := startRinglimit(ctx, cfg, 1)
-	if err != nil {
-		return err
-	}
-	defer c.stop()
-	rls := func(cs *conns, w int) caller { return rlsCaller(cs, rlsDomain, cfg.keys, seedOf(round, w)) }
-	if err := warmUp(ctx, cfg, c.addrs, rls); err != nil {
-		return err
-	}
-	return throughput(ctx, cfg, rep, round, c, c.addrs, wlRLS1, sysRLCached, cfg.conc, rls)
 }
 
 // gubernatorBehaviors are the behaviors every Gubernator workload runs
 // with: BATCHING (forward to the owner, batched) and GLOBAL (answer from the
 // receiving peer, sync hits to the owner asynchronously).
-var gubernatorBehaviors = []struct {
-	system   string
-	behavior gubernator.Behavior
-}{
-	{sysGubBatch, gubernator.Behavior_BATCHING},
-	{sysGubGlobal, gubernator.Behavior_GLOBAL},
+func gubernatorBehaviors() []askMode {
+	m := func(system string, b gubernator.Behavior) askMode {
+		return askMode{system: system, kill: true,
+			check: func(wl workload, round int) newCallerFunc {
+				return func(cs *conns, w int) caller { return gubernatorCaller(cs, wl, b, seedOf(round, w)) }
+			},
+			node: func(c *cluster, cs *conns, name string) nodeCaller {
+				return newGubernatorNode(c, cs, name, b, hotLimit, hotPeriod)
+			}}
+	}
+	return []askMode{m(sysGubBatch, gubernator.Behavior_BATCHING), m(sysGubGlobal, gubernator.Behavior_GLOBAL)}
 }
 
-func runGubernatorSlot(ctx context.Context, cfg *config, round int, rep *report, log io.Writer) error {
-	c, err := startGubernator(ctx, cfg, 3)
+// startFunc starts n nodes of a system.
+type startFunc func(ctx context.Context, cfg *config, n int) (*cluster, error)
+
+// clusterSlot runs a 3-node system's turn: after a warm-up in modes[warm],
+// the check workloads in every mode, then extra (nil: none), the hot key in
+// every mode, and an owner kill in each mode that has one, on a fresh
+// cluster each.
+func clusterSlot(ctx context.Context, cfg *config, round int, rep *report, log io.Writer,
+	start startFunc, modes []askMode, warm int, extra func(c *cluster) error) error {
+	c, err := start(ctx, cfg, 3)
 	if err != nil {
 		return err
 	}
 	defer func() { c.stop() }()
-	check := func(wl workload, b gubernator.Behavior) newCallerFunc {
-		return func(cs *conns, w int) caller { return gubernatorCaller(cs, wl, b, seedOf(round, w)) }
-	}
-	warm := workload{name: "warm", items: 1, keys: cfg.keys, limit: throughputLim, period: time.Second}
-	if err := warmUp(ctx, cfg, c.addrs, check(warm, gubernator.Behavior_BATCHING)); err != nil {
+	wl := workload{name: "warm", items: 1, keys: cfg.keys, limit: throughputLim, period: time.Second}
+	if err := warmUp(ctx, cfg, c.addrs, modes[warm].check(wl, round)); err != nil {
 		return err
 	}
 	for _, w := range checkWorkloads(cfg) {
-		for _, b := range gubernatorBehaviors {
-			wl := workload{name: runName(round, "gub", w.name, b.system), items: w.items, keys: cfg.keys, limit: throughputLim, period: time.Second}
-			if err := throughput(ctx, cfg, rep, round, c, c.addrs, w.name, b.system, w.conc, check(wl, b.behavior)); err != nil {
+		for _, m := range modes {
+			wl := workload{name: runName(round, w.name, m.system), items: w.items, keys: cfg.keys, limit: throughputLim, period: time.Second}
+			if err := throughput(ctx, cfg, rep, round, c, c.addrs, w.name, m.system, w.conc, m.check(wl, round)); err != nil {
 				return err
 			}
 		}
 	}
-	for _, b := range gubernatorBehaviors {
-		wl := workload{name: runName(round, "hot", b.system), items: 1, keys: 1, limit: hotLimit, period: hotPeriod}
-		if err := hotKey(ctx, cfg, rep, round, c, b.system, check(wl, b.behavior)); err != nil {
+	if extra != nil {
+		if err := extra(c); err != nil {
 			return err
 		}
 	}
-	if cfg.noKill {
-		return nil
+	for _, m := range modes {
+		wl := workload{name: runName(round, "hot", m.system), items: 1, keys: 1, limit: hotLimit, period: hotPeriod}
+		if err := hotKey(ctx, cfg, rep, round, c, m.system, m.check(wl, round)); err != nil {
+			return err
+		}
 	}
-	for i, b := range gubernatorBehaviors {
-		if i > 0 {
+	killed := false
+	for _, m := range modes {
+		if cfg.noKill || !m.kill {
+			continue
+		}
+		if killed { // the previous kill left a node down: start afresh
 			c.stop()
-			next, err := startGubernator(ctx, cfg, 3)
+			next, err := start(ctx, cfg, 3)
 			if err != nil {
 				return err
 			}
 			c = next
 		}
+		killed = true
 		cs, err := dial(c.addrs)
 		if err != nil {
 			return err
 		}
-		nc := newGubernatorNode(c, cs, runName(round, "kill", b.system), b.behavior, hotLimit, hotPeriod)
-		err = ownerKill(ctx, cfg, rep, round, c, b.system, nc, log)
+		err = ownerKill(ctx, cfg, rep, round, c, m.system, m.node(c, cs, runName(round, "kill", m.system)), log)
 		cs.close()
 		if err != nil {
 			return err
@@ -270,8 +233,34 @@ func runGubernatorSlot(ctx context.Context, cfg *config, round int, rep *report,
 	return nil
 }
 
+func runRinglimitSlot(ctx context.Context, cfg *config, round int, rep *report, log io.Writer) error {
+	rls := func(c *cluster) error {
+		for _, d := range []struct{ domain, system string }{{rlsDomain, sysRLCached}, {rlsDomainOwner, sysRLOwner}} {
+			nc := func(cs *conns, w int) caller { return rlsCaller(cs, d.domain, cfg.keys, seedOf(round, w)) }
+			if err := throughput(ctx, cfg, rep, round, c, c.addrs, wlRLS3, d.system, cfg.conc, nc); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return clusterSlot(ctx, cfg, round, rep, log, startRinglimit, ringlimitModes(), 1, rls)
+}
+
+func runGubernatorSlot(ctx context.Context, cfg *config, round int, rep *report, log io.Writer) error {
+	return clusterSlot(ctx, cfg, round, rep, log, startGubernator, gubernatorBehaviors(), 0, nil)
+}
+
+func runRinglimit1Slot(ctx context.Context, cfg *config, round int, rep *report, _ io.Writer) error {
+	return rlsSlot(ctx, cfg, round, rep, startRinglimit, 1, sysRLCached)
+}
+
 func runLyftSlot(ctx context.Context, cfg *config, round int, rep *report, n int) error {
-	c, err := startLyft(ctx, cfg, n)
+	return rlsSlot(ctx, cfg, round, rep, startLyft, n, sysLyft)
+}
+
+// rlsSlot runs n nodes of a system (as system) for one RLS run only.
+func rlsSlot(ctx context.Context, cfg *config, round int, rep *report, start startFunc, n int, system string) error {
+	c, err := start(ctx, cfg, n)
 	if err != nil {
 		return err
 	}
@@ -284,7 +273,7 @@ func runLyftSlot(ctx context.Context, cfg *config, round int, rep *report, n int
 	if n > 1 {
 		wl = wlRLS3
 	}
-	return throughput(ctx, cfg, rep, round, c, c.addrs, wl, sysLyft, cfg.conc, rls)
+	return throughput(ctx, cfg, rep, round, c, c.addrs, wl, system, cfg.conc, rls)
 }
 
 // hotKey sends cfg.hotCalls calls of one hit on one key, round robin over
