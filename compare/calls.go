@@ -88,13 +88,15 @@ func ringlimitCaller(c *conns, wl workload, mode ringlimitv1.Mode, seed uint64) 
 }
 
 // ringlimitOutcome counts the decisions of resp. An item decided by the
-// partition policy (degraded) counts as an error: the limiter did not
-// decide it.
+// partition policy (degraded) is counted apart: the limiter did not decide
+// it.
 func ringlimitOutcome(resp *ringlimitv1.CheckResponse) outcome {
 	var o outcome
 	for _, r := range resp.GetItems() {
 		switch {
-		case r.GetDegraded() || r.GetStatus() == ringlimitv1.Status_STATUS_ERROR:
+		case r.GetDegraded():
+			o.degraded++
+		case r.GetStatus() == ringlimitv1.Status_STATUS_ERROR:
 			o.itemErrors++
 		case r.GetStatus() == ringlimitv1.Status_STATUS_UNDER_LIMIT:
 			o.admitted++

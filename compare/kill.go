@@ -52,7 +52,7 @@ func (r *ringlimitNode) call(ctx context.Context, node int, hits int64) answer {
 		return answer{bad: true}
 	}
 	o := ringlimitOutcome(resp)
-	return answer{admitted: o.admitted == 1, bad: o.itemErrors > 0, remaining: resp.Items[0].GetRemaining()}
+	return answer{admitted: o.admitted == 1, bad: o.itemErrors+o.degraded > 0, remaining: resp.Items[0].GetRemaining()}
 }
 
 func (r *ringlimitNode) owner(ctx context.Context) (int, error) {

@@ -8,10 +8,11 @@ import (
 	"time"
 )
 
-// outcome is what one call decided: how many items were admitted, rejected
-// or answered with an error (in the answer, not of the call).
+// outcome is what one call decided: how many items were admitted, rejected,
+// answered with an error (in the answer, not of the call), or decided by a
+// partition policy (ringlimit's degraded answers).
 type outcome struct {
-	admitted, rejected, itemErrors int64
+	admitted, rejected, itemErrors, degraded int64
 }
 
 // caller makes one call. Each worker has its own (it may reuse its request).
@@ -32,6 +33,7 @@ type loadResult struct {
 	Admitted        int64   `json:"admitted"`
 	Rejected        int64   `json:"rejected"`
 	ItemErrors      int64   `json:"item_errors"`
+	Degraded        int64   `json:"degraded"` // ringlimit items decided by the partition policy
 	ElapsedSec      float64 `json:"elapsed_s"`
 	CallsPerSec     float64 `json:"calls_per_s"`
 	DecisionsPerSec float64 `json:"decisions_per_s"`
@@ -86,6 +88,7 @@ func runLoad(ctx context.Context, spec loadSpec, newCaller func(worker int) call
 				mine.Admitted += o.admitted
 				mine.Rejected += o.rejected
 				mine.ItemErrors += o.itemErrors
+				mine.Degraded += o.degraded
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -94,6 +97,7 @@ func runLoad(ctx context.Context, spec loadSpec, newCaller func(worker int) call
 			res.Admitted += mine.Admitted
 			res.Rejected += mine.Rejected
 			res.ItemErrors += mine.ItemErrors
+			res.Degraded += mine.Degraded
 			lats = append(lats, myLat...)
 		})
 	}

@@ -39,7 +39,7 @@ type median struct {
 	P99ms           float64   `json:"p99_ms"`
 	CPUPerCallUs    float64   `json:"server_cpu_us_per_call"`
 	Admitted        float64   `json:"admitted"`
-	Errors          int64     `json:"errors"` // call and item errors, over all runs
+	Errors          int64     `json:"errors"` // failed calls, item errors and degraded items, over all runs
 	LoadAvgs        []float64 `json:"loadavgs"`
 }
 
@@ -180,7 +180,7 @@ func (r *report) summarise() {
 			m = &r.Medians[len(r.Medians)-1]
 		}
 		m.Runs++
-		m.Errors += rec.Load.RPCErrors + rec.Load.ItemErrors
+		m.Errors += rec.Load.RPCErrors + rec.Load.ItemErrors + rec.Load.Degraded
 		m.LoadAvgs = append(m.LoadAvgs, rec.LoadAvg)
 	}
 	slices.SortStableFunc(r.Medians, func(a, b median) int {
@@ -343,7 +343,7 @@ func (r *report) hotRows() []hotRow {
 			if rec.Workload == wlHot && rec.System == sys && rec.Load != nil {
 				h.admitted = append(h.admitted, fmt.Sprint(rec.Load.Admitted))
 				h.loads = append(h.loads, fmt.Sprintf("%.1f", rec.LoadAvg))
-				h.errors += rec.Load.RPCErrors + rec.Load.ItemErrors
+				h.errors += rec.Load.RPCErrors + rec.Load.ItemErrors + rec.Load.Degraded
 			}
 		}
 		rows = append(rows, h)
