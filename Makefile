@@ -120,7 +120,7 @@ e2e:
 ## free, one system at a time, interleaved over rounds, driven by one load
 ## tool (compare/, a Go module of its own, so the product's go.mod gains
 ## nothing; Gubernator v2.13.0 from its go.mod). Prints medians, ratios and load averages; writes compare.json.
-## Installs Debian's redis-server when missing. About 25 minutes with the
+## Installs Debian's redis-server when missing. About 20 minutes with the
 ## defaults (3 rounds of 10 s); COMPARE_FLAGS adds flags, e.g.
 ## COMPARE_FLAGS='-rounds 1 -duration 2s' (make compare-short), -only, -no-kill.
 ## docs/bench.md ("Beside Gubernator and Lyft") and docs/comparison.md.
