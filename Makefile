@@ -116,13 +116,13 @@ e2e:
 
 ## compare: ringlimit beside Gubernator (v2.13.0) and Lyft's ratelimit
 ## service with Redis, and beside a baseline that answers the same gRPC APIs
-## without deciding anything: 3 nodes of each on 127.0.0.1 ports chosen
-## free, one system at a time, interleaved over rounds, driven by one load
-## tool (compare/, a Go module of its own, so the product's go.mod gains
-## nothing; Gubernator v2.13.0 from its go.mod). Prints medians, ratios and load averages; writes compare.json.
-## Installs Debian's redis-server when missing. About 20 minutes with the
-## defaults (3 rounds of 10 s); COMPARE_FLAGS adds flags, e.g.
-## COMPARE_FLAGS='-rounds 1 -duration 2s' (make compare-short), -only, -no-kill.
+## without deciding anything: 3 nodes of each (and 1-node RLS runs) on
+## loopback ports chosen free, one system at a time, interleaved over
+## rounds, driven by one load tool (compare/, a Go module of its own, so the
+## product's go.mod gains nothing). Prints medians, ratios and load
+## averages; writes compare.json. Installs Debian's redis-server when
+## missing. About 20 minutes with the defaults (3 rounds of 10 s);
+## COMPARE_FLAGS adds flags (-rounds, -duration, -only, -no-kill, ...).
 ## docs/bench.md ("Beside Gubernator and Lyft") and docs/comparison.md.
 COMPARE_FLAGS ?=
 NODE_PKG      := $(firstword $(wildcard cmd/ringlimit-node cmd/node))

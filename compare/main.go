@@ -4,6 +4,11 @@
 // baseline that answers the same APIs without deciding anything. It prints
 // a table of medians and ratios and writes the runs as JSON. See
 // docs/bench.md ("Beside Gubernator and Lyft") and `make compare`.
+//
+// The same binary serves the baseline (compare -serve-baseline ADDR) and
+// Gubernator's daemons (compare -serve-gubernator, configured by GUBER_*
+// variables) as processes of their own, and prints the tables of a JSON
+// report in Markdown (compare -markdown FILE).
 package main
 
 import (
@@ -38,7 +43,7 @@ type config struct {
 	redisPool   int
 	out         string
 	logDir      string
-	self        string // this binary, which serves the baseline
+	self        string // this binary, which serves the baseline and Gubernator
 	nodeBin     string
 	lyftBin     string
 	redisBin    string
@@ -94,16 +99,15 @@ func mainErr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func parseFlags(args []string, out io.Writer) (*config, error) {
-	cfg := &config{}
+	// The concurrencies and the batch size are fixed: the tables and the
+	// targets name the workloads by them (wlSingle32, wlBatch).
+	cfg := &config{conc: 32, batchConc: 8, batchItems: 100}
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(out)
 	var only string
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds: every system runs every workload once per round, one system at a time")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "length of each throughput run (each also ends at --max-calls)")
 	fs.Int64Var(&cfg.maxCalls, "max-calls", 5_000_000, "most calls of each throughput run")
-	fs.IntVar(&cfg.conc, "concurrency", 32, "calls in flight in the single-check and RLS runs")
-	fs.IntVar(&cfg.batchConc, "batch-concurrency", 8, "calls in flight in the batched runs")
-	fs.IntVar(&cfg.batchItems, "batch-items", 100, "checks per call in the batched runs")
 	fs.IntVar(&cfg.keys, "keys", 10000, "distinct keys (descriptor values) of the throughput runs, drawn uniformly")
 	fs.Int64Var(&cfg.hotCalls, "hot-calls", 3000, "calls of one hit on the hot key (limit 1000 per hour) in the accuracy runs")
 	fs.DurationVar(&cfg.killWait, "kill-wait", 60*time.Second, "owner kill: longest wait, after the kill, for the system to answer again")
@@ -124,8 +128,8 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	switch {
 	case fs.NArg() > 0:
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case cfg.rounds < 1, cfg.conc < 1, cfg.batchConc < 1, cfg.batchItems < 1, cfg.keys < 1, cfg.gomaxprocs < 1, cfg.redisPool < 1:
-		return nil, errors.New("--rounds, --concurrency, --batch-concurrency, --batch-items, --keys, --gomaxprocs and --redis-pool must be at least 1")
+	case cfg.rounds < 1, cfg.keys < 1, cfg.gomaxprocs < 1, cfg.redisPool < 1:
+		return nil, errors.New("--rounds, --keys, --gomaxprocs and --redis-pool must be at least 1")
 	case cfg.duration <= 0 || cfg.maxCalls < 1 || cfg.hotCalls < 1 || cfg.killWait <= 0 || cfg.callTimeout <= 0:
 		return nil, errors.New("--duration, --max-calls, --hot-calls, --kill-wait and --call-timeout must be positive: every run is bounded")
 	}
