@@ -147,7 +147,7 @@ type killResult struct {
 	Recovered    bool    `json:"recovered"`      // good answers for settle before the run ended
 	OutageSec    float64 `json:"outage_s"`       // from the kill to the end of the last bad answer (0: none)
 	BadAnswers   int     `json:"bad_answers"`    // after the kill
-	State        string  `json:"state"`          // "kept", "reset" (at the first good answer), "reset later" (kept at first, yet over one bucket in all) or "unknown"
+	State        string  `json:"state"`          // "kept" (one bucket in all), "reset" (over, from the first good answer), "reset later" (over, though the first good answer looked kept) or "unknown"
 	RemainingAt  int64   `json:"remaining_at"`   // remaining in the first good answer after the outage
 	ExpectedAt   int64   `json:"expected_at"`    // limit minus the hits admitted before that answer
 	Admitted     int64   `json:"admitted"`       // over the whole run
@@ -285,17 +285,18 @@ func runKill(ctx context.Context, c *cluster, nc nodeCaller, spec killSpec) (kil
 			// An owner that kept the state answers about limit - before
 			// (minus what calls in flight took); a fresh bucket answers
 			// about limit.
+			// Kept: no more than one bucket admitted in all (a cached
+			// view may answer a stale remaining, so the first answer
+			// alone does not decide). Otherwise the first answer tells a
+			// fresh bucket from a state forgotten later.
 			tol := max(spec.limit/20, 10)
 			switch {
+			case res.Excess <= tol:
+				res.State = "kept"
 			case res.RemainingAt > res.ExpectedAt+tol:
 				res.State = "reset"
-			case res.Excess > tol:
-				// Answered as if kept, yet more than one bucket was
-				// admitted in all: the hits went to a bucket that had
-				// forgotten them.
-				res.State = "reset later"
 			default:
-				res.State = "kept"
+				res.State = "reset later"
 			}
 			break
 		}
