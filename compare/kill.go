@@ -240,7 +240,7 @@ func runKill(ctx context.Context, c *cluster, nc nodeCaller, spec killSpec) (kil
 			if a.admitted {
 				admitted++
 			}
-			if a.bad && !killedAt.IsZero() && t1.After(killedAt) {
+			if a.bad && !killedAt.IsZero() && t1.After(lastBad) { // answers may end out of order
 				lastBad = t1
 			}
 			if killedAt.IsZero() && admitted >= spec.killAt {
