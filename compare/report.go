@@ -109,7 +109,7 @@ func newReport(cfg *config) (*report, error) {
 		return nil, err
 	}
 	r.Settings = map[string]string{
-		"every server process": fmt.Sprintf("GOMAXPROCS=%d, OTEL_TRACES_EXPORTER=none, on 127.0.0.1, ports chosen free", cfg.gomaxprocs),
+		"every server process": fmt.Sprintf("GOMAXPROCS=%d, OTEL_TRACES_EXPORTER=none; on 127.0.0.1 (Gubernator: 127.0.0.2 to .4, one daemon each), ports chosen free", cfg.gomaxprocs),
 		"ringlimit":            "3 nodes (1 for the 1-node RLS run), --gossip-profile local, defaults otherwise: " + rl,
 		"gubernator":           "3 daemons (this tool's -serve-gubernator: gubernator.SpawnDaemon configured from GUBER_* as cmd/gubernator does, memberlist node name = GUBER_INSTANCE_ID), member-list discovery, defaults otherwise (v2.13.0 config.go): GUBER_BATCH_WAIT 500µs, GUBER_BATCH_LIMIT 1000, GUBER_BATCH_TIMEOUT 500ms, GUBER_GLOBAL_SYNC_WAIT 100ms, GUBER_GLOBAL_BATCH_LIMIT 1000, GUBER_WORKER_COUNT = NumCPU, cache 50000; tracing off (OTEL_TRACES_EXPORTER=none)",
 		"lyft ratelimit":       fmt.Sprintf("go install at its version (the dependencies of its own go.mod); 1 or 3 instances before one redis-server (--save \"\" --appendonly no), REDIS_SOCKET_TYPE=tcp, REDIS_POOL_SIZE=%d, REDIS_PIPELINE_WINDOW 0 (default: no pipelining), LOCAL_CACHE_SIZE_IN_BYTES 0, USE_STATSD=false, TRACING_ENABLED unset (false)", cfg.redisPool),
