@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 # gRPC PORT_BASE+i, HTTP PORT_BASE+1000+i, gossip PORT_BASE+845+i).
 PORT_BASE ?= 7100
 
-.PHONY: all build bins install test race lint bench bench-cluster proto fuzz soak run cluster sim e2e conformance guava
+.PHONY: all build bins install test race lint bench bench-cluster proto fuzz soak run cluster sim e2e conformance guava compare compare-short compare-test compare-build
 
 all: lint test
 
@@ -158,3 +158,40 @@ CONFORMANCEFLAGS ?=
 conformance:
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 	cd conformance && $(GO) vet ./... && $(GO) test -count=1 -timeout 5m -v -run TestConformance $(CONFORMANCEFLAGS) .
+
+## compare: ringlimit beside Gubernator (v2.13.0) and Lyft's ratelimit
+## service with Redis, and beside a baseline that answers the same gRPC APIs
+## without deciding anything: 3 nodes of each (and 1-node RLS runs) on
+## loopback ports chosen free, one system at a time, interleaved over
+## rounds, driven by one load tool (compare/, a Go module of its own, so the
+## product's go.mod gains nothing). Prints medians, ratios and load
+## averages; writes compare.json. Installs Debian's redis-server when
+## missing. About 20 minutes with the defaults (3 rounds of 10 s);
+## COMPARE_FLAGS adds flags (-rounds, -duration, -only, -no-kill, ...).
+## docs/bench.md ("Beside Gubernator and Lyft") and docs/comparison.md.
+COMPARE_FLAGS ?=
+NODE_PKG      := $(firstword $(wildcard cmd/ringlimit-node cmd/node))
+compare: compare-build
+	cd compare && bin/compare -ringlimit-version "$$(git describe --always --dirty 2>/dev/null || echo unknown)" \
+	  -out ../compare.json $(COMPARE_FLAGS)
+
+## compare-short: the same, 1 round of 2 s runs, owner kills bounded at 5 s.
+compare-short: COMPARE_FLAGS = -rounds 1 -duration 2s -kill-wait 5s
+compare-short: compare
+
+## compare-test: the compare module's own tests (its load tool, baseline
+## and report), and vet.
+compare-test:
+	cd compare && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# Lyft's service is built by go install at a version, so with the
+# dependencies of its own go.mod. Gubernator's daemon runs in processes of
+# compare itself (compare/gubernatord.go says why), at the version
+# compare/go.mod requires.
+LYFT_VERSION ?= v1.4.1-0.20260122083618-3fb702589d36
+compare-build:
+	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+	$(GO) build -o compare/bin/ringlimit-node ./$(NODE_PKG)
+	cd compare && $(GO) build -o bin/compare .
+	GOBIN=$(CURDIR)/compare/bin $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(LYFT_VERSION)
+	mv compare/bin/service_cmd compare/bin/ratelimit
