@@ -316,3 +316,36 @@ func TestSmallLimitsRoundRobin(t *testing.T) {
 		}
 	}
 }
+
+// TestSharesAddUpToOneBeyond32Members: the owner splits a key's tokens
+// among the nodes interested in it, whose set has one bit per member index
+// mod 32. With 40 members, 39 non-owners flushing one key got a share of
+// 1/32 each, 39/32 of the tokens in all: every node's budget over-counted
+// what it could spend unseen. The shares must add up to at most one.
+func TestSharesAddUpToOneBeyond32Members(t *testing.T) {
+	var names []string
+	for i := range 40 {
+		names = append(names, fmt.Sprintf("n%02d", i))
+	}
+	nw := newTestNet(t, nil, names...)
+	key := keyOwnedBy(t, "n00", names...)
+	req := Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: ModeCached}
+	for _, name := range names[1:] {
+		check(t, nw.nodes[name], nw.now, req)
+	}
+	nw.run(300 * time.Millisecond)
+	var sum float64
+	for _, name := range names[1:] {
+		n := nw.nodes[name]
+		s := n.st.shardOf(key)
+		e := n.st.lookup(s, key)
+		if e == nil || !e.has(flagSynced) {
+			t.Fatalf("%s holds no synced view of the key", name)
+		}
+		sum += float64(e.f)
+	}
+	if sum > 1.0001 {
+		t.Errorf("the 39 non-owners' shares add up to %.3f of the tokens, want at most 1", sum)
+	}
+	t.Logf("shares of 39 non-owners among 40 members add up to %.3f", sum)
+}

@@ -368,7 +368,7 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *Request, resp *Res
 	shared := cached && e.interest() != 0
 	if shared {
 		t := n.syncThreshold(&r.Limit, v.size())
-		resp.Decision, resp.Err = n.takeBudget(e, now, r, float64(activeShare(e)), e.n2, v.size(), t)
+		resp.Decision, resp.Err = n.takeBudget(e, now, r, float64(activeShare(e, v.size())), e.n2, v.size(), t)
 	} else {
 		resp.Decision, resp.Err = take(e.b, now, r)
 	}

@@ -131,7 +131,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *
 	}
 	state, _ := e.b.AppendBinary(slot.state[:0])
 	ks := &slot.ks
-	ks.Key, ks.State, ks.Demand, ks.Share, ks.LeaseGranted = it.Key, state[:len(state):len(state)], e.dem, activeShare(e), granted
+	ks.Key, ks.State, ks.Demand, ks.Share, ks.LeaseGranted = it.Key, state[:len(state):len(state)], e.dem, activeShare(e, v.size()), granted
 	return ks
 }
 
@@ -147,8 +147,13 @@ const ownActiveMin = 0.1
 // over-admission; a node whose traffic exceeds its share is not starved
 // while the bucket is far from empty (takeBudget's margin), and tokens the
 // others leave unspent raise everyone's next budget.
-func activeShare(e *entry) float32 {
-	k := bits.OnesCount32(e.interest())
+//
+// The interest set has one bit per member index mod 32 (view.bit): with more
+// than 32 members a bit stands for up to ceil(members/32) of them, so each
+// set bit counts as that many nodes. The shares may then add up to less
+// than one (a node under-admits a little), never to more.
+func activeShare(e *entry, members int) float32 {
+	k := bits.OnesCount32(e.interest()) * max(1, (members+31)/32)
 	if e.f >= ownActiveMin {
 		k++
 	}
@@ -219,7 +224,7 @@ func (n *Node) tickPushes(now time.Time, v *view, force bool) {
 				continue
 			}
 			ks := a.keyState()
-			ks.Key, ks.State, ks.Demand, ks.Share = key, a.state(e.b), e.dem, activeShare(e)
+			ks.Key, ks.State, ks.Demand, ks.Share = key, a.state(e.b), e.dem, activeShare(e, len(v.names))
 			for stale != 0 {
 				b := bits.TrailingZeros32(stale)
 				stale &^= 1 << b
