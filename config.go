@@ -30,12 +30,10 @@ type Config struct {
 	// host name.
 	Name string
 
-	// GRPCAddr is the host:port the gRPC server listens on: the public
-	// RateLimiter service and, unless PeerAddr is set, the peer service
-	// between nodes. Port 0 picks a free port; Node.GRPCAddr reports the
-	// bound address, which is also what the node advertises to its peers
-	// without PeerAddr (an unspecified host, 0.0.0.0 or "", is advertised as
-	// the node's gossip IP). Default 127.0.0.1:7101.
+	// GRPCAddr is the host:port the public gRPC server listens on: the
+	// RateLimiter service and Envoy's rate limit service. The peer service
+	// never shares it (PeerAddr). Port 0 picks a free port; Node.GRPCAddr
+	// reports the bound address. Default 127.0.0.1:7101.
 	GRPCAddr string
 	// HTTPAddr is the host:port of the HTTP/JSON API, health and metrics.
 	// Empty disables HTTP. Default 127.0.0.1:8101.
@@ -70,14 +68,30 @@ type Config struct {
 	// (docs/security.md). They need a GossipKey. Default none.
 	GossipSecondaryKeys [][]byte
 
-	// PeerAddr, when set, is the host:port of a gRPC server of its own for
-	// the peer service (the traffic between nodes), which the public gRPC
-	// port then no longer serves; the node advertises it to its peers. Port
+	// PeerAddr is the host:port of the peer service's own gRPC server (the
+	// traffic between nodes), which the node advertises to its peers in
+	// gossip (an unspecified host, 0.0.0.0 or "", is advertised as the
+	// node's gossip IP). The public gRPC port never serves it: public
+	// clients and peers are kept apart, each port with its own trust. Port
 	// 0 picks a free port; Node.PeerAddr reports the bound address. Default
-	// empty: peers use the public gRPC port, in plain text, which suits
-	// loopback and private networks only. TLS or PeerTLS needs it: public
-	// clients and peers are then kept apart, each port with its own trust.
+	// empty: GRPCAddr's host, port 0.
 	PeerAddr string
+	// PeerSecret is the cluster's shared secret (at least 16 bytes; 32
+	// random bytes are best) from which the peers authenticate each other
+	// when PeerTLS is off: it derives a certificate authority every member
+	// holds (peer.SecretTLS), so the peer port speaks mutual TLS and every
+	// envelope's sender is the name in its connection's certificate.
+	// Default none: the secret is derived from GossipKey (and
+	// GossipSecondaryKeys, for rotations) when there is one. With neither a
+	// secret, a gossip key nor PeerTLS, Start fails unless InsecurePeers is
+	// set (docs/security.md).
+	PeerSecret []byte
+	// InsecurePeers runs the peer port in plain text, believing the sender
+	// each envelope names: anyone who reaches the port can then move any
+	// limit. For tests and throwaway clusters on loopback only; the node
+	// logs a warning at start and /v1/cluster shows it. It cannot be
+	// combined with PeerTLS or PeerSecret. Default false.
+	InsecurePeers bool
 	// TLS enables TLS on the public gRPC and HTTP APIs (health and metrics
 	// included), optionally requiring client certificates. Default off.
 	TLS TLSFiles

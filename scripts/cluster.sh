@@ -8,8 +8,11 @@
 #   gRPC    127.0.0.1:710<i>   (7100 + i)
 #   HTTP    127.0.0.1:810<i>   (8100 + i)
 #   gossip  127.0.0.1:794<5+i> (7945 + i; node1 is 7946, the seed of the others)
+#   peers   127.0.0.1:720<i>   (7200 + i)
 # Logs go to $RUN_DIR/node<i>.log (default /tmp/ringlimit-run). Extra node
 # flags can be passed in the environment (RINGLIMIT_MODE=owner, ...).
+# The nodes encrypt gossip and authenticate each other with the gossip key
+# RINGLIMIT_GOSSIP_KEY; unless it is set, a fresh one is drawn for the run.
 # Only the processes started here are stopped, by their PIDs.
 set -eu
 
@@ -61,6 +64,11 @@ if [ -z "${GOMAXPROCS:-}" ]; then
 	export GOMAXPROCS
 fi
 
+if [ -z "${RINGLIMIT_GOSSIP_KEY:-}${RINGLIMIT_GOSSIP_KEYS:-}${RINGLIMIT_PEER_SECRET:-}" ]; then
+	RINGLIMIT_GOSSIP_KEY=$(head -c 32 /dev/urandom | base64)
+	export RINGLIMIT_GOSSIP_KEY
+fi
+
 i=1
 while [ "$i" -le "$n" ]; do
 	seeds=""
@@ -69,6 +77,7 @@ while [ "$i" -le "$n" ]; do
 		--grpc-addr "127.0.0.1:$((7100 + i))" \
 		--http-addr "127.0.0.1:$((8100 + i))" \
 		--gossip-addr "127.0.0.1:$((7945 + i))" \
+		--peer-addr "127.0.0.1:$((7200 + i))" \
 		--gossip-profile local \
 		--seeds "$seeds" \
 		>"$run_dir/node$i.log" 2>&1 &

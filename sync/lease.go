@@ -270,3 +270,74 @@ func (n *Node) returnLeasesLocked(v *view) {
 		s.mu.Unlock()
 	}
 }
+
+// grantBook is an owner's account of the lease tokens it granted one peer,
+// per key, and has not seen returned. A return refunds at most that much:
+// a peer cannot give back tokens it was never given (a forged return would
+// refill a spent key), nor give the same tokens back twice. Entries whose
+// last grant is older than grantMemory are forgotten, so the book holds the
+// keys the peer leased recently; a return that comes later still is
+// refused, which under-admits (the safe side).
+type grantBook struct {
+	m map[string]grantEntry
+	// pruneAt is the size at which the book is next swept of old entries.
+	pruneAt int
+}
+
+// grantEntry is the tokens granted on one key and not yet returned, and
+// when the last grant was made (Unix ns).
+type grantEntry struct {
+	tokens, at int64
+}
+
+// minGrantPrune is the smallest book that is swept of old entries.
+const minGrantPrune = 1024
+
+// grantMemory is how long an owner remembers a lease grant for a return:
+// ten lease lifetimes, far more than a lease lives and its unspent tokens
+// take to come back (the next flush after its expiry).
+func (n *Node) grantMemory() time.Duration { return 10 * n.cfg.LeaseTTL }
+
+// grantedLocked records g tokens granted to p on key at now. The caller
+// holds n.mu.
+func (p *peer) grantedLocked(key string, g int64, now time.Time, memory time.Duration) {
+	if g <= 0 {
+		return
+	}
+	b := &p.grants
+	if b.m == nil {
+		b.m, b.pruneAt = map[string]grantEntry{}, minGrantPrune
+	}
+	t := now.UnixNano()
+	ge := b.m[key]
+	b.m[strings.Clone(key)] = grantEntry{tokens: ge.tokens + g, at: t}
+	if len(b.m) >= b.pruneAt {
+		for k, ge := range b.m {
+			if t-ge.at > int64(memory) {
+				delete(b.m, k)
+			}
+		}
+		b.pruneAt = max(minGrantPrune, 2*len(b.m))
+	}
+}
+
+// takeReturnLocked returns how many of the ret tokens p gives back on key
+// may be refunded at now (at most those granted and not yet returned), and
+// takes them off the book. The caller holds n.mu.
+func (p *peer) takeReturnLocked(key string, ret int64, now time.Time, memory time.Duration) int64 {
+	ge, ok := p.grants.m[key]
+	if !ok {
+		return 0
+	}
+	if now.UnixNano()-ge.at > int64(memory) {
+		delete(p.grants.m, key)
+		return 0
+	}
+	r := min(ret, ge.tokens)
+	if ge.tokens -= r; ge.tokens == 0 {
+		delete(p.grants.m, key)
+	} else {
+		p.grants.m[key] = ge
+	}
+	return r
+}

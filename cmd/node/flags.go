@@ -52,10 +52,10 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	fs.SetOutput(out)
 
-	var seeds, mode, policy, logLevel, logFormat, gossipKey, gossipKeys string
+	var seeds, mode, policy, logLevel, logFormat, gossipKey, gossipKeys, peerSecret string
 	var maxConcurrentStreams uint
 	fs.StringVar(&c.Name, "name", "", "node name, unique in the cluster and stable across restarts (default: the host name)")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address: public API and peer traffic; must be reachable by the other nodes")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address of the public API (checks, Envoy's rate limit service)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address: JSON API, /healthz, /readyz, /v1/cluster, /metrics; empty disables HTTP")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", c.GossipAddr, "gossip (memberlist) listen address, TCP and UDP")
 	fs.StringVar(&c.GossipAdvertiseAddr, "gossip-advertise-addr", "", "gossip address announced to the other nodes, when it differs from --gossip-addr (NAT, containers)")
@@ -83,7 +83,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "HTTP: longest time to answer a request once read")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "how long an idle HTTP keep-alive or gRPC connection stays open")
 	fs.DurationVar(&c.MaxConnectionAge, "max-connection-age", c.MaxConnectionAge, "gRPC connections older than this are asked to reconnect (spreads clients over new nodes)")
-	fs.StringVar(&c.PeerAddr, "peer-addr", "", "listen address of the peer port (traffic between nodes) when it is not the gRPC port; needed by --tls-* and --peer-tls-*")
+	fs.StringVar(&c.PeerAddr, "peer-addr", "", "listen address of the peer port (traffic between nodes), reachable by the other nodes (default: the --grpc-addr host, a free port)")
+	fs.StringVar(&peerSecret, "peer-secret", "", "base64 cluster secret (at least 16 bytes) the nodes authenticate each other with, when not derived from the gossip key; prefer the environment variable")
+	fs.BoolVar(&c.InsecurePeers, "insecure-peers", false, "run the peer port without authentication: whoever reaches it can move any limit (tests on loopback only)")
 	fs.StringVar(&c.TLS.CertFile, "tls-cert", "", "PEM certificate (chain) of the public gRPC and HTTP APIs; enables TLS on them")
 	fs.StringVar(&c.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&c.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle: public API clients must present a certificate it signed")
@@ -147,6 +149,11 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	}
 	if len(keys) > 0 {
 		c.GossipKey, c.GossipSecondaryKeys = keys[0], keys[1:]
+	}
+	if peerSecret != "" {
+		if c.PeerSecret, err = base64.StdEncoding.DecodeString(strings.TrimSpace(peerSecret)); err != nil {
+			return o, usageErr(out, "--peer-secret is not base64: %v", err)
+		}
 	}
 	if c.Sync.Mode, err = rlsync.ParseMode(mode); err != nil || c.Sync.Mode == rlsync.ModeDefault {
 		return o, usageErr(out, "--mode %q: want local, owner, cached or leased", mode)

@@ -242,6 +242,7 @@ func startCluster(t *testing.T, size int, rules string) []*ringlimit.Node {
 		cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 		cfg.GossipProfile = ringlimit.GossipLocal
 		cfg.RulesPath = rules
+		cfg.PeerSecret = []byte("ringlimit test cluster secret, 32")
 		cfg.HandoffTimeout, cfg.LeaveTimeout = 2*time.Second, time.Second
 		if testing.Verbose() {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
