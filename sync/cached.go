@@ -10,7 +10,7 @@ import (
 
 // cachedLocked returns the cached entry of key, creating a fresh view (a new
 // bucket, never synced) if there is none.
-func (n *Node) cachedLocked(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (e *entry, fresh bool, err error) {
+func (n *Node) cachedLocked(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32) (e *entry, fresh bool, err error) {
 	h := n.st.hash(key)
 	e = s.m.get(h, key)
 	if e == nil {
@@ -20,7 +20,7 @@ func (n *Node) cachedLocked(s *shard, key string, l bucket.Limit, now time.Time,
 		n.st.insertEntryLocked(s, h, e, c)
 		return e, true, nil
 	}
-	return e, false, configure(e, l, now)
+	return e, false, configure(e, l, now, hits)
 }
 
 // shareExact is the share above which a node decides as if it were alone.
@@ -36,7 +36,7 @@ const shareExact = 0.999
 func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response) {
 	s := n.st.shardOf(r.Key)
 	s.mu.Lock()
-	e, fresh, err := n.cachedLocked(s, r.Key, r.Limit, now, c)
+	e, fresh, err := n.cachedLocked(s, r.Key, r.Limit, r.Hits, now, c)
 	if err != nil {
 		s.mu.Unlock()
 		resp.Err = err

@@ -312,7 +312,7 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) 
 			return
 		}
 		n.st.insertOwnLocked(s, s.local, own, e, c)
-	} else if err := configure(e, r.Limit, now); err != nil {
+	} else if err := configure(e, r.Limit, now, r.Hits); err != nil {
 		resp.Err = err
 		return
 	}
@@ -323,7 +323,7 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) 
 // ownedLocked returns the owned entry of key, creating a fresh one or
 // turning a cached view into the authoritative state (this node became the
 // owner and no hand-off has arrived: the view is the best state it has).
-func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (*entry, error) {
+func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32) (*entry, error) {
 	h := n.st.hash(key)
 	e := s.m.get(h, key)
 	if e == nil {
@@ -339,7 +339,7 @@ func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, now time.Time, 
 		n.dropLeaseLocked(s, key)
 		e.makeOwned()
 	}
-	return e, configure(e, l, now)
+	return e, configure(e, l, now, hits)
 }
 
 // decideOwned decides r on this node's authoritative state. In cached mode,
@@ -362,7 +362,7 @@ func (n *Node) decideOwnedLocked(now time.Time, c uint32, v *view, r *Request, r
 	s := n.st.shardOf(r.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, err := n.ownedLocked(s, r.Key, r.Limit, now, c)
+	e, err := n.ownedLocked(s, r.Key, r.Limit, r.Hits, now, c)
 	if err != nil {
 		resp.Err = err
 		return

@@ -81,11 +81,13 @@ func (n *Node) decideShareLocked(now time.Time, c uint32, v *view, s *shard, r *
 		if base := n.st.getLocked(s, r.Key); base != nil {
 			from = base.b.Clone()
 		}
-		if from != nil && from.Config().Algorithm == l.Algorithm && from.Reconfigure(now, l) == nil {
-			e.b = from
+		if from != nil && from.Config().Algorithm == l.Algorithm {
+			if b, err := reconfigure(from, l, now, r.Hits); err == nil {
+				e.b = b
+			}
 		}
 		n.st.insertLocked(s, s.share, r.Key, e, c)
-	} else if err := configure(e, l, now); err != nil {
+	} else if err := configure(e, l, now, r.Hits); err != nil {
 		resp.Err = err
 		return
 	}
