@@ -80,7 +80,7 @@ func (n *Node) httpCheck(w http.ResponseWriter, r *http.Request) {
 	for i := range req.Items {
 		items[i] = fromJSON(&req.Items[i])
 	}
-	ruled := n.resolveRules(items)
+	ruled := n.resolveRules(items, n.cfg.HTTPRulesOnly)
 	out := make([]rlsync.Response, len(items))
 	if err := n.check(r.Context(), items, out); err != nil {
 		s := status.Convert(err)

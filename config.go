@@ -198,6 +198,15 @@ type Config struct {
 	// auth_request subrequest. nginx must always set it (proxy_set_header
 	// X-Real-IP $remote_addr), for the same reason. Default "X-Real-IP".
 	NginxKeyHeader string
+	// GRPCRulesOnly makes the public gRPC API take only checks that name a
+	// rule (the rule field, or a rule's name as the name): a check that
+	// chooses its own limit is answered with an error. For listeners that
+	// untrusted callers reach, which must not choose their limits. The
+	// embedding API (Node.Check) is not a listener and is not bound by it.
+	// Default false.
+	GRPCRulesOnly bool
+	// HTTPRulesOnly is GRPCRulesOnly for POST /v1/check. Default false.
+	HTTPRulesOnly bool
 	// NginxFailClosed makes the auth_request endpoint answer 503 when a
 	// check fails (an unknown rule, a subrequest without a key, the cluster
 	// unable to answer) instead of 204 (fail open). Default false.
@@ -350,7 +359,7 @@ func (c Config) Validate() error {
 func (c Config) syncConfig() rlsync.Config {
 	s := c.Sync
 	s.Self = c.Name
-	s.MaxKeyLen = c.MaxKeyLen + len(keySep)
+	s.MaxKeyLen = c.MaxKeyLen + len(keySep) + algTagLen
 	return s
 }
 
