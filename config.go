@@ -198,6 +198,18 @@ type Config struct {
 	// auth_request subrequest. nginx must always set it (proxy_set_header
 	// X-Real-IP $remote_addr), for the same reason. Default "X-Real-IP".
 	NginxKeyHeader string
+	// NginxAllowBadKeys lets through (204) an auth_request subrequest whose
+	// client key cannot be formed: missing, longer than MaxKeyLen, not
+	// UTF-8. Default false: 403 Forbidden, which nginx passes on as such.
+	// Either way it is counted (ringlimit_bad_keys_total{front="nginx"})
+	// and logged at most once a second.
+	NginxAllowBadKeys bool
+	// EnvoyAllowBadKeys answers OK for an Envoy descriptor whose key cannot
+	// be formed (no entries, an entry without a key, a key longer than
+	// MaxKeyLen allows). Default false: OVER_LIMIT for that descriptor (an
+	// error would be turned into "allow" by Envoy's default failure mode).
+	// Counted and logged as NginxAllowBadKeys.
+	EnvoyAllowBadKeys bool
 	// GRPCRulesOnly makes the public gRPC API take only checks that name a
 	// rule (the rule field, or a rule's name as the name): a check that
 	// chooses its own limit is answered with an error. For listeners that

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
@@ -73,6 +75,35 @@ func checkHandler(srv any, ctx context.Context, dec func(any) error, interceptor
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: ringlimitv1.RateLimiter_Check_FullMethodName}
 	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
 		return s.Check(ctx, req.(*ringlimitv1.CheckRequest))
+	})
+}
+
+// envoyDesc is Envoy's RateLimitService_ServiceDesc with a ShouldRateLimit
+// handler that decodes its request itself, as rateLimiterDesc does: a
+// request that is not valid protobuf or UTF-8 gets InvalidArgument, not
+// Internal. The server it is registered on must use serverCodec.
+var envoyDesc = func() grpc.ServiceDesc {
+	d := rlsv3.RateLimitService_ServiceDesc
+	d.Methods = []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: shouldRateLimitHandler}}
+	return d
+}()
+
+func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	var f rawFrame
+	if err := dec(&f); err != nil {
+		return nil, err
+	}
+	in := new(rlsv3.RateLimitRequest)
+	if err := decodeRequest(f.b, in); err != nil {
+		return nil, err
+	}
+	s := srv.(rlsv3.RateLimitServiceServer)
+	if interceptor == nil {
+		return s.ShouldRateLimit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
+	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+		return s.ShouldRateLimit(ctx, req.(*rlsv3.RateLimitRequest))
 	})
 }
 

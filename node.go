@@ -40,6 +40,7 @@ type Node struct {
 	metrics *metrics
 	gate    *gate // public calls in flight
 	rules   *ruleSet
+	bad     *badKeys // the front ends' requests with bad keys
 
 	grpcSrv          *grpc.Server
 	peerSrv          *grpc.Server // the peer service's own server
@@ -237,6 +238,9 @@ func (n *Node) build() error {
 		func() float64 { return float64(len(n.cl.Members())) },
 		func() float64 { return float64(n.ring.Version()) })
 	if err != nil {
+		return fmt.Errorf("ringlimit: registering metrics: %w", err)
+	}
+	if n.bad, err = newBadKeys(cfg.Registry, n.log, n.clock); err != nil {
 		return fmt.Errorf("ringlimit: registering metrics: %w", err)
 	}
 	if err := n.buildRules(); err != nil {

@@ -216,17 +216,20 @@ func (n *Node) Rules() *rules.Set { return n.rules.Rules() }
 // FailedPrecondition saying so.
 func (n *Node) registerEnvoy(s *grpc.Server) error {
 	if n.rules.store == nil {
-		rlsv3.RegisterRateLimitServiceServer(s, noRulesEnvoy{})
+		s.RegisterService(&envoyDesc, noRulesEnvoy{})
 		return nil
 	}
 	ec := envoy.DefaultConfig()
 	ec.Headers = n.cfg.EnvoyHeaders
 	ec.Clock = n.clock
+	ec.MaxKeyLen = n.cfg.syncConfig().MaxKeyLen
+	ec.AllowBadKeys = n.cfg.EnvoyAllowBadKeys
+	ec.OnBadKey = func(err error) { n.bad.note(frontEnvoy, n.cfg.EnvoyAllowBadKeys, err) }
 	srv, err := envoy.New(n.Checker(), n.rules, ec)
 	if err != nil {
 		return fmt.Errorf("ringlimit: envoy: %w", err)
 	}
-	srv.Register(s)
+	s.RegisterService(&envoyDesc, srv)
 	return nil
 }
 
@@ -257,6 +260,13 @@ func (n *Node) nginxAuth() (http.Handler, error) {
 		Key:        middleware.FromHeader(c.NginxKeyHeader),
 		FailClosed: c.NginxFailClosed,
 		Clock:      n.clock,
+		MaxKeyLen:  c.MaxKeyLen,
+		// A key the node cannot take (the rule's name and it together over
+		// MaxKeyLen) is a bad key too: the checker refuses it.
+		AllowBadKeys: c.NginxAllowBadKeys,
+		OnBadKey: func(_ *http.Request, err error) {
+			n.bad.note(frontNginx, c.NginxAllowBadKeys, err)
+		},
 		OnError: func(r *http.Request, err error) {
 			n.log.Debug("nginx auth: check failed", "uri", r.Header.Get("X-Original-URI"), "err", err)
 		},

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -280,5 +282,76 @@ func TestRulesOnlyListeners(t *testing.T) {
 	resp, err := n.Check(t.Context(), &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{own}})
 	if err != nil || resp.Items[0].Status != ringlimitv1.Status_STATUS_UNDER_LIMIT {
 		t.Errorf("embedding API, a limit of its own: %v %v, want admitted", resp, err)
+	}
+}
+
+// TestLoneSurrogate: JSON escapes of half a surrogate pair are found (they
+// would decode to U+FFFD, two keys sharing a bucket); whole pairs and other
+// escapes are not.
+func TestLoneSurrogate(t *testing.T) {
+	for _, tt := range []struct {
+		json string
+		want int
+	}{
+		{`{"k":"\udc00"}`, 6},
+		{`{"k":"\udc01"}`, 6},
+		{`{"k":"a\ud800"}`, 7},
+		{`{"k":"\ud800\u0041"}`, 6},
+		{`{"k":"\ud83d\ude00"}`, -1},
+		{`{"k":"\\udc00"}`, -1}, // an escaped backslash, then text
+		{`{"k":"\u00e9\n\""}`, -1},
+		{`{"k":"\uzzzz"}`, -1}, // malformed: the decoder's to report
+	} {
+		if got := loneSurrogate([]byte(tt.json)); got != tt.want {
+			t.Errorf("loneSurrogate(%s) = %d, want %d", tt.json, got, tt.want)
+		}
+	}
+}
+
+// TestFrontEndBadKeys: keys that cannot be formed are denied by default at
+// the nginx endpoint (403) and at Envoy's service (OVER_LIMIT for the
+// descriptor), counted in ringlimit_bad_keys_total; invalid UTF-8 from Envoy
+// is InvalidArgument; lone surrogates in JSON keys are refused.
+func TestFrontEndBadKeys(t *testing.T) {
+	n := rulesNode(t, writeRules(t, t.TempDir(), testRulesYAML), nil)
+	long := "X-Real-IP: " + strings.Repeat("a", 2000)
+	for _, h := range [][]string{{"X-Ringlimit-Rule: edge/remote_address"}, {long, "X-Ringlimit-Rule: edge/remote_address"}} {
+		for range 10 {
+			if resp, _ := nginxAuth(t, n, h...); resp.StatusCode != http.StatusForbidden {
+				t.Fatalf("nginx, headers %.40q: %s, want 403", h, resp.Status)
+			}
+		}
+	}
+	if got := gatherValue(t, n, "ringlimit_bad_keys_total", "front", "nginx"); got != 20 {
+		t.Errorf("nginx bad keys counted %v, want 20", got)
+	}
+
+	e := dialEnvoy(t, n)
+	resp, err := e.ShouldRateLimit(t.Context(), envoyRequest("edge", "remote_address", strings.Repeat("a", 2000)))
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("Envoy, a value of 2000 bytes: %v %v, want OVER_LIMIT", resp, err)
+	}
+	if got := gatherValue(t, n, "ringlimit_bad_keys_total", "front", "envoy"); got != 1 {
+		t.Errorf("Envoy bad keys counted %v, want 1", got)
+	}
+	// A value that is not UTF-8, as raw protobuf: domain "edge", one
+	// descriptor with the entry remote_address = "\xff".
+	raw := []byte("\x0a\x04edge\x12\x15\x0a\x13\x0a\x0eremote_address\x12\x01\xff")
+	cc, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	var out []byte
+	err = cc.Invoke(t.Context(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &raw, &out, grpc.ForceCodec(rawCodec{}))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "not valid UTF-8") {
+		t.Errorf("Envoy, a value that is not UTF-8: %v, want InvalidArgument saying so", err)
+	}
+
+	for _, key := range []string{`\udc00`, `\udc01`} {
+		code, b := post(t, n, "application/json", []byte(`{"items":[{"name":"api","unique_key":"`+key+`","hits":1,"limit":5,"period":"1h"}]}`))
+		if code != http.StatusBadRequest {
+			t.Errorf("JSON key %s: %d %s, want 400", key, code, b)
+		}
 	}
 }

@@ -101,6 +101,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&c.NginxRule, "nginx-rule", "", "the rule /v1/nginx/auth checks every subrequest against (e.g. nginx/per_ip); empty: named per request by --nginx-rule-header")
 	fs.StringVar(&c.NginxRuleHeader, "nginx-rule-header", c.NginxRuleHeader, "header naming the rule of a /v1/nginx/auth subrequest, set by nginx (proxy_set_header), when --nginx-rule is empty")
 	fs.StringVar(&c.NginxKeyHeader, "nginx-key-header", c.NginxKeyHeader, "header carrying the client key of a /v1/nginx/auth subrequest, set by nginx (proxy_set_header X-Real-IP $remote_addr)")
+	fs.BoolVar(&c.NginxAllowBadKeys, "nginx-allow-bad-keys", false, "/v1/nginx/auth: let through (204) a subrequest whose key is missing, too long or not UTF-8, instead of 403")
+	fs.BoolVar(&c.EnvoyAllowBadKeys, "envoy-allow-bad-keys", false, "Envoy rate limit service: answer OK for a descriptor whose key cannot be formed, instead of OVER_LIMIT")
 	fs.BoolVar(&c.GRPCRulesOnly, "grpc-rules-only", false, "public gRPC API: take only checks that name a rule; a check choosing its own limit gets an error (for untrusted callers)")
 	fs.BoolVar(&c.HTTPRulesOnly, "http-rules-only", false, "POST /v1/check: take only checks that name a rule; a check choosing its own limit gets an error (for untrusted callers)")
 	fs.BoolVar(&c.NginxFailClosed, "nginx-fail-closed", false, "/v1/nginx/auth: answer 503 instead of 204 when a check fails (unknown rule, no key, cluster unable to answer)")
