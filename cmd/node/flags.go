@@ -74,6 +74,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", c.CheckTimeout, "longest a public call waits for its answers (must exceed --request-timeout)")
 	fs.IntVar(&c.MaxBatchItems, "max-check-items", c.MaxBatchItems, "most items in one public Check call")
 	fs.IntVar(&c.MaxKeyLen, "max-key-len", c.MaxKeyLen, "most bytes of name + unique_key in one item")
+	fs.IntVar(&c.Sync.MaxKeys, "max-keys", c.Sync.MaxKeys, "most keys a node keeps (owned, cached, backed up); beyond it the least recently used are evicted")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "most bytes of an HTTP request body")
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-recv-msg-bytes", c.MaxRecvMsgBytes, "most bytes of one gRPC message received, public or peer")
 	fs.UintVar(&maxConcurrentStreams, "max-concurrent-streams", uint(c.MaxConcurrentStreams), "most concurrent gRPC calls per connection")

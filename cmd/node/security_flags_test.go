@@ -74,6 +74,22 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 		{name: "gossip key of a bad size", args: []string{"--gossip-key", b64([]byte("short"))}, wantErr: "--gossip-key: key 1 is 5 bytes"},
 		{name: "second gossip key of a bad size", args: []string{"--gossip-keys", b64(k16) + "," + b64(k16[:7])}, wantErr: "--gossip-keys: key 2 is 7 bytes"},
 		{name: "both gossip key flags", args: []string{"--gossip-key", b64(k16), "--gossip-keys", b64(k16)}, wantErr: "one or the other"},
+		{name: "max keys", args: []string{"--max-keys", "5000"}, check: func(t *testing.T, o options) {
+			if o.cfg.Sync.MaxKeys != 5000 {
+				t.Errorf("Sync.MaxKeys = %d, want 5000", o.cfg.Sync.MaxKeys)
+			}
+		}},
+		{name: "zero max keys", args: []string{"--max-keys", "0"}, wantErr: "MaxKeys"},
+		{name: "insecure peers", args: []string{"--insecure-peers"}, env: map[string]string{"RINGLIMIT_PEER_SECRET": ""}, check: func(t *testing.T, o options) {
+			if !o.cfg.InsecurePeers || len(o.cfg.PeerSecret) != 0 {
+				t.Errorf("InsecurePeers %v, secret %q: want insecure, no secret", o.cfg.InsecurePeers, o.cfg.PeerSecret)
+			}
+		}},
+		{name: "peer secret", args: []string{"--peer-secret", b64(k32)}, check: func(t *testing.T, o options) {
+			if !bytes.Equal(o.cfg.PeerSecret, k32) {
+				t.Errorf("PeerSecret %x, want %x", o.cfg.PeerSecret, k32)
+			}
+		}},
 		{name: "no peer authentication", env: map[string]string{"RINGLIMIT_PEER_SECRET": ""}, wantErr: "the peers must authenticate each other"},
 		{name: "peer secret not base64", args: []string{"--peer-secret", "not base64!"}, wantErr: "--peer-secret is not base64"},
 		{name: "short peer secret", args: []string{"--peer-secret", b64([]byte("fifteen bytes.."))}, wantErr: "PeerSecret: 15 bytes"},
