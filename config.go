@@ -220,8 +220,9 @@ type Config struct {
 	// HTTPRulesOnly is GRPCRulesOnly for POST /v1/check. Default false.
 	HTTPRulesOnly bool
 	// NginxFailClosed makes the auth_request endpoint answer 503 when a
-	// check fails (an unknown rule, a subrequest without a key, the cluster
-	// unable to answer) instead of 204 (fail open). Default false.
+	// check fails (an unknown rule, the cluster unable to answer) instead of
+	// 204 (fail open). A subrequest without a usable key is decided by
+	// NginxAllowBadKeys instead. Default false.
 	NginxFailClosed bool
 
 	// Pprof serves Go's profiler at /debug/pprof/ on the HTTP port. Expose

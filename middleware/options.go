@@ -81,9 +81,9 @@ type Options struct {
 	Key KeyFunc
 	// Hits is the number of hits each request takes. Default 1.
 	Hits int64
-	// FailClosed makes a failed check (the checker's error, an unknown rule,
-	// a request without a key) reject the request with 503 Service
-	// Unavailable. Default false: the request passes (fail open), as Envoy's
+	// FailClosed makes a failed check (the checker's error, an unknown rule)
+	// reject the request with 503 Service Unavailable; a request without a
+	// usable key is decided by AllowBadKeys instead. Default false: the request passes (fail open), as Envoy's
 	// rate limit filter does by default, so that an outage of the limiter is
 	// not an outage of the service. The cluster's own partition policy
 	// decides what a reachable node answers when an owner is unreachable;

@@ -106,7 +106,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.BoolVar(&c.EnvoyAllowBadKeys, "envoy-allow-bad-keys", false, "Envoy rate limit service: answer OK for a descriptor whose key cannot be formed, instead of OVER_LIMIT")
 	fs.BoolVar(&c.GRPCRulesOnly, "grpc-rules-only", false, "public gRPC API: take only checks that name a rule; a check choosing its own limit gets an error (for untrusted callers)")
 	fs.BoolVar(&c.HTTPRulesOnly, "http-rules-only", false, "POST /v1/check: take only checks that name a rule; a check choosing its own limit gets an error (for untrusted callers)")
-	fs.BoolVar(&c.NginxFailClosed, "nginx-fail-closed", false, "/v1/nginx/auth: answer 503 instead of 204 when a check fails (unknown rule, no key, cluster unable to answer)")
+	fs.BoolVar(&c.NginxFailClosed, "nginx-fail-closed", false, "/v1/nginx/auth: answer 503 instead of 204 when a check fails (unknown rule, cluster unable to answer)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP port (keep that port private)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM/SIGINT: how long to drain calls, hand keys off and leave before stopping anyway")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
