@@ -245,6 +245,10 @@ func (t *Transport) newLink(name, addr string) (*link, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Connect now, not on the first envelope: the TLS handshake of an
+	// authenticated peer then happens when it joins, not in the way of the
+	// first flush (at a loaded cluster's start that delay over-admitted).
+	conn.Connect()
 	return &link{
 		name:     name,
 		addr:     addr,

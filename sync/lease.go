@@ -309,8 +309,11 @@ func (p *peer) grantedLocked(key string, g int64, now time.Time, memory time.Dur
 		b.m, b.pruneAt = map[string]grantEntry{}, minGrantPrune
 	}
 	t := now.UnixNano()
-	ge := b.m[key]
-	b.m[strings.Clone(key)] = grantEntry{tokens: ge.tokens + g, at: t}
+	if ge, ok := b.m[key]; ok {
+		b.m[key] = grantEntry{tokens: ge.tokens + g, at: t}
+	} else {
+		b.m[strings.Clone(key)] = grantEntry{tokens: g, at: t} // key may point into a message
+	}
 	if len(b.m) >= b.pruneAt {
 		for k, ge := range b.m {
 			if t-ge.at > int64(memory) {
