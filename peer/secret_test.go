@@ -1,19 +1,14 @@
 package peer
 
 import (
-	"context"
 	"crypto/rand"
 	"slices"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-
-	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
 var (
@@ -72,34 +67,7 @@ func TestSecretTLSRejects(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(tt.creds), grpc.WithAuthority("b"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			counter := b.metrics.received
-			if tt.reason != "" {
-				counter = b.metrics.rejected.WithLabelValues(tt.reason)
-			}
-			before, handled := counterValue(t, counter), b.h.count()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, err = peerv1.NewPeerClient(conn).Deliver(ctx, &peerv1.DeliverRequest{Envelopes: []*peerv1.Envelope{env("a", "b", uint64(i+1))}})
-			if got := status.Code(err); got != tt.wantCode {
-				t.Fatalf("Deliver: %v, want %v", err, tt.wantCode)
-			}
-			want := handled
-			if tt.wantCode == codes.OK && tt.reason == "" {
-				want++
-			}
-			if got := b.h.count(); got != want {
-				t.Errorf("b's Handler got %d envelopes, want %d", got, want)
-			}
-			if tt.wantCode == codes.OK {
-				if after := counterValue(t, counter); after != before+1 {
-					t.Errorf("counter %s went %v -> %v, want +1", orAccepted(tt.reason), before, after)
-				}
-			}
+			deliverAs(t, b, b.addr, tt.creds, uint64(i+1), tt.wantCode, tt.reason)
 		})
 	}
 }
