@@ -14,10 +14,9 @@ import (
 )
 
 // RegisterServer registers the transport's receiving side, the peerv1.Peer
-// service, on s. The node facade registers it on the grpc.Server of its
-// public API by default, so one port serves clients and peers in plain text;
-// with a peer port of its own it registers it on a server of its own, whose
-// credentials (MutualTLS.ServerCredentials) authenticate peers, and
+// service, on s. The node facade registers it on a gRPC server of its own,
+// on the peer port, whose credentials (MutualTLS.ServerCredentials, from
+// certificates or SecretTLS) authenticate peers, and
 // TransportConfig.Authorize (AuthorizeCertificate) ties each envelope's From
 // to the client certificate.
 func (t *Transport) RegisterServer(s grpc.ServiceRegistrar) {
