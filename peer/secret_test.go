@@ -1,7 +1,9 @@
 package peer
 
 import (
+	"context"
 	"crypto/rand"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
 var (
@@ -95,5 +99,44 @@ func TestSecretTLSConfig(t *testing.T) {
 	c2, _, err2 := secretCA(testSecret)
 	if err1 != nil || err2 != nil || !c1.Equal(c2) {
 		t.Errorf("the CA of one secret differs between calls (%v, %v)", err1, err2)
+	}
+}
+
+// TestIncarnationFromGossip: from a member that advertises an incarnation,
+// only envelopes of that incarnation are accepted, the others counted; a
+// restart is learnt from the next membership; a member that advertises
+// none is not checked.
+func TestIncarnationFromGossip(t *testing.T) {
+	if m, err := decodeWireMeta(encodeMeta(ProtocolVersion, "10.0.0.1:7201", 42)); err != nil || m.Inc != 42 {
+		t.Fatalf("metadata round trip: %+v %v, want incarnation 42", m, err)
+	}
+	b := newTNode(t, "b", nil)
+	b.start(t)
+	steps := []struct {
+		name     string
+		aInc     uint64 // what gossip says of a
+		envInc   uint64 // what the envelope claims
+		accepted bool
+	}{
+		{"the incarnation gossip reports", 7, 7, true},
+		{"a later one, unannounced", 7, math.MaxUint64, false},
+		{"an earlier one", 7, 6, false},
+		{"a restart, announced by gossip", 8, 8, true},
+		{"the old one after the restart", 8, 7, false},
+		{"a member advertising none", 0, 12345, true},
+	}
+	for _, s := range steps {
+		b.SetPeers([]Member{{Name: "a", GRPCAddr: "127.0.0.1:1", Incarnation: s.aInc}, {Name: "b", GRPCAddr: b.addr}})
+		counter := b.metrics.received
+		if !s.accepted {
+			counter = b.metrics.rejected.WithLabelValues(rejectIncarnation)
+		}
+		before := counterValue(t, counter)
+		if err := b.receive(context.Background(), []*peerv1.Envelope{env("a", "b", s.envInc)}); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got := counterValue(t, counter) - before; got != 1 {
+			t.Errorf("%s: accepted %v: counter moved %v, want 1", s.name, s.accepted, got)
+		}
 	}
 }
