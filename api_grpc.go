@@ -99,12 +99,13 @@ func toProto(r *rlsync.Response) *ringlimitv1.CheckResult {
 		}
 	}
 	res := &ringlimitv1.CheckResult{
-		Status:    ringlimitv1.Status_STATUS_OVER_LIMIT,
-		Limit:     r.Limit,
-		Remaining: r.Remaining,
-		Owner:     r.Owner,
-		Mode:      ringlimitv1.Mode(r.Mode),
-		Degraded:  r.Degraded,
+		Status:       ringlimitv1.Status_STATUS_OVER_LIMIT,
+		Limit:        r.Limit,
+		Remaining:    r.Remaining,
+		Owner:        r.Owner,
+		Mode:         ringlimitv1.Mode(r.Mode),
+		Degraded:     r.Degraded,
+		Reconfigured: r.Reconfigured,
 	}
 	if r.Allowed {
 		res.Status = ringlimitv1.Status_STATUS_UNDER_LIMIT

@@ -236,6 +236,17 @@ func TestParameterAttacks(t *testing.T) {
 		t.Errorf("period flips: %d of 20 admitted afterwards, want 0", got)
 	}
 
+	// A real change of limit on a key not spent is applied and reported.
+	checkOne(t, c, real("raise", 1))
+	raise := real("raise", 1)
+	raise.Limit = 10
+	if r := checkOne(t, c, raise); r.Status != ringlimitv1.Status_STATUS_UNDER_LIMIT || r.Limit != 10 || !r.Reconfigured || r.Remaining > 4 {
+		t.Errorf("limit 5 -> 10 with 4 left: %v, want admitted under 10, reconfigured, at most 4 left", r)
+	}
+	if r := checkJSON(t, n, `{"name":"api","unique_key":"raise","hits":1,"limit":10,"period":"1h","mode":"local"}`); r.Reconfigured || r.Limit != 10 {
+		t.Errorf("the same limit again: %+v, want not reconfigured", r)
+	}
+
 	// The nginx rule edge/remote_address allows 2 an hour.
 	for range 2 {
 		if resp, _ := nginxAuth(t, n, "X-Real-IP: 198.51.100.9", "X-Ringlimit-Rule: edge/remote_address"); resp.StatusCode != http.StatusNoContent {

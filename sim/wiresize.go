@@ -212,6 +212,9 @@ func sizeForwardReply(m *peerv1.ForwardReply) int {
 		if d != nil {
 			k = sizeBool(d.Allowed) + sizeInt(d.Limit) + sizeInt(d.Remaining) + sizeInt(d.ResetAtNs) +
 				sizeInt(d.RetryAfterNs) + sizeInt(d.WaitNs) + sizeInt(int64(d.Error)) + sizeString(d.ErrorMessage)
+			if d.Reconfigured {
+				k += 3 // field 40: a two-byte tag and the value
+			}
 		}
 		n += sizeField(1, k)
 	}

@@ -9,18 +9,20 @@ import (
 )
 
 // cachedLocked returns the cached entry of key, creating a fresh view (a new
-// bucket, never synced) if there is none.
-func (n *Node) cachedLocked(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32) (e *entry, fresh bool, err error) {
+// bucket, never synced) if there is none. reconf reports that a request of
+// hits under l reconfigured the view (configure).
+func (n *Node) cachedLocked(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32) (e *entry, fresh, reconf bool, err error) {
 	h := n.st.hash(key)
 	e = s.m.get(h, key)
 	if e == nil {
 		if e, _, err = newKeyedEntry(key, l, now, c); err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
 		n.st.insertEntryLocked(s, h, e, c)
-		return e, true, nil
+		return e, true, false, nil
 	}
-	return e, false, configure(e, l, now, hits)
+	reconf, err = configure(e, l, now, hits)
+	return e, false, reconf, err
 }
 
 // shareExact is the share above which a node decides as if it were alone.
@@ -36,7 +38,8 @@ const shareExact = 0.999
 func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response) {
 	s := n.st.shardOf(r.Key)
 	s.mu.Lock()
-	e, fresh, err := n.cachedLocked(s, r.Key, r.Limit, r.Hits, now, c)
+	e, fresh, reconf, err := n.cachedLocked(s, r.Key, r.Limit, r.Hits, now, c)
+	resp.Reconfigured = reconf
 	if err != nil {
 		s.mu.Unlock()
 		resp.Err = err

@@ -312,8 +312,7 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) 
 			return
 		}
 		n.st.insertOwnLocked(s, s.local, own, e, c)
-	} else if err := configure(e, r.Limit, now, r.Hits); err != nil {
-		resp.Err = err
+	} else if resp.Reconfigured, resp.Err = configure(e, r.Limit, now, r.Hits); resp.Err != nil {
 		return
 	}
 	e.meta = e.meta&flagMask | c<<flagBits
@@ -323,23 +322,24 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) 
 // ownedLocked returns the owned entry of key, creating a fresh one or
 // turning a cached view into the authoritative state (this node became the
 // owner and no hand-off has arrived: the view is the best state it has).
-func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32) (*entry, error) {
+// reconf reports that a request of hits under l reconfigured it.
+func (n *Node) ownedLocked(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32) (e *entry, reconf bool, err error) {
 	h := n.st.hash(key)
-	e := s.m.get(h, key)
+	e = s.m.get(h, key)
 	if e == nil {
-		var err error
 		if e, _, err = newKeyedEntry(key, l, now, c); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		e.makeOwned()
 		n.st.insertEntryLocked(s, h, e, c)
-		return e, nil
+		return e, false, nil
 	}
 	if !e.has(flagOwned) {
 		n.dropLeaseLocked(s, key)
 		e.makeOwned()
 	}
-	return e, configure(e, l, now, hits)
+	reconf, err = configure(e, l, now, hits)
+	return e, reconf, err
 }
 
 // decideOwned decides r on this node's authoritative state. In cached mode,
@@ -362,11 +362,12 @@ func (n *Node) decideOwnedLocked(now time.Time, c uint32, v *view, r *Request, r
 	s := n.st.shardOf(r.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, err := n.ownedLocked(s, r.Key, r.Limit, r.Hits, now, c)
+	e, reconf, err := n.ownedLocked(s, r.Key, r.Limit, r.Hits, now, c)
 	if err != nil {
 		resp.Err = err
 		return
 	}
+	resp.Reconfigured = reconf
 	e.touch(c, r.Hits, true)
 	shared := cached && e.interest() != 0
 	if shared {

@@ -268,6 +268,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 			continue
 		}
 		it.resp.Decision, it.resp.Err = d, err
+		it.resp.Reconfigured = rep.Items[i].GetReconfigured()
 		n.completeLocked(it)
 	}
 	n.sendForwardsLocked(now, p, false)
@@ -548,6 +549,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			n.decideOwned(now, c, v, &r, &resp, false)
 		}
 		decisionIntoWire(&decs[i], resp.Decision, resp.Err)
+		decs[i].Reconfigured = resp.Reconfigured
 	}
 	if len(restore) > 0 {
 		n.mu.Lock()
@@ -592,6 +594,7 @@ type relayedItem struct {
 func (x *served) done() {
 	for _, l := range x.later {
 		decisionIntoWire(l.dec, l.resp.Decision, l.resp.Err)
+		l.dec.Reconfigured = l.resp.Reconfigured
 	}
 	x.w.ForwardReply = &x.r
 	x.e.Body = &x.w

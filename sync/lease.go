@@ -140,7 +140,8 @@ const leaseWarmDemand = 0.5
 func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response, pol Policy) (forward bool) {
 	s := n.st.shardOf(r.Key)
 	s.mu.Lock()
-	e, _, err := n.cachedLocked(s, r.Key, r.Limit, r.Hits, now, c)
+	e, _, reconf, err := n.cachedLocked(s, r.Key, r.Limit, r.Hits, now, c)
+	resp.Reconfigured = reconf
 	if err != nil {
 		s.mu.Unlock()
 		resp.Err = err

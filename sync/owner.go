@@ -103,7 +103,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, bit uin
 	s := n.st.shardOf(it.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, err := n.ownedLocked(s, it.Key, l, it.Hits, now, c)
+	e, _, err := n.ownedLocked(s, it.Key, l, it.Hits, now, c)
 	if err != nil {
 		n.metrics.Malformed.Add(1)
 		return &peerv1.KeyState{Key: it.Key}

@@ -82,13 +82,12 @@ func (n *Node) decideShareLocked(now time.Time, c uint32, v *view, s *shard, r *
 			from = base.b.Clone()
 		}
 		if from != nil && from.Config().Algorithm == l.Algorithm {
-			if b, err := reconfigure(from, l, now, r.Hits); err == nil {
-				e.b = b
+			if b, reconf, err := reconfigure(from, l, now, r.Hits); err == nil {
+				e.b, resp.Reconfigured = b, reconf
 			}
 		}
 		n.st.insertLocked(s, s.share, r.Key, e, c)
-	} else if err := configure(e, l, now, r.Hits); err != nil {
-		resp.Err = err
+	} else if resp.Reconfigured, resp.Err = configure(e, l, now, r.Hits); resp.Err != nil {
 		return
 	}
 	e.meta = e.meta&flagMask | c<<flagBits

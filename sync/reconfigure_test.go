@@ -40,8 +40,8 @@ func TestParametersCannotRefill(t *testing.T) {
 	}
 	for _, s := range steps {
 		r := check(t, a, t0.Add(s.at), Request{Key: "k", Hits: s.hits, Limit: s.limit, Mode: ModeOwner})
-		if r.Err != nil || r.Allowed != s.allowed || r.Limit != s.wantLimit || r.Remaining != 0 {
-			t.Errorf("%s: %+v, want allowed %v, limit %d, remaining 0", s.name, r, s.allowed, s.wantLimit)
+		if r.Err != nil || r.Allowed != s.allowed || r.Limit != s.wantLimit || r.Remaining != 0 || r.Reconfigured {
+			t.Errorf("%s: %+v, want allowed %v, limit %d, remaining 0, not reconfigured", s.name, r, s.allowed, s.wantLimit)
 		}
 	}
 	// Refills at the real rate only: 100 a minute, one each 600ms.
@@ -55,14 +55,39 @@ func TestParametersCannotRefill(t *testing.T) {
 		check(t, a, t0, Request{Key: "half", Hits: 1, Limit: real, Mode: ModeOwner})
 	}
 	r := check(t, a, t0, Request{Key: "half", Hits: 1, Limit: loose, Mode: ModeOwner})
-	if !r.Allowed || r.Limit != 1000 || r.Remaining > 49 {
-		t.Errorf("limit 100 -> 1000 with 50 left: %+v, want admitted under 1000 with at most 49 left", r)
+	if !r.Allowed || r.Limit != 1000 || r.Remaining > 49 || !r.Reconfigured {
+		t.Errorf("limit 100 -> 1000 with 50 left: %+v, want reconfigured, admitted under 1000 with at most 49 left", r)
 	}
 	tight := real
 	tight.Limit = 10
 	r = check(t, a, t0, Request{Key: "half", Hits: 1, Limit: tight, Mode: ModeOwner})
 	// 951 of 1000 consumed is 9.51 of 10: none left.
-	if r.Allowed || r.Limit != 10 || r.Remaining != 0 {
-		t.Errorf("limit 1000 -> 10 with 49 left: %+v, want denied under 10 (the share consumed kept)", r)
+	if r.Allowed || r.Limit != 10 || r.Remaining != 0 || !r.Reconfigured {
+		t.Errorf("limit 1000 -> 10 with 49 left: %+v, want reconfigured, denied under 10 (the share consumed kept)", r)
+	}
+}
+
+// TestReconfiguredOverTheWire: a forwarded check that changes the limit is
+// reported reconfigured by the owner's answer; one that does not, not.
+func TestReconfiguredOverTheWire(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "b", "a", "b")
+	loose := perMinute(100)
+	loose.Limit = 200
+	for _, s := range []struct {
+		name  string
+		limit bucket.Limit
+		want  bool
+	}{
+		{"first check", perMinute(100), false},
+		{"same limit", perMinute(100), false},
+		{"limit 200", loose, true},
+	} {
+		p := checkAsync(a, nw.now, Request{Key: key, Hits: 1, Limit: s.limit, Mode: ModeOwner})
+		nw.settle()
+		if r := p.resps[0]; !p.done || r.Err != nil || r.Owner != "b" || r.Reconfigured != s.want {
+			t.Errorf("%s: done %v, %+v, want decided by b, reconfigured %v", s.name, p.done, r, s.want)
+		}
 	}
 }

@@ -24,7 +24,7 @@ func TestFlushRoutes(t *testing.T) {
 		t.Helper()
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		e, _, err := a.cachedLocked(s, key, l, 1, t0, c)
+		e, _, _, err := a.cachedLocked(s, key, l, 1, t0, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestFlushRoutes(t *testing.T) {
 		// lost to a partition) is not trusted as a route.
 		a, v, s, key := setup(t)
 		s.mu.Lock()
-		e, _, err := a.cachedLocked(s, key, l, 1, t0, c)
+		e, _, _, err := a.cachedLocked(s, key, l, 1, t0, c)
 		if err != nil {
 			t.Fatal(err)
 		}

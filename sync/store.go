@@ -482,14 +482,14 @@ func (e *entry) key() (string, bool) {
 }
 
 // configure makes e's bucket run under l for a request of hits at now, as
-// reconfigure says.
-func configure(e *entry, l bucket.Limit, now time.Time, hits int64) error {
-	b, err := reconfigure(e.b, l, now, hits)
+// reconfigure says, and reports whether the live bucket's limit changed.
+func configure(e *entry, l bucket.Limit, now time.Time, hits int64) (bool, error) {
+	b, changed, err := reconfigure(e.b, l, now, hits)
 	if err != nil {
-		return err
+		return false, err
 	}
 	e.b = b
-	return nil
+	return changed, nil
 }
 
 // reconfigure returns b made to run under l for a request of hits at now.
@@ -507,25 +507,27 @@ func configure(e *entry, l bucket.Limit, now time.Time, hits int64) error {
 //
 // A bucket of another algorithm is replaced by a new one, since the request
 // defines the limit; the public API keeps algorithms apart by key, so that
-// happens only to rule buckets whose rule changed algorithm.
-func reconfigure(b bucket.Bucket, l bucket.Limit, now time.Time, hits int64) (bucket.Bucket, error) {
+// happens only to rule buckets whose rule changed algorithm. changed
+// reports whether the limit of the bucket returned differs from b's.
+func reconfigure(b bucket.Bucket, l bucket.Limit, now time.Time, hits int64) (_ bucket.Bucket, changed bool, _ error) {
 	if b.Config() == l || hits == 0 {
-		return b, nil
+		return b, false, nil
 	}
 	if b.Config().Algorithm != l.Algorithm {
-		return bucket.New(l, now)
+		nb, err := bucket.New(l, now)
+		return nb, err == nil, err
 	}
 	before, err := b.Take(now, 0)
 	if err != nil || before.Remaining < hits {
-		return b, nil
+		return b, false, nil
 	}
 	if err := b.Reconfigure(now, l); err != nil {
-		return b, err
+		return b, false, err
 	}
 	if after, err := b.Take(now, 0); err == nil && after.Remaining > before.Remaining {
 		_ = b.Drain(now, after.Remaining-before.Remaining)
 	}
-	return b, nil
+	return b, true, nil
 }
 
 // evictLocked makes room in a full store: it removes the least recently used
