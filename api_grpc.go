@@ -19,6 +19,12 @@ import (
 // while shutting down, DeadlineExceeded or Canceled when ctx ends first.
 // Check is safe for concurrent use.
 func (n *Node) Check(ctx context.Context, req *ringlimitv1.CheckRequest) (*ringlimitv1.CheckResponse, error) {
+	return n.checkProto(ctx, req, false)
+}
+
+// checkProto is Check; with rulesOnly, items that name no rule are answered
+// with an error (Config.GRPCRulesOnly).
+func (n *Node) checkProto(ctx context.Context, req *ringlimitv1.CheckRequest, rulesOnly bool) (*ringlimitv1.CheckResponse, error) {
 	start := time.Now()
 	if err := n.checkBatch(len(req.GetItems())); err != nil {
 		return nil, err
@@ -27,7 +33,7 @@ func (n *Node) Check(ctx context.Context, req *ringlimitv1.CheckRequest) (*ringl
 	for i, pi := range req.Items {
 		items[i] = fromProto(pi)
 	}
-	ruled := n.resolveRules(items)
+	ruled := n.resolveRules(items, rulesOnly)
 	out := make([]rlsync.Response, len(items))
 	if err := n.check(ctx, items, out); err != nil {
 		return nil, err
@@ -99,12 +105,13 @@ func toProto(r *rlsync.Response) *ringlimitv1.CheckResult {
 		}
 	}
 	res := &ringlimitv1.CheckResult{
-		Status:    ringlimitv1.Status_STATUS_OVER_LIMIT,
-		Limit:     r.Limit,
-		Remaining: r.Remaining,
-		Owner:     r.Owner,
-		Mode:      ringlimitv1.Mode(r.Mode),
-		Degraded:  r.Degraded,
+		Status:       ringlimitv1.Status_STATUS_OVER_LIMIT,
+		Limit:        r.Limit,
+		Remaining:    r.Remaining,
+		Owner:        r.Owner,
+		Mode:         ringlimitv1.Mode(r.Mode),
+		Degraded:     r.Degraded,
+		Reconfigured: r.Reconfigured,
 	}
 	if r.Allowed {
 		res.Status = ringlimitv1.Status_STATUS_UNDER_LIMIT
@@ -129,5 +136,5 @@ type grpcAPI struct {
 
 // Check implements ringlimitv1.RateLimiterServer.
 func (a grpcAPI) Check(ctx context.Context, req *ringlimitv1.CheckRequest) (*ringlimitv1.CheckResponse, error) {
-	return a.n.Check(ctx, req)
+	return a.n.checkProto(ctx, req, a.n.cfg.GRPCRulesOnly)
 }

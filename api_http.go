@@ -48,7 +48,30 @@ func (n *Node) handler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return mux
+	return headerLimit(n.cfg.MaxHeaderBytes, mux)
+}
+
+// headerLimit answers 431 to a request whose request line and headers take
+// more than max bytes as sent (each header line "Key: value\r\n"). Go's
+// server refuses them only past its own bound plus a read-buffer's slop (4
+// KiB and more), so without this a 64 KiB limit refused from about 80 KiB.
+func headerLimit(max int, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		size := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				size += len(k) + 2 + len(v) + 2
+			}
+		}
+		if r.Host != "" && r.Header.Get("Host") == "" {
+			size += len("Host: ") + len(r.Host) + 2
+		}
+		if size > max {
+			httpError(w, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("request headers: %d bytes, more than the maximum %d", size, max))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (n *Node) httpCheck(w http.ResponseWriter, r *http.Request) {
@@ -80,7 +103,7 @@ func (n *Node) httpCheck(w http.ResponseWriter, r *http.Request) {
 	for i := range req.Items {
 		items[i] = fromJSON(&req.Items[i])
 	}
-	ruled := n.resolveRules(items)
+	ruled := n.resolveRules(items, n.cfg.HTTPRulesOnly)
 	out := make([]rlsync.Response, len(items))
 	if err := n.check(r.Context(), items, out); err != nil {
 		s := status.Convert(err)
@@ -124,7 +147,68 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int,
 		}
 		return nil, http.StatusBadRequest, fmt.Sprintf("malformed JSON: invalid UTF-8 at byte %d", i)
 	}
+	if i := loneSurrogate(body); i >= 0 {
+		return nil, http.StatusBadRequest, fmt.Sprintf("malformed JSON: a lone UTF-16 surrogate escape at byte %d", i)
+	}
 	return body, 0, ""
+}
+
+// loneSurrogate returns the offset of the first \u escape in the JSON b
+// that is half of a UTF-16 surrogate pair without its other half, or -1.
+// encoding/json decodes each such escape as U+FFFD, so "\udc00" and
+// "\udc01" would name one bucket (issue 16); they are refused instead.
+// Backslashes occur in JSON only in strings, as escapes, so a scan of the
+// escapes needs no parser.
+func loneSurrogate(b []byte) int {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(b) || b[i+1] != 'u' {
+			i++ // an escape of one character: skip it
+			continue
+		}
+		r, ok := hex4(b, i+2)
+		switch {
+		case !ok:
+			return -1 // malformed: the decoder reports it
+		case r >= 0xdc00 && r <= 0xdfff:
+			return i
+		case r >= 0xd800 && r <= 0xdbff:
+			lo, ok := rune(0), false
+			if i+7 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+				lo, ok = hex4(b, i+8)
+			}
+			if !ok || lo < 0xdc00 || lo > 0xdfff {
+				return i
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return -1
+}
+
+// hex4 parses the four hexadecimal digits at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 // decodeJSON reads exactly one JSON value into v, rejecting unknown fields

@@ -58,6 +58,8 @@ type jsonResult struct {
 	Owner      string     `json:"owner,omitempty"`
 	Mode       string     `json:"mode,omitempty"`
 	Degraded   bool       `json:"degraded,omitempty"`
+	// Reconfigured: the check changed the limit of the key's bucket.
+	Reconfigured bool `json:"reconfigured,omitempty"`
 }
 
 // jsonError is the body of every HTTP error answer.
@@ -157,7 +159,7 @@ func toJSON(r *rlsync.Response) jsonResult {
 	if r.Allowed {
 		res.Status = statusUnderLimit
 	}
-	res.Limit, res.Remaining, res.Degraded = r.Limit, r.Remaining, r.Degraded
+	res.Limit, res.Remaining, res.Degraded, res.Reconfigured = r.Limit, r.Remaining, r.Degraded, r.Reconfigured
 	if !r.ResetAt.IsZero() {
 		t := r.ResetAt.UTC()
 		res.ResetTime = &t

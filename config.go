@@ -30,12 +30,10 @@ type Config struct {
 	// host name.
 	Name string
 
-	// GRPCAddr is the host:port the gRPC server listens on: the public
-	// RateLimiter service and, unless PeerAddr is set, the peer service
-	// between nodes. Port 0 picks a free port; Node.GRPCAddr reports the
-	// bound address, which is also what the node advertises to its peers
-	// without PeerAddr (an unspecified host, 0.0.0.0 or "", is advertised as
-	// the node's gossip IP). Default 127.0.0.1:7101.
+	// GRPCAddr is the host:port the public gRPC server listens on: the
+	// RateLimiter service and Envoy's rate limit service. The peer service
+	// never shares it (PeerAddr). Port 0 picks a free port; Node.GRPCAddr
+	// reports the bound address. Default 127.0.0.1:7101.
 	GRPCAddr string
 	// HTTPAddr is the host:port of the HTTP/JSON API, health and metrics.
 	// Empty disables HTTP. Default 127.0.0.1:8101.
@@ -70,14 +68,30 @@ type Config struct {
 	// (docs/security.md). They need a GossipKey. Default none.
 	GossipSecondaryKeys [][]byte
 
-	// PeerAddr, when set, is the host:port of a gRPC server of its own for
-	// the peer service (the traffic between nodes), which the public gRPC
-	// port then no longer serves; the node advertises it to its peers. Port
+	// PeerAddr is the host:port of the peer service's own gRPC server (the
+	// traffic between nodes), which the node advertises to its peers in
+	// gossip (an unspecified host, 0.0.0.0 or "", is advertised as the
+	// node's gossip IP). The public gRPC port never serves it: public
+	// clients and peers are kept apart, each port with its own trust. Port
 	// 0 picks a free port; Node.PeerAddr reports the bound address. Default
-	// empty: peers use the public gRPC port, in plain text, which suits
-	// loopback and private networks only. TLS or PeerTLS needs it: public
-	// clients and peers are then kept apart, each port with its own trust.
+	// empty: GRPCAddr's host, port 0.
 	PeerAddr string
+	// PeerSecret is the cluster's shared secret (at least 16 bytes; 32
+	// random bytes are best) from which the peers authenticate each other
+	// when PeerTLS is off: it derives a certificate authority every member
+	// holds (peer.SecretTLS), so the peer port speaks mutual TLS and every
+	// envelope's sender is the name in its connection's certificate.
+	// Default none: the secret is derived from GossipKey (and
+	// GossipSecondaryKeys, for rotations) when there is one. With neither a
+	// secret, a gossip key nor PeerTLS, Start fails unless InsecurePeers is
+	// set (docs/security.md).
+	PeerSecret []byte
+	// InsecurePeers runs the peer port in plain text, believing the sender
+	// each envelope names: anyone who reaches the port can then move any
+	// limit. For tests and throwaway clusters on loopback only; the node
+	// logs a warning at start and /v1/cluster shows it. It cannot be
+	// combined with PeerTLS or PeerSecret. Default false.
+	InsecurePeers bool
 	// TLS enables TLS on the public gRPC and HTTP APIs (health and metrics
 	// included), optionally requiring client certificates. Default off.
 	TLS TLSFiles
@@ -184,9 +198,31 @@ type Config struct {
 	// auth_request subrequest. nginx must always set it (proxy_set_header
 	// X-Real-IP $remote_addr), for the same reason. Default "X-Real-IP".
 	NginxKeyHeader string
+	// NginxAllowBadKeys lets through (204) an auth_request subrequest whose
+	// client key cannot be formed: missing, longer than MaxKeyLen, not
+	// UTF-8. Default false: 403 Forbidden, which nginx passes on as such.
+	// Either way it is counted (ringlimit_bad_keys_total{front="nginx"})
+	// and logged at most once a second.
+	NginxAllowBadKeys bool
+	// EnvoyAllowBadKeys answers OK for an Envoy descriptor whose key cannot
+	// be formed (no entries, an entry without a key, a key longer than
+	// MaxKeyLen allows). Default false: OVER_LIMIT for that descriptor (an
+	// error would be turned into "allow" by Envoy's default failure mode).
+	// Counted and logged as NginxAllowBadKeys.
+	EnvoyAllowBadKeys bool
+	// GRPCRulesOnly makes the public gRPC API take only checks that name a
+	// rule (the rule field, or a rule's name as the name): a check that
+	// chooses its own limit is answered with an error. For listeners that
+	// untrusted callers reach, which must not choose their limits. The
+	// embedding API (Node.Check) is not a listener and is not bound by it.
+	// Default false.
+	GRPCRulesOnly bool
+	// HTTPRulesOnly is GRPCRulesOnly for POST /v1/check. Default false.
+	HTTPRulesOnly bool
 	// NginxFailClosed makes the auth_request endpoint answer 503 when a
-	// check fails (an unknown rule, a subrequest without a key, the cluster
-	// unable to answer) instead of 204 (fail open). Default false.
+	// check fails (an unknown rule, the cluster unable to answer) instead of
+	// 204 (fail open). A subrequest without a usable key is decided by
+	// NginxAllowBadKeys instead. Default false.
 	NginxFailClosed bool
 
 	// Pprof serves Go's profiler at /debug/pprof/ on the HTTP port. Expose
@@ -336,7 +372,7 @@ func (c Config) Validate() error {
 func (c Config) syncConfig() rlsync.Config {
 	s := c.Sync
 	s.Self = c.Name
-	s.MaxKeyLen = c.MaxKeyLen + len(keySep)
+	s.MaxKeyLen = c.MaxKeyLen + len(keySep) + algTagLen
 	return s
 }
 

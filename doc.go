@@ -14,6 +14,7 @@
 //	cfg := ringlimit.DefaultConfig()
 //	cfg.Name = "node-a"
 //	cfg.Seeds = []string{"10.0.0.2:7946"}
+//	cfg.PeerSecret = secret // the cluster's: the peers authenticate with it
 //	n, err := ringlimit.Start(ctx, cfg)
 //	if err != nil { ... }
 //	defer n.Shutdown(context.Background()) // drain, hand off, leave
@@ -24,7 +25,8 @@
 //	}}})
 //
 // A bucket is identified cluster-wide by (name, unique_key), joined by a NUL
-// byte (Key); names may not contain NUL. Nothing here is process-global:
+// byte (Key), and its algorithm: a bucket of another algorithm than the
+// token bucket has a key of its own. Names may not contain NUL. Nothing here is process-global:
 // every node has its own Prometheus registry, logger and clock, so several
 // nodes run side by side in one process.
 package ringlimit

@@ -40,6 +40,11 @@ func stop(n *ringlimit.Node) {
 	}
 }
 
+// clusterSecret is the secret the nodes of one cluster share: 32 random bytes
+// given to every node (from a secret store; made up here), from which they
+// authenticate each other (Config.PeerSecret).
+var clusterSecret = []byte("an example secret, 32 bytes long")
+
 // A program embeds a node and asks it directly, with no network hop: the
 // node decides, and serves the same checks over gRPC and HTTP to others.
 func ExampleStart() {
@@ -48,6 +53,7 @@ func ExampleStart() {
 	cfg.GRPCAddr = "127.0.0.1:0" // port 0: the system picks; see n.GRPCAddr()
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.GossipAddr = "127.0.0.1:0"
+	cfg.PeerSecret = clusterSecret // what the cluster's nodes authenticate each other with
 	// cfg.Seeds = []string{"ringlimit-headless:7946"} would join an
 	// existing cluster of sidecars or standalone nodes.
 	n, err := ringlimit.Start(context.Background(), cfg)
@@ -88,6 +94,7 @@ func ExampleStart_cluster() {
 		cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "", "127.0.0.1:0"
 		cfg.GossipProfile = ringlimit.GossipLocal // nodes on one host
 		cfg.Seeds = seeds
+		cfg.PeerSecret = clusterSecret
 		n, err := ringlimit.Start(context.Background(), cfg)
 		if err != nil {
 			log.Fatal(err)

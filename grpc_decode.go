@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
@@ -53,27 +55,50 @@ func (serverCodec) Name() string { return "proto" }
 // must use serverCodec.
 var rateLimiterDesc = func() grpc.ServiceDesc {
 	d := ringlimitv1.RateLimiter_ServiceDesc
-	d.Methods = []grpc.MethodDesc{{MethodName: "Check", Handler: checkHandler}}
+	d.Methods = []grpc.MethodDesc{{MethodName: "Check", Handler: rawUnary(ringlimitv1.RateLimiter_Check_FullMethodName,
+		func(srv any, ctx context.Context, in *ringlimitv1.CheckRequest) (any, error) {
+			return srv.(ringlimitv1.RateLimiterServer).Check(ctx, in)
+		})}}
 	return d
 }()
 
-func checkHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	var f rawFrame
-	if err := dec(&f); err != nil {
-		return nil, err
+// envoyDesc is Envoy's RateLimitService_ServiceDesc with a ShouldRateLimit
+// handler that decodes its request itself, as rateLimiterDesc does: a
+// request that is not valid protobuf or UTF-8 gets InvalidArgument, not
+// Internal. The server it is registered on must use serverCodec.
+var envoyDesc = func() grpc.ServiceDesc {
+	d := rlsv3.RateLimitService_ServiceDesc
+	d.Methods = []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: rawUnary(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName,
+		func(srv any, ctx context.Context, in *rlsv3.RateLimitRequest) (any, error) {
+			return srv.(rlsv3.RateLimitServiceServer).ShouldRateLimit(ctx, in)
+		})}}
+	return d
+}()
+
+// rawUnary returns the handler of the unary method fullMethod that receives
+// its request undecoded (a rawFrame), decodes it into a new R with
+// decodeRequest and calls call with it, through the interceptor if any.
+func rawUnary[R any, PR interface {
+	*R
+	proto.Message
+}](fullMethod string, call func(srv any, ctx context.Context, in PR) (any, error)) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		var f rawFrame
+		if err := dec(&f); err != nil {
+			return nil, err
+		}
+		in := PR(new(R))
+		if err := decodeRequest(f.b, in); err != nil {
+			return nil, err
+		}
+		if interceptor == nil {
+			return call(srv, ctx, in)
+		}
+		info := &grpc.UnaryServerInfo{Server: srv, FullMethod: fullMethod}
+		return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+			return call(srv, ctx, req.(PR))
+		})
 	}
-	in := new(ringlimitv1.CheckRequest)
-	if err := decodeRequest(f.b, in); err != nil {
-		return nil, err
-	}
-	s := srv.(ringlimitv1.RateLimiterServer)
-	if interceptor == nil {
-		return s.Check(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: ringlimitv1.RateLimiter_Check_FullMethodName}
-	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-		return s.Check(ctx, req.(*ringlimitv1.CheckRequest))
-	})
 }
 
 // decodeRequest decodes b into m; a failure is an InvalidArgument status

@@ -177,6 +177,14 @@ func TestHostileInput(t *testing.T) {
 		{"HTTP: PUT", func(t *testing.T) outcome {
 			return doHTTP(t, n, http.MethodPut, http.Header{"Content-Type": {"application/json"}}, strings.NewReader(items(1, `{`+okItem+`}`)))
 		}, outcome{"http 405", "Method Not Allowed"}},
+		{"HTTP: 65 KiB of headers (the limit is 64 KiB)", func(t *testing.T) outcome {
+			return doHTTP(t, n, http.MethodPost, http.Header{"Content-Type": {"application/json"}, "Cookie": {strings.Repeat("c", 65<<10)}},
+				strings.NewReader(items(1, `{`+okItem+`}`)))
+		}, outcome{"http 431", ""}},
+		{"HTTP: 63 KiB of headers", func(t *testing.T) outcome {
+			return doHTTP(t, n, http.MethodPost, http.Header{"Content-Type": {"application/json"}, "Cookie": {strings.Repeat("c", 63<<10)}},
+				strings.NewReader(items(1, `{`+okItem+`}`)))
+		}, outcome{"item under_limit", ""}},
 		{"HTTP: 80 KiB of headers", func(t *testing.T) outcome {
 			return doHTTP(t, n, http.MethodPost, http.Header{"Content-Type": {"application/json"}, "Cookie": {strings.Repeat("c", 80<<10)}},
 				strings.NewReader(items(1, `{`+okItem+`}`)))

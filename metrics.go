@@ -104,6 +104,7 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 		{"ringlimit_leases_returned_total", "Leases returned.", &c.LeasesReturned},
 		{"ringlimit_lease_tokens_granted_total", "Tokens granted in leases.", &c.LeaseTokensGranted},
 		{"ringlimit_lease_tokens_returned_total", "Tokens returned from leases.", &c.LeaseTokensReturned},
+		{"ringlimit_lease_tokens_refused_total", "Lease tokens a peer gave back beyond what this node granted it and had not seen returned (refused, not refunded).", &c.LeaseTokensRefused},
 		{"ringlimit_handoffs_sent_total", "Hand-off messages sent.", &c.HandoffsSent},
 		{"ringlimit_handoff_keys_total", "Keys handed off to new owners.", &c.HandoffKeys},
 		{"ringlimit_handoffs_received_total", "Hand-off messages merged by this node as new owner.", &c.HandoffsReceived},

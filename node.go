@@ -45,16 +45,17 @@ type Node struct {
 	metrics *metrics
 	gate    *gate // public calls in flight
 	rules   *ruleSet
+	bad     *badKeys // the front ends' requests with bad keys
 
 	grpcSrv          *grpc.Server
-	peerSrv          *grpc.Server // nil when peers share grpcSrv (no PeerAddr)
+	peerSrv          *grpc.Server // the peer service's own server
 	httpSrv          *http.Server // nil when HTTP is disabled
 	grpcLn, httpLn   net.Listener
-	peerLn           net.Listener // nil without PeerAddr
+	peerLn           net.Listener
 	grpcAddr, httpAd string
-	peerAddr         string          // where peers reach this node: PeerAddr's or GRPCAddr's bound address
+	peerAddr         string          // where peers reach this node: PeerAddr's bound address
 	tlsCfg           *tls.Config     // the public APIs' TLS, nil when off
-	mtls             *peer.MutualTLS // the peers' identity, nil when off
+	mtls             *peer.MutualTLS // the peers' identity, nil with InsecurePeers
 
 	cancel   context.CancelFunc // ends the node's run context
 	stopTick chan struct{}      // closed to stop the rules poller
@@ -138,10 +139,14 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	n.log.Info("node started", "grpc", n.grpcAddr, "http", n.httpAd, "peer", n.peerAddr, "gossip", n.cl.GossipAddr(),
 		"seeds", cfg.Seeds, "mode", cfg.Sync.Mode.String(), "policy", cfg.Sync.Policy.String(),
-		"tls", cfg.TLS.Enabled(), "peer_tls", cfg.PeerTLS.Enabled(), "gossip_encrypted", len(cfg.GossipKey) > 0)
+		"tls", cfg.TLS.Enabled(), "peer_auth", cfg.peerAuth(), "gossip_encrypted", len(cfg.GossipKey) > 0)
 	n.warnExposure()
 	return n, nil
 }
+
+// warnInsecurePeers is the warning of a node whose peers do not
+// authenticate, logged at start and shown in /v1/cluster.
+const warnInsecurePeers = "peers are not authenticated (InsecurePeers): whoever reaches the peer port can move any limit"
 
 // warnExposure logs a warning for each port bound beyond loopback without
 // protection. docs/security.md says what to expose.
@@ -153,8 +158,8 @@ func (n *Node) warnExposure() {
 			}
 		}
 	}
-	if n.peerLn != nil && !n.cfg.PeerTLS.Enabled() && !isLoopback(n.peerAddr) {
-		n.log.Warn("peer port beyond loopback without mutual TLS: keep it on the cluster network", "addr", n.peerAddr)
+	if n.mtls == nil {
+		n.log.Warn(warnInsecurePeers, "addr", n.peerAddr)
 	}
 	if len(n.cfg.GossipKey) == 0 && !isLoopback(n.cfg.GossipAddr) {
 		n.log.Warn("gossip beyond loopback without encryption: set a gossip key", "addr", n.cfg.GossipAddr)
@@ -196,14 +201,16 @@ func (n *Node) listen() error {
 		return fmt.Errorf("ringlimit: gRPC listener: %w", err)
 	}
 	n.grpcLn, n.grpcAddr = ln, ln.Addr().String()
-	n.peerAddr = n.grpcAddr
-	if n.cfg.PeerAddr != "" {
-		ln, err = lc.Listen(context.Background(), "tcp", n.cfg.PeerAddr)
-		if err != nil {
-			return fmt.Errorf("ringlimit: peer listener: %w", err)
-		}
-		n.peerLn, n.peerAddr = ln, ln.Addr().String()
+	peerAddr := n.cfg.PeerAddr
+	if peerAddr == "" {
+		host, _, _ := net.SplitHostPort(n.cfg.GRPCAddr)
+		peerAddr = net.JoinHostPort(host, "0")
 	}
+	ln, err = lc.Listen(context.Background(), "tcp", peerAddr)
+	if err != nil {
+		return fmt.Errorf("ringlimit: peer listener: %w", err)
+	}
+	n.peerLn, n.peerAddr = ln, ln.Addr().String()
 	if n.cfg.HTTPAddr == "" {
 		return nil
 	}
@@ -224,7 +231,7 @@ func (n *Node) build() error {
 	if n.tlsCfg, err = cfg.TLS.serverTLS(); err != nil {
 		return err
 	}
-	if n.mtls, err = cfg.PeerTLS.mutualTLS(); err != nil {
+	if n.mtls, err = cfg.mutualTLS(n.clock.Now()); err != nil {
 		return err
 	}
 	n.tr, err = peer.NewTransport(n.transportConfig())
@@ -253,6 +260,9 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("ringlimit: registering metrics: %w", err)
 	}
+	if n.bad, err = newBadKeys(cfg.Registry, n.log, n.clock); err != nil {
+		return fmt.Errorf("ringlimit: registering metrics: %w", err)
+	}
 	if err := n.buildRules(); err != nil {
 		return err
 	}
@@ -264,16 +274,12 @@ func (n *Node) build() error {
 	if err := n.registerGRPC(n.grpcSrv); err != nil {
 		return err
 	}
-	if n.peerLn == nil {
-		n.tr.RegisterServer(n.grpcSrv)
-	} else {
-		opts := n.grpcOptions()
-		if n.mtls != nil {
-			opts = append(opts, grpc.Creds(n.mtls.ServerCredentials()))
-		}
-		n.peerSrv = grpc.NewServer(opts...)
-		n.tr.RegisterServer(n.peerSrv)
+	opts = n.grpcOptions()
+	if n.mtls != nil {
+		opts = append(opts, grpc.Creds(n.mtls.ServerCredentials()))
 	}
+	n.peerSrv = grpc.NewServer(opts...)
+	n.tr.RegisterServer(n.peerSrv)
 	if n.httpLn != nil {
 		n.httpSrv = &http.Server{
 			Handler:           n.handler(),
@@ -293,7 +299,7 @@ func (n *Node) build() error {
 
 // registerGRPC registers the public services on the public gRPC server:
 // RateLimiter and Envoy's RateLimitService v3. The peer service is
-// registered by build: on the same server, or on the peer port's.
+// registered by build on the peer port's server, never here.
 func (n *Node) registerGRPC(s *grpc.Server) error {
 	s.RegisterService(&rateLimiterDesc, grpcAPI{n: n})
 	return n.registerEnvoy(s)
@@ -338,13 +344,11 @@ func (n *Node) serve() {
 			n.log.Error("gRPC server failed", "err", err)
 		}
 	})
-	if n.peerSrv != nil {
-		n.wg.Go(func() {
-			if err := n.peerSrv.Serve(n.peerLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-				n.log.Error("peer gRPC server failed", "err", err)
-			}
-		})
-	}
+	n.wg.Go(func() {
+		if err := n.peerSrv.Serve(n.peerLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("peer gRPC server failed", "err", err)
+		}
+	})
 	if n.httpSrv != nil {
 		n.wg.Go(func() {
 			var err error
@@ -474,8 +478,8 @@ func (n *Node) WaitReady(ctx context.Context) error {
 // GRPCAddr returns the address the gRPC server is bound to.
 func (n *Node) GRPCAddr() string { return n.grpcAddr }
 
-// PeerAddr returns the bound address where the other nodes reach this one:
-// Config.PeerAddr's, or the gRPC server's when peers share it.
+// PeerAddr returns the bound address where the other nodes reach this one
+// (Config.PeerAddr's).
 func (n *Node) PeerAddr() string { return n.peerAddr }
 
 // HTTPAddr returns the address the HTTP server is bound to, or "" when HTTP

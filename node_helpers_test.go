@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// testPeerSecret is the test clusters' shared secret.
+var testPeerSecret = []byte("ringlimit test cluster secret, 32")
+
 // testConfig is a node on loopback with OS-chosen ports and fast gossip.
 func testConfig(name string, seeds ...string) Config {
 	c := DefaultConfig()
@@ -28,6 +31,7 @@ func testConfig(name string, seeds ...string) Config {
 	c.HTTPAddr = "127.0.0.1:0"
 	c.GossipAddr = "127.0.0.1:0"
 	c.GossipProfile = GossipLocal
+	c.PeerSecret = testPeerSecret
 	c.Seeds = seeds
 	c.HandoffTimeout = 2 * time.Second
 	c.LeaveTimeout = time.Second

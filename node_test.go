@@ -42,6 +42,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
 			c.Name = "n"
+			c.PeerSecret = testPeerSecret
 			tt.edit(&c)
 			err := c.Validate()
 			switch {

@@ -216,17 +216,20 @@ func (n *Node) Rules() *rules.Set { return n.rules.Rules() }
 // FailedPrecondition saying so.
 func (n *Node) registerEnvoy(s *grpc.Server) error {
 	if n.rules.store == nil {
-		rlsv3.RegisterRateLimitServiceServer(s, noRulesEnvoy{})
+		s.RegisterService(&envoyDesc, noRulesEnvoy{})
 		return nil
 	}
 	ec := envoy.DefaultConfig()
 	ec.Headers = n.cfg.EnvoyHeaders
 	ec.Clock = n.clock
+	ec.MaxKeyLen = n.cfg.syncConfig().MaxKeyLen
+	ec.AllowBadKeys = n.cfg.EnvoyAllowBadKeys
+	ec.OnBadKey = func(err error) { n.bad.note(frontEnvoy, n.cfg.EnvoyAllowBadKeys, err) }
 	srv, err := envoy.New(n.Checker(), n.rules, ec)
 	if err != nil {
 		return fmt.Errorf("ringlimit: envoy: %w", err)
 	}
-	srv.Register(s)
+	s.RegisterService(&envoyDesc, srv)
 	return nil
 }
 
@@ -257,6 +260,13 @@ func (n *Node) nginxAuth() (http.Handler, error) {
 		Key:        middleware.FromHeader(c.NginxKeyHeader),
 		FailClosed: c.NginxFailClosed,
 		Clock:      n.clock,
+		MaxKeyLen:  c.MaxKeyLen,
+		// A key the node cannot take (the rule's name and it together over
+		// MaxKeyLen) is a bad key too: the checker refuses it.
+		AllowBadKeys: c.NginxAllowBadKeys,
+		OnBadKey: func(_ *http.Request, err error) {
+			n.bad.note(frontNginx, c.NginxAllowBadKeys, err)
+		},
 		OnError: func(r *http.Request, err error) {
 			n.log.Debug("nginx auth: check failed", "uri", r.Header.Get("X-Original-URI"), "err", err)
 		},
@@ -335,16 +345,33 @@ type ruleAnswer struct {
 
 // resolveRules applies the rule named by each item that names one (see
 // item.applyRule) and returns what the answers need afterwards (nil when
-// no item names a rule).
-func (n *Node) resolveRules(items []item) []ruleAnswer {
+// no item names a rule). An item whose name is a rule's name is checked
+// against that rule's bucket with the rule's limit, whatever limit it sets
+// (a check cannot reconfigure the bucket of an nginx or Envoy rule). With
+// rulesOnly, an item that names no rule is answered with an error.
+func (n *Node) resolveRules(items []item, rulesOnly bool) []ruleAnswer {
 	var out []ruleAnswer
 	var set *rules.Set
+	if n.rules.store != nil {
+		set = n.rules.Rules() // one version of the rules for the whole call
+	}
 	for i := range items {
-		if items[i].rule == "" {
+		it := &items[i]
+		if it.rule == "" && it.name != "" && set != nil {
+			if _, ok := set.Lookup(it.name); ok {
+				it.rule, it.name = it.name, ""
+				it.limit, it.period, it.burst, it.algorithm = 0, 0, 0, 0
+				it.maxWait, it.minGap, it.countRejected, it.warmUp = 0, 0, false, 0
+			}
+		}
+		if it.rule == "" {
+			if rulesOnly && it.err == nil {
+				it.err = fieldErr("rule", "this listener takes only checks that name a rule (rules only): the limit is not the caller's to choose")
+			}
 			continue
 		}
 		if set == nil {
-			set = n.rules.Rules() // one version of the rules for the whole call
+			set = n.rules.Rules()
 		}
 		if a := items[i].applyRule(set, n.rules.store != nil, n.cfg.MaxKeyLen); a.preset != nil || a.shadow {
 			a.idx = i
@@ -423,7 +450,7 @@ func (it *item) applyRule(set *rules.Set, haveRules bool, maxKeyLen int) ruleAns
 		it.err = fieldErr("rule", "unknown rule %q", it.rule)
 		return ruleAnswer{}
 	}
-	it.name = r.Name
+	it.name, it.ruleBucket = r.Name, true
 	if it.mode == 0 {
 		it.mode = int64(r.Mode)
 	}

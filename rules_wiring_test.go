@@ -449,8 +449,8 @@ func TestNginxAuthEndpoint(t *testing.T) {
 		resp.Header.Get("RateLimit-Limit") != "2" {
 		t.Errorf("fixed rule: %s limit %q, want 204 under edge/remote_address (the header ignored)", resp.Status, resp.Header.Get("RateLimit-Limit"))
 	}
-	if resp, _ := nginxAuth(t, n2, "X-Real-IP: a"); resp.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("no key, fail closed: %s, want 503", resp.Status)
+	if resp, _ := nginxAuth(t, n2, "X-Real-IP: a"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("no key (the key header is X-Client): %s, want 403 (the bad-key policy)", resp.Status)
 	}
 }
 

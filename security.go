@@ -1,9 +1,11 @@
 package ringlimit
 
 import (
+	"crypto/rand"
 	"crypto/tls"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/ringlimit/ringlimit/peer"
 )
@@ -44,11 +46,8 @@ func (c Config) validateSecurity() error {
 		return err
 	}
 	if c.TLS.Enabled() {
-		switch {
-		case c.TLS.CertFile == "" || c.TLS.KeyFile == "":
+		if c.TLS.CertFile == "" || c.TLS.KeyFile == "" {
 			return configErr("TLS", "needs both CertFile and KeyFile")
-		case c.PeerAddr == "":
-			return configErr("TLS", "the public API's TLS needs the peer service on a port of its own: set PeerAddr")
 		}
 	} else if c.TLS.ClientCAFile != "" {
 		return configErr("TLS", "ClientCAFile without a server certificate (CertFile, KeyFile)")
@@ -57,11 +56,10 @@ func (c Config) validateSecurity() error {
 		switch {
 		case c.PeerTLS.CertFile == "" || c.PeerTLS.KeyFile == "" || c.PeerTLS.CAFile == "":
 			return configErr("PeerTLS", "needs CertFile, KeyFile and CAFile")
-		case c.PeerAddr == "":
-			return configErr("PeerTLS", "mutual TLS between peers needs the peer service on a port of its own: set PeerAddr")
-		case c.Name != "" && !peer.ValidTLSName(c.Name):
-			return configErr("Name", "%q: with PeerTLS a node's name is its TLS server name and must be a DNS name (letters, digits, '-', '.')", c.Name)
 		}
+	}
+	if err := c.validatePeerAuth(); err != nil {
+		return err
 	}
 	if c.Sidecar {
 		for _, a := range []struct{ field, addr string }{{"GRPCAddr", c.GRPCAddr}, {"HTTPAddr", c.HTTPAddr}} {
@@ -72,6 +70,53 @@ func (c Config) validateSecurity() error {
 		if !isLoopback(c.GossipAddr) && c.PeerAddr == "" {
 			return configErr("PeerAddr", "in sidecar mode, with gossip on %q, the peers need a port of their own: the public gRPC port is on loopback", c.GossipAddr)
 		}
+	}
+	return nil
+}
+
+// Peer authentication modes, as /v1/cluster and the start log show them.
+const (
+	peerAuthCertificates = "mutual-tls"      // PeerTLS: certificates of the cluster's CA
+	peerAuthSecret       = "secret"          // PeerSecret or the gossip key: a CA derived from it
+	peerAuthNone         = "none (insecure)" // InsecurePeers
+)
+
+// peerAuth returns how peers authenticate under c.
+func (c Config) peerAuth() string {
+	switch {
+	case c.PeerTLS.Enabled():
+		return peerAuthCertificates
+	case len(c.PeerSecret) > 0 || len(c.GossipKey) > 0:
+		return peerAuthSecret
+	}
+	return peerAuthNone
+}
+
+// peerSecrets returns the secrets the peers' CA is derived from: PeerSecret,
+// or the gossip keys, the one sent with first.
+func (c Config) peerSecrets() [][]byte {
+	if len(c.PeerSecret) > 0 {
+		return [][]byte{c.PeerSecret}
+	}
+	return append([][]byte{c.GossipKey}, c.GossipSecondaryKeys...)
+}
+
+// validatePeerAuth checks that the peers authenticate, or that the
+// operator said explicitly that they need not.
+func (c Config) validatePeerAuth() error {
+	if c.InsecurePeers {
+		if c.PeerTLS.Enabled() || len(c.PeerSecret) > 0 {
+			return configErr("InsecurePeers", "set together with PeerTLS or PeerSecret: choose one")
+		}
+		return nil
+	}
+	switch {
+	case len(c.PeerSecret) > 0 && len(c.PeerSecret) < peer.MinSecretLen:
+		return configErr("PeerSecret", "%d bytes, at least %d", len(c.PeerSecret), peer.MinSecretLen)
+	case c.peerAuth() == peerAuthNone:
+		return configErr("PeerSecret", "the peers must authenticate each other: set PeerSecret, a GossipKey (the secret is derived from it) or PeerTLS; InsecurePeers turns authentication off (docs/security.md)")
+	case c.Name != "" && !peer.ValidTLSName(c.Name):
+		return configErr("Name", "%q: peers authenticate by TLS, where a node's name is its server name and must be a DNS name (letters, digits, '-', '.')", c.Name)
 	}
 	return nil
 }
@@ -112,15 +157,22 @@ func (f TLSFiles) serverTLS() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// mutualTLS loads the peers' identity, or returns nil when mutual TLS is
-// off.
-func (f PeerTLSFiles) mutualTLS() (*peer.MutualTLS, error) {
-	if !f.Enabled() {
-		return nil, nil
+// mutualTLS loads the peers' identity from PeerTLS, or derives it from the
+// peer secret, or returns nil when peers do not authenticate.
+func (c Config) mutualTLS(now time.Time) (*peer.MutualTLS, error) {
+	switch c.peerAuth() {
+	case peerAuthCertificates:
+		m, err := peer.LoadMutualTLS(c.PeerTLS.CertFile, c.PeerTLS.KeyFile, c.PeerTLS.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("ringlimit: peer TLS: %w", err)
+		}
+		return m, nil
+	case peerAuthSecret:
+		m, err := peer.SecretTLS(c.Name, c.peerSecrets(), now, rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("ringlimit: peer secret: %w", err)
+		}
+		return m, nil
 	}
-	m, err := peer.LoadMutualTLS(f.CertFile, f.KeyFile, f.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("ringlimit: peer TLS: %w", err)
-	}
-	return m, nil
+	return nil, nil
 }

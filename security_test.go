@@ -272,11 +272,16 @@ func TestSecurityConfigValidate(t *testing.T) {
 		wantErr string // "" for valid
 	}{
 		{"TLS with a peer port", func(c *Config) { c.TLS, c.PeerAddr = TLSFiles{CertFile: "c", KeyFile: "k"}, ":0" }, ""},
-		{"TLS without a peer port", func(c *Config) { c.TLS = TLSFiles{CertFile: "c", KeyFile: "k"} }, "PeerAddr"},
+		{"TLS without a peer port (one is made)", func(c *Config) { c.TLS = TLSFiles{CertFile: "c", KeyFile: "k"} }, ""},
+		{"no peer authentication", func(c *Config) { c.PeerSecret = nil }, "PeerSecret"},
+		{"peers authenticated by the gossip key", func(c *Config) { c.PeerSecret, c.GossipKey = nil, make([]byte, 16) }, ""},
+		{"insecure peers, explicitly", func(c *Config) { c.PeerSecret, c.InsecurePeers = nil, true }, ""},
+		{"insecure peers with a secret", func(c *Config) { c.InsecurePeers = true }, "InsecurePeers"},
+		{"short peer secret", func(c *Config) { c.PeerSecret = make([]byte, 15) }, "PeerSecret"},
+		{"peer secret and a name that is not a DNS name", func(c *Config) { c.Name = "node_1" }, "DNS name"},
 		{"TLS key without certificate", func(c *Config) { c.TLS, c.PeerAddr = TLSFiles{KeyFile: "k"}, ":0" }, "CertFile and KeyFile"},
 		{"client CA alone", func(c *Config) { c.TLS = TLSFiles{ClientCAFile: "ca"} }, "ClientCAFile"},
 		{"peer TLS", func(c *Config) { c.PeerTLS, c.PeerAddr = PeerTLSFiles{"c", "k", "ca"}, ":0" }, ""},
-		{"peer TLS without a peer port", func(c *Config) { c.PeerTLS = PeerTLSFiles{"c", "k", "ca"} }, "PeerAddr"},
 		{"peer TLS without CA", func(c *Config) { c.PeerTLS, c.PeerAddr = PeerTLSFiles{CertFile: "c", KeyFile: "k"}, ":0" }, "CAFile"},
 		{"peer TLS with an IP as name", func(c *Config) { c.Name, c.PeerTLS, c.PeerAddr = "10.0.0.1", PeerTLSFiles{"c", "k", "ca"}, ":0" }, "DNS name"},
 		{"bad peer address", func(c *Config) { c.PeerAddr = "7201" }, "PeerAddr"},
@@ -294,6 +299,7 @@ func TestSecurityConfigValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
 			c.Name = "n"
+			c.PeerSecret = testPeerSecret
 			tt.edit(&c)
 			err := c.Validate()
 			switch {

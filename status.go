@@ -11,6 +11,15 @@ type ClusterStatus struct {
 	GRPCAddr   string `json:"grpc_addr"`
 	HTTPAddr   string `json:"http_addr,omitempty"`
 	GossipAddr string `json:"gossip_addr"`
+	// PeerAddr is where the other nodes reach this one's peer service.
+	PeerAddr string `json:"peer_addr"`
+	// PeerAuth is how peers authenticate each other: "mutual-tls"
+	// (PeerTLS), "secret" (a CA derived from PeerSecret or the gossip key)
+	// or "none (insecure)" (InsecurePeers).
+	PeerAuth string `json:"peer_auth"`
+	// Warnings lists what weakens this node's defences, such as peers
+	// that do not authenticate; empty when nothing does.
+	Warnings []string `json:"warnings,omitempty"`
 	// Ready is what GET /readyz reports.
 	Ready bool `json:"ready"`
 	// Mode and Policy are the node's defaults.
@@ -51,10 +60,15 @@ func (n *Node) ClusterStatus() ClusterStatus {
 		GRPCAddr:   n.grpcAddr,
 		HTTPAddr:   n.httpAd,
 		GossipAddr: n.cl.GossipAddr(),
+		PeerAddr:   n.peerAddr,
+		PeerAuth:   n.cfg.peerAuth(),
 		Ready:      n.Ready(),
 		Mode:       n.cfg.Sync.Mode.String(),
 		Policy:     n.cfg.Sync.Policy.String(),
 		Ring:       r.Summary(),
+	}
+	if n.mtls == nil {
+		s.Warnings = append(s.Warnings, warnInsecurePeers)
 	}
 	for _, m := range n.cl.Members() {
 		s.Members = append(s.Members, MemberStatus{

@@ -15,9 +15,29 @@ import (
 // ("a\x00b", "c") cannot collide.
 const keySep = "\x00"
 
-// Key returns the cluster-wide key of the bucket of (name, uniqueKey): name,
-// a NUL byte, uniqueKey. The ring hashes it to the bucket's owner.
+// Key returns the cluster-wide key of the token bucket of (name,
+// uniqueKey): name, a NUL byte, uniqueKey. The ring hashes it to the
+// bucket's owner. Rules' buckets have this key whatever their algorithm.
 func Key(name, uniqueKey string) string { return name + keySep + uniqueKey }
+
+// algTagLen is the length of the algorithm tag that starts the key of a
+// bucket of another algorithm than the token bucket (bucketKey).
+const algTagLen = 2
+
+// bucketKey returns the cluster-wide key of the bucket of (name, uniqueKey)
+// under the algorithm alg: Key(name, uniqueKey) for the token bucket and,
+// for any other algorithm, a NUL byte and the algorithm's number in one byte
+// before it. Each algorithm thus has a bucket of its own: a check naming
+// another algorithm cannot replace a spent bucket with a fresh one (issue
+// 16). The keys stay distinct: a token bucket's key never starts with NUL
+// (names are non-empty and NUL-free), and the rules' descriptor keys have
+// 'r' after it, not a byte below 0x20.
+func bucketKey(name, uniqueKey string, alg bucket.Algorithm) string {
+	if alg == bucket.TokenBucket {
+		return Key(name, uniqueKey)
+	}
+	return string([]byte{0, byte(alg)}) + name + keySep + uniqueKey
+}
 
 // FieldError reports an invalid field of one check item. Over the API it
 // becomes the item's error message, "field: reason".
@@ -51,6 +71,7 @@ type item struct {
 	countRejected, release  bool
 	lease                   string
 	rule                    string // a rule's name; resolved by applyRule before request
+	ruleBucket              bool   // the limit is rule's: the bucket is Key(name, uniqueKey)
 	err                     error
 }
 
@@ -114,8 +135,12 @@ func (it *item) request(maxKeyLen int) (rlsync.Request, error) {
 	if it.release && it.lease == "" {
 		return rlsync.Request{}, fieldErr("lease", "must name the holder to release")
 	}
+	key := Key(it.name, it.uniqueKey)
+	if !it.ruleBucket {
+		key = bucketKey(it.name, it.uniqueKey, alg)
+	}
 	return rlsync.Request{
-		Key:     Key(it.name, it.uniqueKey),
+		Key:     key,
 		Hits:    it.hits,
 		Limit:   lim,
 		Mode:    rlsync.Mode(it.mode),

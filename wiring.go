@@ -23,8 +23,8 @@ func (n *Node) transportConfig() peer.TransportConfig {
 }
 
 // clusterConfig configures gossip: bound to GossipAddr, advertising in the
-// node's metadata the bound address where peers reach it (PeerAddr's, or the
-// gRPC port's). Config.Validate checked the addresses.
+// node's metadata the bound address where peers reach it (PeerAddr's) and
+// its incarnation. Config.Validate checked the addresses.
 func (n *Node) clusterConfig() peer.ClusterConfig {
 	cc := peer.DefaultClusterConfig()
 	if n.cfg.GossipProfile == GossipLocal {
@@ -43,6 +43,7 @@ func (n *Node) clusterConfig() peer.ClusterConfig {
 		cc.ReconnectTimeout = n.cfg.GossipReconnectTimeout
 	}
 	cc.GRPCAddr = n.peerAddr
+	cc.Incarnation = n.cfg.Sync.Incarnation
 	cc.SecretKey = n.cfg.GossipKey
 	cc.SecondaryKeys = n.cfg.GossipSecondaryKeys
 	cc.Logger = n.cfg.Logger

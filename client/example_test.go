@@ -23,6 +23,7 @@ func startNode() (*ringlimit.Node, func()) {
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.GossipAddr = "127.0.0.1:0"
 	cfg.GossipProfile = ringlimit.GossipLocal
+	cfg.PeerSecret = []byte("an example secret, 32 bytes long") // every node of the cluster has it
 	n, err := ringlimit.Start(context.Background(), cfg)
 	if err != nil {
 		log.Fatal(err)

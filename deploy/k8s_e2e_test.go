@@ -64,7 +64,7 @@ func TestKubernetesPodsOnDocker(t *testing.T) {
 				p.waitMembers(name, names)
 			}
 
-			grpc := loopback(envOf(c)["RINGLIMIT_GRPC_ADDR"])
+			grpc := loopback(envOf(m, c)["RINGLIMIT_GRPC_ADDR"])
 			var got []string
 			for _, name := range append(names, names[0]) {
 				got = append(got, p.check(name, grpc))
@@ -81,9 +81,10 @@ type pods struct {
 	ctx        context.Context
 	t          *testing.T
 	image, cli string
-	prefix     string   // of container and network names
-	aliases    []string // the headless Services selecting the pods
-	http       string   // the HTTP API's address inside a pod
+	prefix     string                       // of container and network names
+	aliases    []string                     // the headless Services selecting the pods
+	http       string                       // the HTTP API's address inside a pod
+	secrets    map[string]map[string]string // the manifest's Secrets
 
 	mu struct {
 		sync.Mutex
@@ -94,7 +95,7 @@ type pods struct {
 func newPods(ctx context.Context, t *testing.T, image, cli string, m manifest, w workloadSpec) *pods {
 	p := &pods{ctx: ctx, t: t, image: image, cli: cli,
 		prefix: fmt.Sprintf("rlk8s%d-%s", os.Getpid(), strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))),
-		http:   loopback(envOf(ringlimitContainer(t, "pods", w))["RINGLIMIT_HTTP_ADDR"])}
+		http:   loopback(envOf(m, ringlimitContainer(t, "pods", w))["RINGLIMIT_HTTP_ADDR"]), secrets: m.secrets}
 	for name, svc := range m.services {
 		if svc.ClusterIP == "None" && selects(svc.Selector, w.Template.Metadata.Labels) {
 			p.aliases = append(p.aliases, name)
@@ -112,7 +113,7 @@ func newPods(ctx context.Context, t *testing.T, image, cli string, m manifest, w
 
 // start runs pod name's ringlimit container with the manifest's
 // environment: a field reference to metadata.name is the pod's name, a
-// resource reference (GOMEMLIMIT) is left out.
+// Secret's key its value, a resource reference (GOMEMLIMIT) is left out.
 func (p *pods) start(name string, c container) {
 	args := []string{"run", "-d", "--name", p.prefix + "-" + name, "--hostname", name, "--network", p.prefix}
 	for _, a := range p.aliases {
@@ -124,6 +125,8 @@ func (p *pods) start(name string, c container) {
 			args = append(args, "-e", e.Name+"="+e.Value)
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			args = append(args, "-e", e.Name+"="+name)
+		case e.ValueFrom.SecretKeyRef != nil:
+			args = append(args, "-e", e.Name+"="+p.secrets[e.ValueFrom.SecretKeyRef.Name][e.ValueFrom.SecretKeyRef.Key])
 		}
 	}
 	args = append(args, p.image)

@@ -6,6 +6,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"go/ast"
 	"go/parser"
@@ -33,6 +34,9 @@ type (
 		Kind       string   `yaml:"kind"`
 		Metadata   metadata `yaml:"metadata"`
 		Spec       yaml.Node
+		// Type and StringData are a Secret's.
+		Type       string            `yaml:"type"`
+		StringData map[string]string `yaml:"stringData"`
 	}
 	metadata struct {
 		Name        string            `yaml:"name"`
@@ -102,6 +106,10 @@ type (
 				Resource      string `yaml:"resource"`
 				ContainerName string `yaml:"containerName"`
 			} `yaml:"resourceFieldRef"`
+			SecretKeyRef *struct {
+				Name string `yaml:"name"`
+				Key  string `yaml:"key"`
+			} `yaml:"secretKeyRef"`
 		} `yaml:"valueFrom"`
 	}
 	containerPort struct {
@@ -133,6 +141,7 @@ type manifest struct {
 	workloads map[string]workloadSpec // StatefulSets and Deployments
 	kinds     map[string]string       // workload name -> kind
 	pdbs      map[string]pdbSpec
+	secrets   map[string]map[string]string // Secret name -> its stringData
 }
 
 func decodeStrict(t *testing.T, where string, n *yaml.Node, into any) {
@@ -156,7 +165,7 @@ func loadManifest(t *testing.T, path string) manifest {
 		t.Fatal(err)
 	}
 	m := manifest{services: map[string]serviceSpec{}, workloads: map[string]workloadSpec{},
-		kinds: map[string]string{}, pdbs: map[string]pdbSpec{}}
+		kinds: map[string]string{}, pdbs: map[string]pdbSpec{}, secrets: map[string]map[string]string{}}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	for i := 0; ; i++ {
@@ -184,6 +193,9 @@ func loadManifest(t *testing.T, path string) manifest {
 			decodeStrict(t, where, &o.Spec, &w)
 			m.workloads[o.Metadata.Name] = w
 			m.kinds[o.Metadata.Name] = o.Kind
+		case "Secret":
+			checkAPIVersion(t, where, o.APIVersion, "v1")
+			m.secrets[o.Metadata.Name] = o.StringData
 		case "PodDisruptionBudget":
 			checkAPIVersion(t, where, o.APIVersion, "policy/v1")
 			var p pdbSpec
@@ -280,12 +292,18 @@ func ringlimitContainer(t *testing.T, name string, w workloadSpec) container {
 	return container{}
 }
 
-func envOf(c container) map[string]string {
+// envOf returns c's environment: a field reference as "$(path)", a key of
+// a Secret of m as its value.
+func envOf(m manifest, c container) map[string]string {
 	env := map[string]string{}
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
-		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+		switch {
+		case e.ValueFrom == nil:
+		case e.ValueFrom.FieldRef != nil:
 			env[e.Name] = "$(" + e.ValueFrom.FieldRef.FieldPath + ")"
+		case e.ValueFrom.SecretKeyRef != nil:
+			env[e.Name] = m.secrets[e.ValueFrom.SecretKeyRef.Name][e.ValueFrom.SecretKeyRef.Key]
 		}
 	}
 	return env
@@ -305,6 +323,13 @@ func nodeConfig(env map[string]string) ringlimit.Config {
 		}
 	}
 	c.Sidecar = env["RINGLIMIT_SIDECAR"] == "true"
+	if k := env["RINGLIMIT_GOSSIP_KEY"]; k != "" {
+		// A compose file's "${VAR:-default}" is its default.
+		if _, def, ok := strings.Cut(strings.TrimSuffix(k, "}"), ":-"); ok {
+			k = def
+		}
+		c.GossipKey, _ = base64.StdEncoding.DecodeString(k) // Validate checks its size
+	}
 	c.Seeds = strings.Split(env["RINGLIMIT_SEEDS"], ",")
 	return c
 }
@@ -339,7 +364,7 @@ func checkNodePod(t *testing.T, m manifest, name string, flags map[string]bool, 
 		t.Errorf("%s: selector %v does not select its template's labels %v", name, w.Selector.MatchLabels, w.Template.Metadata.Labels)
 	}
 	c := ringlimitContainer(t, name, w)
-	env := envOf(c)
+	env := envOf(m, c)
 	checkEnv(t, name, env, flags)
 	if env["RINGLIMIT_NAME"] != "$(metadata.name)" {
 		t.Errorf("%s: RINGLIMIT_NAME is %q, want the pod's name", name, env["RINGLIMIT_NAME"])
@@ -367,9 +392,9 @@ func checkNodePod(t *testing.T, m manifest, name string, flags map[string]bool, 
 	declared("RINGLIMIT_GOSSIP_ADDR", gossip)
 	grpc := listenPort(t, name, env, "RINGLIMIT_GRPC_ADDR", !sidecar)
 	http := listenPort(t, name, env, "RINGLIMIT_HTTP_ADDR", !sidecar)
+	peer := listenPort(t, name, env, "RINGLIMIT_PEER_ADDR", true)
+	declared("RINGLIMIT_PEER_ADDR", peer)
 	if sidecar {
-		peer := listenPort(t, name, env, "RINGLIMIT_PEER_ADDR", true)
-		declared("RINGLIMIT_PEER_ADDR", peer)
 		for what, pr := range map[string]*probe{"startupProbe": c.StartupProbe, "livenessProbe": c.LivenessProbe} {
 			if pr == nil || pr.TCPSocket == nil || ports[pr.TCPSocket.Port] != peer {
 				t.Errorf("%s: %s %+v: want a TCP probe of the peer port %d (the API is on loopback)", name, what, pr, peer)
@@ -489,7 +514,7 @@ func TestKubernetesSidecar(t *testing.T) {
 			app = &w.Template.Spec.Containers[i]
 		}
 	}
-	if app == nil || envOf(*app)["RINGLIMIT_ADDR"] != "127.0.0.1:7101" {
+	if app == nil || envOf(m, *app)["RINGLIMIT_ADDR"] != "127.0.0.1:7101" {
 		t.Errorf("the application container does not point at its sidecar on 127.0.0.1:7101")
 	}
 }

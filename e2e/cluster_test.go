@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -80,6 +82,12 @@ type node struct {
 func startCluster(t *testing.T, spec clusterSpec) *cluster {
 	t.Helper()
 	c := &cluster{t: t, id: randomHex(3)}
+	// The cluster's gossip key, fresh for the run: it encrypts gossip and
+	// the nodes authenticate each other on the peer port with a CA derived
+	// from it, as deployed (docs/security.md).
+	key := make([]byte, 32)
+	_, _ = rand.Read(key) // never fails (crypto/rand panics instead)
+	gossipKey := base64.StdEncoding.EncodeToString(key)
 	t.Cleanup(c.teardown)
 	ctx := context.Background()
 	nhomes := 1
@@ -102,7 +110,7 @@ func startCluster(t *testing.T, spec clusterSpec) *cluster {
 			clientIP: c.ipOn(c.client, i), attached: make([]bool, nhomes)}
 		n.container = fmt.Sprintf("rle2e-%s-%s", c.id, n.name)
 		args := []string{"create", "--name", n.container, "--hostname", n.name,
-			"--label", runLabel + "=" + runID,
+			"--label", runLabel + "=" + runID, "-e", "RINGLIMIT_GOSSIP_KEY=" + gossipKey,
 			"--network", c.client.name, "--ip", n.clientIP.String(), image,
 			"--name", n.name,
 			"--gossip-advertise-addr", netip.AddrPortFrom(c.ipOn(c.homes[n.home], i), gossipPort).String(),

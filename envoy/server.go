@@ -65,7 +65,25 @@ type Config struct {
 	MaxDescriptors int
 	// Clock reads the time. Nil means the system clock.
 	Clock Clock
+
+	// MaxKeyLen bounds a descriptor's bucket key (rules.DescriptorKey), in
+	// bytes: a longer key is a bad key. Zero leaves the bound to the
+	// checker, whose refusal of a key (too long, empty) is a bad key too.
+	MaxKeyLen int
+	// AllowBadKeys answers OK for a descriptor whose key cannot be formed
+	// (no entries, an entry without a key, a key too long). Default false:
+	// OVER_LIMIT for that descriptor. Failing the call instead would let
+	// Envoy's default (failure_mode_deny false) admit the request, so a
+	// client could escape its limit by sending a value too long.
+	AllowBadKeys bool
+	// OnBadKey, if set, is told of every descriptor decided by the bad-key
+	// policy, with the reason (wrapping ErrBadKey). It must not block.
+	OnBadKey func(err error)
 }
+
+// ErrBadKey: a descriptor's bucket key cannot be formed. Such a descriptor
+// is decided by Config.AllowBadKeys, never by a limit.
+var ErrBadKey = errors.New("envoy: bad descriptor key")
 
 // DefaultConfig returns the default configuration: no response headers, at
 // most 64 descriptors per request, the system clock.
@@ -88,6 +106,8 @@ func (c Config) Validate() error {
 		return errors.New("envoy: Headers needs LimitHeader, RemainingHeader and ResetHeader")
 	case c.Clock == nil:
 		return errors.New("envoy: Clock is nil")
+	case c.MaxKeyLen < 0:
+		return fmt.Errorf("envoy: MaxKeyLen must not be negative, got %d", c.MaxKeyLen)
 	}
 	return nil
 }
@@ -122,21 +142,24 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 
 // plan is what one descriptor asks for.
 type plan struct {
-	rule *rules.Rule // nil: no limit applies
-	hits int64
-	req  int // index into the checker batch, -1 when not checked
+	rule   *rules.Rule // nil: no limit applies
+	hits   int64
+	req    int   // index into the checker batch, -1 when not checked
+	badKey error // the descriptor's key cannot be formed: decided by the bad-key policy
 }
 
 // ShouldRateLimit decides every descriptor of req and answers OVER_LIMIT if
 // any is over its limit (for quota_mode rules: if all of them are).
-// Descriptors that match no rule (or whose domain is unknown, or that have
-// no entries) are OK with no limit, as in Lyft's service. An empty domain or
-// descriptor list fails with the gRPC code Unknown and Lyft's message, as
-// Lyft's service fails it; more than MaxDescriptors descriptors or an
-// invalid limit override fail with InvalidArgument; a failed check fails the
-// whole call (mostly Unavailable), so that Envoy applies its
-// failure_mode_deny setting. The overall code is never UNKNOWN, which
-// Envoy asserts against.
+// Descriptors that match no rule (or whose domain is unknown) are OK with no
+// limit, as in Lyft's service. A descriptor whose key cannot be formed (no
+// entries, an entry without a key, a key too long) is decided by
+// Config.AllowBadKeys: OVER_LIMIT by default (Lyft's service answers OK:
+// a deliberate difference, docs/envoy.md). An empty domain or descriptor
+// list fails with the gRPC code Unknown and Lyft's message, as Lyft's
+// service fails it; more than MaxDescriptors descriptors or an invalid limit
+// override fail with InvalidArgument; a failed check fails the whole call
+// (mostly Unavailable), so that Envoy applies its failure_mode_deny setting.
+// The overall code is never UNKNOWN, which Envoy asserts against.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	domain, descs := req.GetDomain(), req.GetDescriptors()
 	switch {
@@ -155,7 +178,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	plans := make([]plan, len(descs))
 	var batch []rlsync.Request
 	for i, d := range descs {
-		entries := entriesOf(d)
+		entries, err := entriesOf(i, d)
+		if err != nil {
+			plans[i] = plan{req: -1, badKey: err}
+			continue
+		}
 		r, err := ruleOf(set, domain, entries, d.GetLimit())
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
@@ -168,14 +195,19 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			p.hits = 0 // refunds are not supported: peek
 		}
 		plans[i] = p
-		switch {
-		case r == nil || r.Unlimited:
-		case !r.DeniesAll():
-			plans[i].req = len(batch)
-			batch = append(batch, r.Request(r.BucketKey(domain, entries), p.hits))
-		case r.CountDenied:
-			plans[i].req = len(batch)
-			batch = append(batch, r.DenyCheck(r.BucketKey(domain, entries), p.hits))
+		if r == nil || r.Unlimited || r.DeniesAll() && !r.CountDenied {
+			continue
+		}
+		key := r.BucketKey(domain, entries)
+		if s.cfg.MaxKeyLen > 0 && len(key) > s.cfg.MaxKeyLen {
+			plans[i].badKey = fmt.Errorf("%w: descriptor %d: %d bytes, more than %d", ErrBadKey, i, len(key), s.cfg.MaxKeyLen)
+			continue
+		}
+		plans[i].req = len(batch)
+		if r.DeniesAll() {
+			batch = append(batch, r.DenyCheck(key, p.hits))
+		} else {
+			batch = append(batch, r.Request(key, p.hits))
 		}
 	}
 	dropReplaced(plans, &batch)
@@ -199,11 +231,18 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		var r *rlsync.Response
 		if p.req >= 0 {
 			r = &resps[p.req]
-			if r.Err != nil {
+			if errors.Is(r.Err, rlsync.ErrKeyTooLong) || errors.Is(r.Err, rlsync.ErrEmptyKey) {
+				p.badKey, r = fmt.Errorf("%w: descriptor %d: %w", ErrBadKey, i, r.Err), nil
+			} else if r.Err != nil {
 				return nil, itemError(i, r.Err)
 			}
 		}
-		st := descriptorStatus(p.rule, r, p.hits, now)
+		var st *rlsv3.RateLimitResponse_DescriptorStatus
+		if p.badKey != nil {
+			st = s.badKeyStatus(p.badKey)
+		} else {
+			st = descriptorStatus(p.rule, r, p.hits, now)
+		}
 		out.Statuses[i] = st
 		isQuota := p.rule != nil && p.rule.Quota && !p.rule.Unlimited
 		if isQuota {
@@ -230,16 +269,33 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return out, nil
 }
 
-// entriesOf returns the entries of d. A descriptor without entries, or an
-// entry with an empty key, matches no rule: as in Lyft's service, it is
-// answered OK with no limit.
-func entriesOf(d *rlv3.RateLimitDescriptor) []rules.Entry {
+// badKeyStatus answers a descriptor whose key cannot be formed, by the
+// bad-key policy, and reports it.
+func (s *Server) badKeyStatus(err error) *rlsv3.RateLimitResponse_DescriptorStatus {
+	if s.cfg.OnBadKey != nil {
+		s.cfg.OnBadKey(err)
+	}
+	if s.cfg.AllowBadKeys {
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+}
+
+// entriesOf returns the entries of descriptor i, or an error wrapping
+// ErrBadKey when they cannot make a bucket key.
+func entriesOf(i int, d *rlv3.RateLimitDescriptor) ([]rules.Entry, error) {
 	es := d.GetEntries()
+	if len(es) == 0 {
+		return nil, fmt.Errorf("%w: descriptor %d has no entries", ErrBadKey, i)
+	}
 	out := make([]rules.Entry, len(es))
 	for j, e := range es {
+		if e.GetKey() == "" {
+			return nil, fmt.Errorf("%w: descriptor %d entry %d has an empty key", ErrBadKey, i, j)
+		}
 		out[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
-	return out
+	return out, nil
 }
 
 // ruleOf returns the rule of a descriptor: the limit override Envoy sent

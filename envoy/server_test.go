@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/rules"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
@@ -319,16 +320,13 @@ func TestErrors(t *testing.T) {
 		{"empty domain: Unknown, as Lyft", &rlsv3.RateLimitRequest{Descriptors: ok}, nil, nil, codes.Unknown},
 		{"no descriptors: Unknown, as Lyft", &rlsv3.RateLimitRequest{Domain: "edge"}, nil, nil, codes.Unknown},
 		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}, nil, nil, codes.InvalidArgument},
-		// Lyft's service matches them to no limit and answers OK.
-		{"descriptor without entries: OK, as Lyft", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{}}}, nil, nil, codes.OK},
-		{"entry without key: OK, as Lyft", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("=v")}}, nil, nil, codes.OK},
 		{"override with an unknown unit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{
 			Entries: desc("k=v").Entries, Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}}}, nil, nil, codes.InvalidArgument},
 		{"checker fails: Unavailable, so Envoy's failure mode decides", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ok},
 			errors.New("boom"), nil, codes.Unavailable},
 		{"checker's status passes through", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ok},
 			status.Error(codes.DeadlineExceeded, "slow"), nil, codes.DeadlineExceeded},
-		{"item: key too long", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ok}, nil, rlsync.ErrKeyTooLong, codes.InvalidArgument},
+		{"item: invalid limit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ok}, nil, bucket.ErrInvalidLimit, codes.InvalidArgument},
 		{"item: no members", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ok}, nil, rlsync.ErrNoMembers, codes.Unavailable},
 	}
 	for _, tt := range tests {
@@ -337,6 +335,56 @@ func TestErrors(t *testing.T) {
 		_, err := client.ShouldRateLimit(context.Background(), tt.req)
 		if got := status.Code(err); got != tt.want {
 			t.Errorf("%s: code %v (%v), want %v", tt.step, got, err, tt.want)
+		}
+	}
+}
+
+// TestBadKeys: a descriptor whose key cannot be formed is OVER_LIMIT by
+// default, not an error that Envoy's default failure mode turns into
+// "allow" (issue 16); the others of the request are decided as usual, and
+// each bad key is reported. AllowBadKeys answers OK instead.
+func TestBadKeys(t *testing.T) {
+	long := desc("remote_address=" + strings.Repeat("a", 2000))
+	ok := desc("remote_address=8.8.8.8")
+	steps := []struct {
+		step  string
+		descs []*rlv3.RateLimitDescriptor
+		item  error // the checker's answer to the good descriptor's key
+		want  string
+	}{
+		{"no entries", []*rlv3.RateLimitDescriptor{{}, desc("remote_address=1.1.1.1")}, nil, "OVER_LIMIT [OVER_LIMIT OK]"},
+		{"an entry without a key", []*rlv3.RateLimitDescriptor{desc("=v"), desc("remote_address=2.2.2.2")}, nil, "OVER_LIMIT [OVER_LIMIT OK]"},
+		{"a value of 2000 bytes", []*rlv3.RateLimitDescriptor{long, desc("remote_address=3.3.3.3")}, nil, "OVER_LIMIT [OVER_LIMIT OK]"},
+		{"the checker refuses the key", []*rlv3.RateLimitDescriptor{ok}, rlsync.ErrKeyTooLong, "OVER_LIMIT [OVER_LIMIT]"},
+	}
+	for _, allow := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.MaxKeyLen, cfg.AllowBadKeys = 1024, allow
+		var reported []error
+		cfg.OnBadKey = func(err error) { reported = append(reported, err) }
+		client, fc, _ := newTestServer(t, parseRules(t, testRules), cfg)
+		for _, s := range steps {
+			fc.SetItemErr("\x00rls/edge/remote_address=8.8.8.8", s.item)
+			resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: s.descs})
+			if err != nil {
+				t.Errorf("allow %v, %s: %v, want an answer", allow, s.step, err)
+				continue
+			}
+			var codes []string
+			for _, st := range resp.GetStatuses() {
+				codes = append(codes, st.GetCode().String())
+			}
+			got := resp.GetOverallCode().String() + " [" + strings.Join(codes, " ") + "]"
+			want := s.want
+			if allow {
+				want = strings.ReplaceAll(want, "OVER_LIMIT", "OK")
+			}
+			if got != want {
+				t.Errorf("allow %v, %s: %s, want %s", allow, s.step, got, want)
+			}
+		}
+		if len(reported) != len(steps) || !errors.Is(reported[0], ErrBadKey) {
+			t.Errorf("allow %v: OnBadKey told %v, want %d bad keys", allow, reported, len(steps))
 		}
 	}
 }

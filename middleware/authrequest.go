@@ -7,8 +7,9 @@ import "net/http"
 // 2xx. The handler answers 204 No Content when the client is within its
 // limit and 429 Too Many Requests with Retry-After when it is over, both
 // with the RateLimit-* headers, so that nginx can copy them to the client
-// (auth_request_set). A failed check answers 204 (fail open) or, with
-// Options.FailClosed, 503.
+// (auth_request_set). A subrequest whose key cannot be formed answers 403
+// Forbidden unless Options.AllowBadKeys. A failed check answers 204 (fail
+// open) or, with Options.FailClosed, 503.
 //
 // nginx passes only 2xx, 401 and 403 of the subrequest through as such; it
 // turns every other status, 429 included, into 500 Internal Server Error.

@@ -48,6 +48,7 @@ type env struct {
 	fc      *fakeChecker
 	clock   *manualClock
 	errs    []error
+	badKeys []error // what OnBadKey was told
 	slept   []time.Duration
 	handler http.Handler
 	reached int // requests that reached the wrapped handler
@@ -61,6 +62,7 @@ func newEnv(t *testing.T, auth bool, opts middleware.Options) *env {
 	e.fc = newFakeChecker(e.clock)
 	opts.Clock = e.clock
 	opts.OnError = func(_ *http.Request, err error) { e.errs = append(e.errs, err) }
+	opts.OnBadKey = func(_ *http.Request, err error) { e.badKeys = append(e.badKeys, err) }
 	opts.Sleep = func(_ context.Context, d time.Duration) error {
 		e.slept = append(e.slept, d)
 		return nil
@@ -235,10 +237,39 @@ func TestRateLimitFailures(t *testing.T) {
 		t.Errorf("OnError got %v, want ErrNoMembers", item.errs)
 	}
 	nokey := newEnv(t, false, middleware.Options{Name: "http", Limit: twoPerSecond, Key: middleware.FromHeader("X-API-Key")})
-	run(t, nokey, []step{{"no key: a failed check", "1.1.1.1:1", nil, "OK"}})
-	if len(nokey.errs) != 1 || !errors.Is(nokey.errs[0], middleware.ErrNoKey) {
-		t.Errorf("OnError got %v, want ErrNoKey", nokey.errs)
+	run(t, nokey, []step{{"no key: denied by the bad-key policy", "1.1.1.1:1", nil, "Forbidden"}})
+	if len(nokey.badKeys) != 1 || !errors.Is(nokey.badKeys[0], middleware.ErrNoKey) || !errors.Is(nokey.badKeys[0], middleware.ErrBadKey) {
+		t.Errorf("OnBadKey got %v, want ErrBadKey wrapping ErrNoKey", nokey.badKeys)
 	}
+	allow := newEnv(t, false, middleware.Options{Name: "http", Limit: twoPerSecond, Key: middleware.FromHeader("X-API-Key"), AllowBadKeys: true})
+	run(t, allow, []step{{"no key, bad keys allowed", "1.1.1.1:1", nil, "OK"}})
+	if nokey.reached != 0 || allow.reached != 1 {
+		t.Errorf("reached: denied %d, allowed %d; want 0, 1", nokey.reached, allow.reached)
+	}
+}
+
+// TestAuthRequestBadKeys: a subrequest whose key cannot be formed (issue
+// 16: nginx answered 204 to 20 of 20 with a key of 2000 bytes or none) is
+// denied with 403 by default, whatever FailClosed says, and counted.
+func TestAuthRequestBadKeys(t *testing.T) {
+	long := "X-Real-IP: " + strings.Repeat("a", 2000)
+	for _, fc := range []bool{false, true} {
+		e := newEnv(t, true, middleware.Options{Name: "nginx", Limit: twoPerSecond, MaxKeyLen: 1024, FailClosed: fc})
+		run(t, e, []step{
+			{"no X-Real-IP", "127.0.0.1:40000", nil, "Forbidden"},
+			{"a key of 2000 bytes", "127.0.0.1:40000", []string{long}, "Forbidden"},
+			{"a key that is not UTF-8", "127.0.0.1:40000", []string{"X-Real-IP: \xff\xfe"}, "Forbidden"},
+			{"a good key still passes", "127.0.0.1:40000", []string{"X-Real-IP: 1.1.1.1"}, "No Content RateLimit-Limit=2 RateLimit-Remaining=1 RateLimit-Reset=1"},
+		})
+		if len(e.badKeys) != 3 || len(e.errs) != 0 {
+			t.Errorf("FailClosed %v: OnBadKey %d times, OnError %d, want 3, 0", fc, len(e.badKeys), len(e.errs))
+		}
+	}
+	item := newEnv(t, true, middleware.Options{Name: "nginx", Limit: twoPerSecond})
+	item.fc.SetItemErr("nginx\x001.1.1.1", rlsync.ErrKeyTooLong)
+	run(t, item, []step{{"the checker refuses the key as too long", "127.0.0.1:40000", []string{"X-Real-IP: 1.1.1.1"}, "Forbidden"}})
+	allow := newEnv(t, true, middleware.Options{Name: "nginx", Limit: twoPerSecond, AllowBadKeys: true})
+	run(t, allow, []step{{"no X-Real-IP, bad keys allowed", "127.0.0.1:40000", nil, "No Content"}})
 }
 
 func TestRateLimitNamedRules(t *testing.T) {
@@ -317,13 +348,14 @@ func TestAuthRequest(t *testing.T) {
 		{"second", "127.0.0.1:40001", []string{"X-Real-IP: 1.1.1.1"}, "No Content RateLimit-Limit=2 RateLimit-Remaining=0 RateLimit-Reset=1"},
 		{"third is over", "127.0.0.1:40000", []string{"X-Real-IP: 1.1.1.1"}, "Too Many Requests RateLimit-Limit=2 RateLimit-Remaining=0 RateLimit-Reset=1 Retry-After=1"},
 		{"nginx's own address is not the key", "127.0.0.1:40000", []string{"X-Real-IP: 2.2.2.2"}, "No Content RateLimit-Limit=2 RateLimit-Remaining=1 RateLimit-Reset=1"},
-		{"no X-Real-IP: fail open", "127.0.0.1:40000", nil, "No Content"},
+		{"no X-Real-IP: a bad key, denied", "127.0.0.1:40000", nil, "Forbidden"},
 	})
 	if w := e.call("127.0.0.1:1", "X-Real-IP: 1.1.1.1"); w.Body.Len() != 0 {
 		t.Errorf("429 has a body %q; nginx discards it", w.Body.String())
 	}
 	closed := newEnv(t, true, middleware.Options{Name: "nginx", Limit: twoPerSecond, FailClosed: true})
-	run(t, closed, []step{{"no X-Real-IP: fail closed", "127.0.0.1:40000", nil, "Service Unavailable Retry-After=1"}})
+	closed.fc.SetErr(errors.New("cluster down"))
+	run(t, closed, []step{{"a failed check: fail closed", "127.0.0.1:40000", []string{"X-Real-IP: 1.1.1.1"}, "Service Unavailable Retry-After=1"}})
 }
 
 func TestOptionsValidated(t *testing.T) {
@@ -338,6 +370,7 @@ func TestOptionsValidated(t *testing.T) {
 		{"no name", fc, middleware.Options{Limit: twoPerSecond}},
 		{"invalid limit", fc, middleware.Options{Name: "a"}},
 		{"negative hits", fc, middleware.Options{Name: "a", Limit: twoPerSecond, Hits: -1}},
+		{"negative MaxKeyLen", fc, middleware.Options{Name: "a", Limit: twoPerSecond, MaxKeyLen: -1}},
 		{"rule without rules", fc, middleware.Options{Rule: "http/open"}},
 		{"rules without rule", fc, middleware.Options{Rules: set}},
 	}

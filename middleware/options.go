@@ -44,6 +44,11 @@ var (
 	ErrNoKey = errors.New("middleware: no client key in the request")
 	// ErrUnknownRule: the named rule is not in the rules in force.
 	ErrUnknownRule = errors.New("middleware: unknown rule")
+	// ErrBadKey: the request's client key cannot make a bucket key: it is
+	// missing (ErrNoKey), longer than Options.MaxKeyLen, not UTF-8, or the
+	// checker refused it. Such a request is decided by
+	// Options.AllowBadKeys, never by a limit.
+	ErrBadKey = errors.New("middleware: bad client key")
 )
 
 // Options configures RateLimit and AuthRequest. Give either Name and Limit,
@@ -76,9 +81,9 @@ type Options struct {
 	Key KeyFunc
 	// Hits is the number of hits each request takes. Default 1.
 	Hits int64
-	// FailClosed makes a failed check (the checker's error, an unknown rule,
-	// a request without a key) reject the request with 503 Service
-	// Unavailable. Default false: the request passes (fail open), as Envoy's
+	// FailClosed makes a failed check (the checker's error, an unknown rule)
+	// reject the request with 503 Service Unavailable; a request without a
+	// usable key is decided by AllowBadKeys instead. Default false: the request passes (fail open), as Envoy's
 	// rate limit filter does by default, so that an outage of the limiter is
 	// not an outage of the service. The cluster's own partition policy
 	// decides what a reachable node answers when an owner is unreachable;
@@ -86,6 +91,19 @@ type Options struct {
 	FailClosed bool
 	// OnError, if set, is told of every failed check. It must not block.
 	OnError func(r *http.Request, err error)
+
+	// MaxKeyLen bounds the client key, in bytes: a longer key is a bad key.
+	// Zero leaves the bound to the checker (the node refuses bucket keys
+	// over its MaxKeyLen, and that is a bad key too).
+	MaxKeyLen int
+	// AllowBadKeys lets through a request whose client key cannot be
+	// formed (ErrBadKey). Default false: it is denied with 403 Forbidden,
+	// which nginx's auth_request passes on as such; passing it would let a
+	// client escape its limit by sending no key, or one too long.
+	AllowBadKeys bool
+	// OnBadKey, if set, is told of every request decided by the bad-key
+	// policy, with the reason (wrapping ErrBadKey). It must not block.
+	OnBadKey func(r *http.Request, err error)
 	// Rejected, if set, writes the response to a request over the limit:
 	// the RateLimit-* and Retry-After headers are already set on w, and it
 	// must answer 429 (w.WriteHeader(http.StatusTooManyRequests)) before
@@ -112,6 +130,8 @@ func (o Options) withDefaults(key KeyFunc) (Options, error) {
 		return o, errors.New("middleware: Name is required with a fixed Limit")
 	case o.Hits < 0:
 		return o, fmt.Errorf("middleware: Hits must not be negative, got %d", o.Hits)
+	case o.MaxKeyLen < 0:
+		return o, fmt.Errorf("middleware: MaxKeyLen must not be negative, got %d", o.MaxKeyLen)
 	}
 	if o.Rules == nil {
 		if err := o.Limit.Validate(); err != nil {

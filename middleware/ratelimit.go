@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	rlsync "github.com/ringlimit/ringlimit/sync"
@@ -71,6 +72,7 @@ type verdict struct {
 	allow   bool
 	checked bool            // d holds a decision: set the headers
 	denyAll bool            // a rule with requests_per_unit 0
+	badKey  bool            // decided by the bad-key policy
 	d       bucket.Decision // when checked
 	err     error           // the check failed
 }
@@ -82,6 +84,9 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request) bool {
 	v := l.check(r)
 	l.setHeaders(w.Header(), v)
 	switch {
+	case v.badKey && !v.allow:
+		http.Error(w, "no usable client key", http.StatusForbidden)
+		return false
 	case v.err != nil && !v.allow:
 		w.Header().Set(HeaderRetryAfter, "1")
 		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
@@ -108,8 +113,13 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request) bool {
 // check decides r.
 func (l *limiter) check(r *http.Request) verdict {
 	key, err := l.o.Key(r)
-	if err != nil {
-		return l.fail(r, fmt.Errorf("middleware: client key: %w", err))
+	switch {
+	case err != nil:
+		return l.badKey(r, fmt.Errorf("%w: %w", ErrBadKey, err))
+	case l.o.MaxKeyLen > 0 && len(key) > l.o.MaxKeyLen:
+		return l.badKey(r, fmt.Errorf("%w: %d bytes, more than %d", ErrBadKey, len(key), l.o.MaxKeyLen))
+	case !utf8.ValidString(key):
+		return l.badKey(r, fmt.Errorf("%w: not UTF-8", ErrBadKey))
 	}
 	req := rlsync.Request{Key: l.o.Name + keySep + key, Hits: l.o.Hits, Limit: l.o.Limit, Mode: l.o.Mode, Policy: l.o.Policy}
 	shadow := false
@@ -136,12 +146,23 @@ func (l *limiter) check(r *http.Request) verdict {
 	}
 	if err == nil {
 		err = resps[0].Err
+		if errors.Is(err, rlsync.ErrKeyTooLong) || errors.Is(err, rlsync.ErrEmptyKey) {
+			return l.badKey(r, fmt.Errorf("%w: %w", ErrBadKey, err))
+		}
 	}
 	if err != nil {
 		return l.fail(r, err)
 	}
 	d := resps[0].Decision
 	return verdict{allow: d.Allowed || shadow, checked: true, d: d}
+}
+
+// badKey reports err and returns the verdict of the bad-key policy.
+func (l *limiter) badKey(r *http.Request, err error) verdict {
+	if l.o.OnBadKey != nil {
+		l.o.OnBadKey(r, err)
+	}
+	return verdict{allow: l.o.AllowBadKeys, badKey: true, err: err}
 }
 
 // fail reports err and returns the verdict of a failed check.

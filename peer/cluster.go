@@ -77,11 +77,11 @@ func NewCluster(cfg ClusterConfig, onChange func(members []Member)) (*Cluster, e
 		cfg:      cfg,
 		onChange: onChange,
 		log:      l,
-		d:        newDelegate(l, cfg.Name, encodeMeta(metaVersion, cfg.GRPCAddr)),
+		d:        newDelegate(l, cfg.Name, encodeMeta(metaVersion, cfg.GRPCAddr, cfg.Incarnation)),
 		joined:   make(chan struct{}),
 		refused:  make(chan struct{}),
 	}
-	c.self.Store(&Member{Name: cfg.Name, GRPCAddr: cfg.GRPCAddr, Protocol: ProtocolVersion})
+	c.self.Store(&Member{Name: cfg.Name, GRPCAddr: cfg.GRPCAddr, Protocol: ProtocolVersion, Incarnation: cfg.Incarnation})
 	return c, nil
 }
 
@@ -112,14 +112,14 @@ func (c *Cluster) Start(ctx context.Context) error {
 	self := ml.LocalNode()
 	grpcAddr := advertisedGRPCAddr(c.cfg.GRPCAddr, self.Addr)
 	if grpcAddr != c.cfg.GRPCAddr {
-		c.d.setMeta(encodeMeta(metaVersion, grpcAddr))
+		c.d.setMeta(encodeMeta(metaVersion, grpcAddr, c.cfg.Incarnation))
 		if err := ml.UpdateNode(mc.TCPTimeout); err != nil {
 			_ = ml.Shutdown()
 			return fmt.Errorf("peer: advertising gRPC address %s: %w", grpcAddr, err)
 		}
 	}
 	c.ml = ml
-	c.self.Store(&Member{Name: c.cfg.Name, GRPCAddr: grpcAddr, Protocol: ProtocolVersion, GossipAddr: self.Address()})
+	c.self.Store(&Member{Name: c.cfg.Name, GRPCAddr: grpcAddr, Protocol: ProtocolVersion, GossipAddr: self.Address(), Incarnation: c.cfg.Incarnation})
 	runCtx, cancel := context.WithCancel(ctx)
 	c.cancel = cancel
 

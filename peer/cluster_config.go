@@ -64,6 +64,11 @@ type ClusterConfig struct {
 	// or unspecified host (":9001", "0.0.0.0:9001") is replaced with the
 	// node's advertised gossip IP. Required.
 	GRPCAddr string
+	// Incarnation identifies this process lifetime (rlsync.Config's
+	// Incarnation). It travels in the gossip metadata, where the other
+	// members' Transports read which envelopes to accept from this node
+	// (Member.Incarnation). Zero advertises none. Default 0.
+	Incarnation uint64
 	// Profile selects the memberlist tuning: ProfileLAN (the default when
 	// empty) or ProfileLocal.
 	Profile string
@@ -210,7 +215,7 @@ func (c ClusterConfig) Validate() error {
 			return bad("SecondaryKeys[%d] is %d bytes (want 16, 24 or 32)", i, n)
 		}
 	}
-	if n := len(encodeWireMeta(wireMeta{V: metaVersion, GRPC: c.GRPCAddr, Leaving: true})); n > memberlist.MetaMaxSize {
+	if n := len(encodeWireMeta(wireMeta{V: metaVersion, GRPC: c.GRPCAddr, Leaving: true, Inc: c.Incarnation})); n > memberlist.MetaMaxSize {
 		return bad("GRPCAddr too long: metadata is %d bytes, at most %d", n, memberlist.MetaMaxSize)
 	}
 	return nil

@@ -165,7 +165,7 @@ func (d *delegate) upsert(n *memberlist.Node) {
 		delete(d.byName, n.Name)
 		delete(d.leaving, n.Name)
 	} else {
-		d.byName[n.Name] = Member{Name: n.Name, GRPCAddr: m.GRPC, Protocol: m.V, GossipAddr: n.Address()}
+		d.byName[n.Name] = Member{Name: n.Name, GRPCAddr: m.GRPC, Protocol: m.V, GossipAddr: n.Address(), Incarnation: m.Inc}
 		d.leaving[n.Name] = m.Leaving
 	}
 	d.mu.Unlock()

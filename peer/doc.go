@@ -6,14 +6,15 @@
 //
 // Members are identified by their node name, never by an address: several
 // nodes may share a host, and a node recognises itself by name. Each node
-// advertises its gRPC address (and the peer protocol version) in its
-// memberlist metadata.
+// advertises its peer address, the peer protocol version and its process
+// incarnation in its memberlist metadata; the Transport accepts from a
+// member only envelopes of the incarnation gossip reports.
 //
 // The driver (the module root's node facade) wires the pieces like this:
 //
 //	tr, err := peer.NewTransport(peer.TransportConfig{Self: name, ...})
 //	node, err := rlsync.NewNode(syncCfg, tr)     // tr.Send never blocks
-//	tr.RegisterServer(grpcServer)                // the public port, or a peer port of its own
+//	tr.RegisterServer(peerServer)                // a gRPC server of the peer port's own
 //	cl, err := peer.NewCluster(clusterCfg, func(ms []peer.Member) {
 //		tr.SetPeers(ms)                          // addresses first, ...
 //		node.SetMembers(clock.Now(), peer.Names(ms)) // ... then the ring
@@ -27,7 +28,8 @@
 // Every goroutine has an owner: NewCluster and NewTransport start none;
 // Start starts them and Close stops them and waits for them to exit.
 //
-// With mutual TLS (MutualTLS), the transport dials each peer with its
+// With mutual TLS (MutualTLS, from per-node certificates or derived from a
+// cluster secret by SecretTLS), the transport dials each peer with its
 // client credentials and the peer's name as the TLS server name, the peer
 // port's server requires a client certificate of the cluster's CA, and
 // AuthorizeCertificate accepts an envelope only from the node the client's

@@ -28,6 +28,12 @@ type Member struct {
 	// GossipAddr is the member's memberlist address ("host:port"), for
 	// display only: members are never identified by address.
 	GossipAddr string
+	// Incarnation is the incarnation of the member's process as its gossip
+	// metadata advertises it (ClusterConfig.Incarnation); 0 when it
+	// advertises none. The Transport accepts from a member only envelopes of
+	// that incarnation, so a restart is recognised through the membership,
+	// never through a number an envelope claims.
+	Incarnation uint64
 }
 
 // Names returns the names of ms, in order.
@@ -60,12 +66,15 @@ type wireMeta struct {
 	// that the others count its departure as a leave, not a failure
 	// (memberlist does not tell its event delegate which it was).
 	Leaving bool `json:"leaving,omitempty"`
+	// Inc is the node's process incarnation (ClusterConfig.Incarnation),
+	// omitted when zero.
+	Inc uint64 `json:"inc,omitempty"`
 }
 
 // encodeMeta returns the gossip metadata of a node speaking protocol v with
-// its gRPC server at grpcAddr.
-func encodeMeta(v int, grpcAddr string) []byte {
-	return encodeWireMeta(wireMeta{V: v, GRPC: grpcAddr})
+// its gRPC server at grpcAddr, in its process incarnation inc.
+func encodeMeta(v int, grpcAddr string, inc uint64) []byte {
+	return encodeWireMeta(wireMeta{V: v, GRPC: grpcAddr, Inc: inc})
 }
 
 // encodeWireMeta returns m encoded.

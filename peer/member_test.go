@@ -15,7 +15,7 @@ import (
 
 func TestMetaRoundTrip(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1:9001", "[::1]:9001", "node-1.example:443"} {
-		b := encodeMeta(ProtocolVersion, addr)
+		b := encodeMeta(ProtocolVersion, addr, 0)
 		if len(b) > memberlist.MetaMaxSize {
 			t.Errorf("%s: metadata is %d bytes, more than %d", addr, len(b), memberlist.MetaMaxSize)
 		}

@@ -22,6 +22,7 @@ const (
 // ringlimit_peer_envelopes_rejected_total).
 const (
 	rejectUnknownSender  = "unknown_sender"  // From is not a current member
+	rejectIncarnation    = "incarnation"     // not the incarnation From advertises in gossip
 	rejectWrongRecipient = "wrong_recipient" // To is not this node
 	rejectTooLarge       = "too_large"       // over MaxEnvelopeBytes
 	rejectUnauthorized   = "unauthorized"    // Authorize refused it

@@ -14,10 +14,9 @@ import (
 )
 
 // RegisterServer registers the transport's receiving side, the peerv1.Peer
-// service, on s. The node facade registers it on the grpc.Server of its
-// public API by default, so one port serves clients and peers in plain text;
-// with a peer port of its own it registers it on a server of its own, whose
-// credentials (MutualTLS.ServerCredentials) authenticate peers, and
+// service, on s. The node facade registers it on a gRPC server of its own,
+// on the peer port, whose credentials (MutualTLS.ServerCredentials, from
+// certificates or SecretTLS) authenticate peers, and
 // TransportConfig.Authorize (AuthorizeCertificate) ties each envelope's From
 // to the client certificate.
 func (t *Transport) RegisterServer(s grpc.ServiceRegistrar) {
@@ -65,7 +64,8 @@ func (s *server) Stream(st peerv1.Peer_StreamServer) error {
 
 // receive hands each acceptable envelope of one batch to the Handler, in
 // order. It rejects, one by one and counted, envelopes that are nil, not
-// addressed to this node, not from a current member, larger than
+// addressed to this node, not from a current member, of another
+// incarnation than the one the member advertises in gossip, larger than
 // MaxEnvelopeBytes, or refused by Authorize (asked with ctx, the call's);
 // the batch still succeeds, since the sender's peer is reachable (a member
 // that just joined may not be known here yet; package sync retries). A batch
@@ -98,14 +98,15 @@ func (t *Transport) receive(ctx context.Context, envs []*peerv1.Envelope) error 
 
 // reject returns why env must be rejected, or "" to accept it. members is
 // the current member set.
-func (t *Transport) reject(ctx context.Context, members map[string]struct{}, env *peerv1.Envelope) string {
+func (t *Transport) reject(ctx context.Context, members map[string]uint64, env *peerv1.Envelope) string {
 	if env == nil {
 		return rejectNil
 	}
 	if env.GetTo() != t.cfg.Self {
 		return rejectWrongRecipient
 	}
-	if _, ok := members[env.GetFrom()]; !ok || env.GetFrom() == t.cfg.Self {
+	inc, ok := members[env.GetFrom()]
+	if !ok || env.GetFrom() == t.cfg.Self {
 		return rejectUnknownSender
 	}
 	if proto.Size(env) > t.cfg.MaxEnvelopeBytes {
@@ -115,6 +116,12 @@ func (t *Transport) reject(ctx context.Context, members map[string]struct{}, env
 		if err := t.cfg.Authorize(ctx, env.GetFrom()); err != nil {
 			return rejectUnauthorized
 		}
+	}
+	if inc != 0 && env.GetIncarnation() != inc {
+		// A restart is learnt from gossip: an incarnation the membership
+		// does not vouch for would make the core take the sender for a
+		// restarted process (and, if higher, ignore the real one).
+		return rejectIncarnation
 	}
 	return ""
 }

@@ -110,38 +110,47 @@ func TestMutualTLSRejects(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := grpc.NewClient(tt.addr, grpc.WithTransportCredentials(tt.creds), grpc.WithAuthority("b"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			counter := b.metrics.received
-			if tt.reason != "" {
-				counter = b.metrics.rejected.WithLabelValues(tt.reason)
-			}
-			before, handled := counterValue(t, counter), b.h.count()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, err = peerv1.NewPeerClient(conn).Deliver(ctx, &peerv1.DeliverRequest{Envelopes: []*peerv1.Envelope{env("a", "b", uint64(i+1))}})
-			if got := status.Code(err); got != tt.wantCode {
-				t.Fatalf("Deliver: %v, want %v", err, tt.wantCode)
-			}
-			wantHandled := handled
-			if tt.wantCode == codes.OK && tt.reason == "" {
-				wantHandled++
-			}
-			if got := b.h.count(); got != wantHandled {
-				t.Errorf("b's Handler got %d envelopes, want %d", got, wantHandled)
-			}
-			if tt.wantCode == codes.OK {
-				if after := counterValue(t, counter); after != before+1 {
-					t.Errorf("counter %s went %v -> %v, want +1", orAccepted(tt.reason), before, after)
-				}
-			}
+			deliverAs(t, b, tt.addr, tt.creds, uint64(i+1), tt.wantCode, tt.reason)
 		})
 	}
 	if impostor.h.count() != 0 {
 		t.Errorf("the impostor received %d envelopes", impostor.h.count())
+	}
+}
+
+// deliverAs calls Deliver at addr (b's, or an impostor's) with creds,
+// carrying one envelope from "a" to "b" of sequence seq, and checks the
+// call's code against wantCode and, when the call succeeds, that b took the
+// envelope (reason "") or rejected it counted under reason.
+func deliverAs(t *testing.T, b *tnode, addr string, creds credentials.TransportCredentials, seq uint64, wantCode codes.Code, reason string) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithAuthority("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	counter := b.metrics.received
+	if reason != "" {
+		counter = b.metrics.rejected.WithLabelValues(reason)
+	}
+	before, handled := counterValue(t, counter), b.h.count()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = peerv1.NewPeerClient(conn).Deliver(ctx, &peerv1.DeliverRequest{Envelopes: []*peerv1.Envelope{env("a", "b", seq)}})
+	if got := status.Code(err); got != wantCode {
+		t.Fatalf("Deliver: %v, want %v", err, wantCode)
+	}
+	wantHandled := handled
+	if wantCode == codes.OK && reason == "" {
+		wantHandled++
+	}
+	if got := b.h.count(); got != wantHandled {
+		t.Errorf("b's Handler got %d envelopes, want %d", got, wantHandled)
+	}
+	if wantCode == codes.OK {
+		if after := counterValue(t, counter); after != before+1 {
+			t.Errorf("counter %s went %v -> %v, want +1", orAccepted(reason), before, after)
+		}
 	}
 }
 

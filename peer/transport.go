@@ -82,9 +82,10 @@ type Transport struct {
 	cancel context.CancelFunc
 	// closed is set by Close.
 	closed bool
-	// members holds the names of the current members, this node included.
-	// It is replaced, never modified, so a reader may keep it after unlocking.
-	members map[string]struct{}
+	// members holds the current members, this node included, each with
+	// the incarnation its gossip metadata advertises (0: none). It is
+	// replaced, never modified, so a reader may keep it after unlocking.
+	members map[string]uint64
 	// peers holds the link to every other member with a gRPC address.
 	peers map[string]*link
 }
@@ -147,7 +148,7 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		log:      discardLogger(cfg.Logger).With(slog.String("node", cfg.Self)),
 		metrics:  m,
 		dialOpts: opts,
-		members:  map[string]struct{}{},
+		members:  map[string]uint64{},
 		peers:    map[string]*link{},
 	}, nil
 }
@@ -186,12 +187,13 @@ func (t *Transport) Send(to string, env *peerv1.Envelope) {
 // (this node included), as Cluster's onChange reports it. A new peer gets a
 // connection and a sender; a departed one's sender stops, its queued
 // envelopes are dropped and its connection closed; a peer whose gRPC address
-// changed is reconnected. Envelopes are accepted only from members.
+// changed is reconnected. Envelopes are accepted only from members, and
+// from a member that advertises an incarnation only in that incarnation.
 func (t *Transport) SetPeers(members []Member) {
-	names := make(map[string]struct{}, len(members))
+	names := make(map[string]uint64, len(members))
 	want := make(map[string]string, len(members))
 	for _, m := range members {
-		names[m.Name] = struct{}{}
+		names[m.Name] = m.Incarnation
 		if m.Name != t.cfg.Self && m.GRPCAddr != "" {
 			want[m.Name] = m.GRPCAddr
 		}
@@ -243,6 +245,10 @@ func (t *Transport) newLink(name, addr string) (*link, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Connect now, not on the first envelope: the TLS handshake of an
+	// authenticated peer then happens when it joins, not in the way of the
+	// first flush (at a loaded cluster's start that delay over-admitted).
+	conn.Connect()
 	return &link{
 		name:     name,
 		addr:     addr,

@@ -9,14 +9,17 @@
 #   gRPC    127.0.0.1:B+i        (7101, 7102, ...)
 #   HTTP    127.0.0.1:B+1000+i   (8101, 8102, ...)
 #   gossip  127.0.0.1:B+845+i    (7946, 7947, ...; node1's is the seed of the others)
+#   peers   127.0.0.1:B+100+i    (7201, 7202, ...)
 # Before starting anything it binds every one of those ports (TCP, and UDP
 # for gossip) with the portcheck helper that sits beside BINARY (or
 # $PORTCHECK), and refuses to start, naming the port, if one is taken.
 # Logs go to $RUN_DIR/node<i>.log; without RUN_DIR, to a new directory
 # ${TMPDIR:-/tmp}/ringlimit-run-<base>-XXXXXX, so no run overwrites another's
 # logs. Extra node flags can be passed in the environment
-# (RINGLIMIT_MODE=owner, ...). Only the processes started here are stopped,
-# by their PIDs.
+# (RINGLIMIT_MODE=owner, ...). The nodes encrypt gossip and authenticate
+# each other with the gossip key RINGLIMIT_GOSSIP_KEY; unless it is set, a
+# fresh one is drawn for the run. Only the processes started here are
+# stopped, by their PIDs.
 set -eu
 
 n=${1:-3}
@@ -42,6 +45,7 @@ in_range PORT_BASE "$base" 1024 64485
 grpc_port() { echo $((base + $1)); }
 http_port() { echo $((base + 1000 + $1)); }
 gossip_port() { echo $((base + 845 + $1)); }
+peer_port() { echo $((base + 100 + $1)); }
 
 # Every port this cluster needs must be free before any node starts: a
 # node that cannot listen exits, and another cluster on the same ports
@@ -49,7 +53,7 @@ gossip_port() { echo $((base + 845 + $1)); }
 ports=""
 i=1
 while [ "$i" -le "$n" ]; do
-	ports="$ports tcp:$(grpc_port $i) tcp:$(http_port $i) tcp:$(gossip_port $i) udp:$(gossip_port $i)"
+	ports="$ports tcp:$(grpc_port $i) tcp:$(http_port $i) tcp:$(gossip_port $i) udp:$(gossip_port $i) tcp:$(peer_port $i)"
 	i=$((i + 1))
 done
 # shellcheck disable=SC2086 # one argument per port
@@ -102,6 +106,11 @@ if [ -z "${GOMAXPROCS:-}" ]; then
 	export GOMAXPROCS
 fi
 
+if [ -z "${RINGLIMIT_GOSSIP_KEY:-}${RINGLIMIT_GOSSIP_KEYS:-}${RINGLIMIT_PEER_SECRET:-}" ]; then
+	RINGLIMIT_GOSSIP_KEY=$(head -c 32 /dev/urandom | base64)
+	export RINGLIMIT_GOSSIP_KEY
+fi
+
 i=1
 while [ "$i" -le "$n" ]; do
 	seeds=""
@@ -110,6 +119,7 @@ while [ "$i" -le "$n" ]; do
 		--grpc-addr "127.0.0.1:$(grpc_port $i)" \
 		--http-addr "127.0.0.1:$(http_port $i)" \
 		--gossip-addr "127.0.0.1:$(gossip_port $i)" \
+		--peer-addr "127.0.0.1:$(peer_port $i)" \
 		--gossip-profile local \
 		--seeds "$seeds" \
 		>"$run_dir/node$i.log" 2>&1 &
@@ -145,7 +155,7 @@ addrs=""
 echo "ringlimit: $n nodes ready on 127.0.0.1, GOMAXPROCS=$GOMAXPROCS each (logs in $run_dir/):"
 i=1
 while [ "$i" -le "$n" ]; do
-	echo "  node$i  gRPC 127.0.0.1:$(grpc_port $i)  HTTP http://127.0.0.1:$(http_port $i)  gossip 127.0.0.1:$(gossip_port $i)"
+	echo "  node$i  gRPC 127.0.0.1:$(grpc_port $i)  HTTP http://127.0.0.1:$(http_port $i)  gossip 127.0.0.1:$(gossip_port $i)  peers 127.0.0.1:$(peer_port $i)"
 	addrs="${addrs:+$addrs,}127.0.0.1:$(grpc_port $i)"
 	i=$((i + 1))
 done

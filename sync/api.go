@@ -144,6 +144,11 @@ type Response struct {
 	// Degraded reports that the answer was decided without the owner, by the
 	// partition policy.
 	Degraded bool
+	// Reconfigured reports that the request changed the limit of the key's
+	// live bucket (store.go's reconfigure). A request whose limit was not
+	// applied (a peek, a bucket that could not admit it) is not
+	// reconfigured, and the Decision's Limit is the one in force.
+	Reconfigured bool
 	// Err is set when the request could not be decided (invalid input, no
 	// members). An error is never reported as allowed.
 	Err error

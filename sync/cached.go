@@ -9,18 +9,20 @@ import (
 )
 
 // cachedEntry returns the cached entry of key, creating a fresh view (a new
-// bucket, never synced) if there is none.
-func (n *Node) cachedEntry(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (e *entry, fresh bool, err error) {
+// bucket, never synced) if there is none. reconf reports that a request of
+// hits under l reconfigured the view (configure).
+func (n *Node) cachedEntry(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32) (e *entry, fresh, reconf bool, err error) {
 	h := n.st.hash(key)
 	e = s.m.get(h, key)
 	if e == nil {
 		if e, _, err = newKeyedEntry(key, l, now, c); err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
 		n.st.insertEntry(s, h, e, c)
-		return e, true, nil
+		return e, true, false, nil
 	}
-	return e, false, configure(e, l, now)
+	reconf, err = configure(e, l, now, hits)
+	return e, false, reconf, err
 }
 
 // shareExact is the share above which a node decides as if it were alone.
@@ -35,7 +37,8 @@ const shareExact = 0.999
 // owner has not seen reach the sync threshold, it flushes early.
 func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response) {
 	s := n.st.shardOf(r.Key)
-	e, fresh, err := n.cachedEntry(s, r.Key, r.Limit, now, c)
+	e, fresh, reconf, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
+	resp.Reconfigured = reconf
 	if err != nil {
 		resp.Err = err
 		return

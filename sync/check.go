@@ -313,8 +313,7 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) 
 			return
 		}
 		n.st.insertOwn(s, s.local, own, e, c)
-	} else if err := configure(e, r.Limit, now); err != nil {
-		resp.Err = err
+	} else if resp.Reconfigured, resp.Err = configure(e, r.Limit, now, r.Hits); resp.Err != nil {
 		return
 	}
 	e.meta = e.meta&flagMask | c<<flagBits
@@ -324,23 +323,24 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) 
 // ownedEntry returns the owned entry of key, creating a fresh one or
 // turning a cached view into the authoritative state (this node became the
 // owner and no hand-off has arrived: the view is the best state it has).
-func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, now time.Time, c uint32) (*entry, error) {
+// reconf reports that a request of hits under l reconfigured it.
+func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32) (e *entry, reconf bool, err error) {
 	h := n.st.hash(key)
-	e := s.m.get(h, key)
+	e = s.m.get(h, key)
 	if e == nil {
-		var err error
 		if e, _, err = newKeyedEntry(key, l, now, c); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		e.makeOwned()
 		n.st.insertEntry(s, h, e, c)
-		return e, nil
+		return e, false, nil
 	}
 	if !e.has(flagOwned) {
 		n.dropLease(s, key)
 		e.makeOwned()
 	}
-	return e, configure(e, l, now)
+	reconf, err = configure(e, l, now, hits)
+	return e, reconf, err
 }
 
 // decideOwned decides r on this node's authoritative state. In cached mode,
@@ -359,11 +359,12 @@ func (n *Node) decideOwned(now time.Time, c uint32, v *view, r *Request, resp *R
 // is due.
 func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *Request, resp *Response, cached bool) (pushDue bool) {
 	s := n.st.shardOf(r.Key)
-	e, err := n.ownedEntry(s, r.Key, r.Limit, now, c)
+	e, reconf, err := n.ownedEntry(s, r.Key, r.Limit, r.Hits, now, c)
 	if err != nil {
 		resp.Err = err
 		return false
 	}
+	resp.Reconfigured = reconf
 	e.touch(c, r.Hits, true)
 	shared := cached && e.interest() != 0
 	if shared {

@@ -263,6 +263,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 			continue
 		}
 		it.resp.Decision, it.resp.Err = d, err
+		it.resp.Reconfigured = rep.Items[i].GetReconfigured()
 		n.completeForward(it)
 	}
 	n.sendForwards(now, p, false)
@@ -540,6 +541,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			n.decideOwned(now, c, v, &r, &resp, false)
 		}
 		decisionIntoWire(&decs[i], resp.Decision, resp.Err)
+		decs[i].Reconfigured = resp.Reconfigured
 	}
 	if len(restore) > 0 {
 		n.sendHandoffs(now, v, map[*peer][]*peerv1.KeyState{p: restore})
@@ -582,6 +584,7 @@ type relayedItem struct {
 func (x *served) done() {
 	for _, l := range x.later {
 		decisionIntoWire(l.dec, l.resp.Decision, l.resp.Err)
+		l.dec.Reconfigured = l.resp.Reconfigured
 	}
 	x.w.ForwardReply = &x.r
 	x.e.Body = &x.w

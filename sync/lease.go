@@ -139,7 +139,8 @@ const leaseWarmDemand = 0.5
 // if not.
 func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response, pol Policy) (forward bool) {
 	s := n.st.shardOf(r.Key)
-	e, _, err := n.cachedEntry(s, r.Key, r.Limit, now, c)
+	e, _, reconf, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
+	resp.Reconfigured = reconf
 	if err != nil {
 		resp.Err = err
 		return false
@@ -262,4 +263,77 @@ func (n *Node) returnLeases(v *view) {
 		}
 		n.markReturns(s, v, back)
 	}
+}
+
+// grantBook is an owner's account of the lease tokens it granted one peer,
+// per key, and has not seen returned. A return refunds at most that much:
+// a peer cannot give back tokens it was never given (a forged return would
+// refill a spent key), nor give the same tokens back twice. Entries whose
+// last grant is older than grantMemory are forgotten, so the book holds the
+// keys the peer leased recently; a return that comes later still is
+// refused, which under-admits (the safe side).
+type grantBook struct {
+	m map[string]grantEntry
+	// pruneAt is the size at which the book is next swept of old entries.
+	pruneAt int
+}
+
+// grantEntry is the tokens granted on one key and not yet returned, and
+// when the last grant was made (Unix ns).
+type grantEntry struct {
+	tokens, at int64
+}
+
+// minGrantPrune is the smallest book that is swept of old entries.
+const minGrantPrune = 1024
+
+// grantMemory is how long an owner remembers a lease grant for a return:
+// ten lease lifetimes, far more than a lease lives and its unspent tokens
+// take to come back (the next flush after its expiry).
+func (n *Node) grantMemory() time.Duration { return 10 * n.cfg.LeaseTTL }
+
+// recordGrant records g tokens granted to p on key at now.
+func (p *peer) recordGrant(key string, g int64, now time.Time, memory time.Duration) {
+	if g <= 0 {
+		return
+	}
+	b := &p.grants
+	if b.m == nil {
+		b.m, b.pruneAt = map[string]grantEntry{}, minGrantPrune
+	}
+	t := now.UnixNano()
+	if ge, ok := b.m[key]; ok {
+		b.m[key] = grantEntry{tokens: ge.tokens + g, at: t}
+	} else {
+		b.m[strings.Clone(key)] = grantEntry{tokens: g, at: t} // key may point into a message
+	}
+	if len(b.m) >= b.pruneAt {
+		for k, ge := range b.m {
+			if t-ge.at > int64(memory) {
+				delete(b.m, k)
+			}
+		}
+		b.pruneAt = max(minGrantPrune, 2*len(b.m))
+	}
+}
+
+// takeReturn returns how many of the ret tokens p gives back on key
+// may be refunded at now (at most those granted and not yet returned), and
+// takes them off the book.
+func (p *peer) takeReturn(key string, ret int64, now time.Time, memory time.Duration) int64 {
+	ge, ok := p.grants.m[key]
+	if !ok {
+		return 0
+	}
+	if now.UnixNano()-ge.at > int64(memory) {
+		delete(p.grants.m, key)
+		return 0
+	}
+	r := min(ret, ge.tokens)
+	if ge.tokens -= r; ge.tokens == 0 {
+		delete(p.grants.m, key)
+	} else {
+		p.grants.m[key] = ge
+	}
+	return r
 }

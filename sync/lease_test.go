@@ -3,6 +3,8 @@ package sync
 import (
 	"testing"
 	"time"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
 // TestLeaseLifecycle walks a lease through grant, spending, renewal, expiry
@@ -108,5 +110,72 @@ func TestLeasedNeverOverInPartition(t *testing.T) {
 	}
 	if admitted < 250 {
 		t.Errorf("admitted %d: far below the limit", admitted)
+	}
+}
+
+// TestForgedLeaseReturn: a member that was granted no lease gives back 100
+// tokens of a spent key (the attack of issue 16, which refilled the key):
+// the owner refunds nothing and counts the tokens refused. A real grant
+// is refunded once, up to what was granted.
+func TestForgedLeaseReturn(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a, b := nw.nodes["a"], nw.nodes["b"]
+	key := keyOwnedBy(t, "b", "a", "b")
+	l := perMinute(10)
+	for range 10 {
+		check(t, b, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner})
+	}
+	if got := remainingOn(b, nw.now, key); got != 0 {
+		t.Fatalf("t0: remaining %d after 10 of 10, want 0", got)
+	}
+	forged := func(seq uint64, ret int64) {
+		b.Step(nw.now, &peerv1.Envelope{From: "a", To: "b", Incarnation: a.cfg.Incarnation,
+			Body: &peerv1.Envelope_Flush{Flush: &peerv1.Flush{Seq: seq, Items: []*peerv1.FlushItem{
+				{Key: key, Limit: limitToWire(l), LeaseReturn: ret}}}}})
+	}
+	forged(1000, 100)
+	if got := remainingOn(b, nw.now, key); got != 0 {
+		t.Errorf("after a forged return of 100: remaining %d, want 0 (the key stays spent)", got)
+	}
+	if got := b.Metrics().LeaseTokensRefused.Load(); got != 100 {
+		t.Errorf("tokens refused %d, want 100", got)
+	}
+	if got := b.Metrics().LeaseTokensReturned.Load(); got != 0 {
+		t.Errorf("tokens refunded %d, want 0", got)
+	}
+}
+
+// TestGrantBook steps one peer's account of grants over fixed instants.
+func TestGrantBook(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const mem = 10 * time.Second
+	p := &peer{name: "a"}
+	steps := []struct {
+		name  string
+		at    time.Duration
+		grant int64 // granted on "k" at this step, before the return
+		ret   int64 // returned on "k"
+		want  int64 // refunded
+	}{
+		{"return with no grant", 0, 0, 5, 0},
+		{"grant 5, return 7", 0, 5, 7, 5},
+		{"the same tokens again", time.Second, 0, 5, 0},
+		{"grant 3 and 4, return 2", 2 * time.Second, 7, 2, 2},
+		{"return 5 of the 5 left", 3 * time.Second, 0, 5, 5},
+		{"grant 4, return after the memory", 4 * time.Second, 4, 0, 0},
+		{"late return", 4*time.Second + mem + 1, 0, 4, 0},
+	}
+	for _, s := range steps {
+		now := t0.Add(s.at)
+		p.recordGrant("k", s.grant, now, mem)
+		if s.ret == 0 {
+			continue
+		}
+		if got := p.takeReturn("k", s.ret, now, mem); got != s.want {
+			t.Errorf("%s: refunded %d, want %d", s.name, got, s.want)
+		}
+	}
+	if len(p.grants.m) != 0 {
+		t.Errorf("book holds %v at the end, want nothing", p.grants.m)
 	}
 }

@@ -24,6 +24,10 @@ type Metrics struct {
 	// LeaseTokensGranted and LeaseTokensReturned the tokens moved.
 	LeasesGranted, LeasesRenewed, LeasesReturned atomic.Int64
 	LeaseTokensGranted, LeaseTokensReturned      atomic.Int64
+	// LeaseTokensRefused counts tokens peers gave back beyond what this
+	// node granted them on the key and had not seen returned: refused, not
+	// refunded (a forged or replayed return, or one too late, lease.go).
+	LeaseTokensRefused atomic.Int64
 	// HandoffsSent and HandoffKeys count hand-off messages and the keys they
 	// carried; HandoffsReceived those merged by this node as new owner.
 	HandoffsSent, HandoffKeys, HandoffsReceived atomic.Int64

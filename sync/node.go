@@ -142,6 +142,9 @@ type peer struct {
 	// duplicate.
 	inInc, inSeq uint64
 	lastAck      *peerv1.FlushAck
+	// grants holds, as owner, the lease tokens granted to the peer per key
+	// and not seen returned (lease.go); nil until the first grant.
+	grants grantBook
 }
 
 // down reports whether p counts as unreachable at now.

@@ -32,7 +32,7 @@ func (n *Node) serveFlush(now time.Time, v *view, p *peer, inc uint64, f *peerv1
 	bit := v.bit(p.name)
 	c := coarse(now)
 	for i, it := range f.Items {
-		ack.Items[i] = n.applyFlushItem(now, c, v, bit, it, &slots[i])
+		ack.Items[i] = n.applyFlushItem(now, c, v, p, bit, it, &slots[i])
 	}
 	p.lastAck = ack
 	n.send(p.name, flushAckBody{ack})
@@ -83,11 +83,12 @@ func (n *Node) validItem(it *peerv1.FlushItem) (bucket.Limit, bool) {
 	return l, err == nil
 }
 
-// applyFlushItem applies one flushed key as its owner: merges a view from a
-// previous owner (rebuild), drains the hits, counts the demand, refunds
-// returned lease tokens and grants a lease; it returns the answer, slot's
+// applyFlushItem applies one flushed key from p as its owner: merges a view
+// from a previous owner (rebuild), drains the hits, counts the demand,
+// refunds returned lease tokens (at most those granted to p and not yet
+// returned, lease.go) and grants a lease; it returns the answer, slot's
 // when the item was applied.
-func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *peerv1.FlushItem, slot *ackSlot) *peerv1.KeyState {
+func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, bit uint32, it *peerv1.FlushItem, slot *ackSlot) *peerv1.KeyState {
 	l, ok := n.validItem(it)
 	if !ok {
 		n.metrics.Malformed.Add(1)
@@ -98,7 +99,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
 	}
 	s := n.st.shardOf(it.Key)
-	e, err := n.ownedEntry(s, it.Key, l, now, c)
+	e, _, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c)
 	if err != nil {
 		n.metrics.Malformed.Add(1)
 		return &peerv1.KeyState{Key: it.Key}
@@ -117,16 +118,22 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, bit uint32, it *
 	if it.Hits > 0 {
 		_ = e.b.Drain(now, it.Hits)
 	}
+	var refund int64
 	if it.LeaseReturn > 0 {
-		_ = e.b.Refund(now, it.LeaseReturn)
-		n.metrics.LeasesReturned.Add(1)
-		n.metrics.LeaseTokensReturned.Add(it.LeaseReturn)
+		refund = p.takeReturn(it.Key, it.LeaseReturn, now, n.grantMemory())
+		if refund > 0 {
+			_ = e.b.Refund(now, refund)
+			n.metrics.LeasesReturned.Add(1)
+			n.metrics.LeaseTokensReturned.Add(refund)
+		}
+		n.metrics.LeaseTokensRefused.Add(it.LeaseReturn - refund)
 	}
 	var granted int64
 	if it.LeaseWant > 0 && len(v.lost) == 0 { // a minority side grants nothing (quorum.go)
 		granted = n.grantLease(e, now, it)
+		p.recordGrant(it.Key, granted, now, n.grantMemory())
 	}
-	if it.Hits > 0 || it.LeaseReturn > 0 || granted > 0 || len(it.View) > 0 {
+	if it.Hits > 0 || refund > 0 || granted > 0 || len(it.View) > 0 {
 		n.markChanged(s, it.Key, e, bit)
 	}
 	state, _ := e.b.AppendBinary(slot.state[:0])

@@ -74,12 +74,13 @@ func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *Requ
 		if base := n.st.lookup(s, r.Key); base != nil {
 			from = base.b.Clone()
 		}
-		if from != nil && from.Config().Algorithm == l.Algorithm && from.Reconfigure(now, l) == nil {
-			e.b = from
+		if from != nil && from.Config().Algorithm == l.Algorithm {
+			if b, reconf, err := reconfigure(from, l, now, r.Hits); err == nil {
+				e.b, resp.Reconfigured = b, reconf
+			}
 		}
 		n.st.insertInto(s, s.share, r.Key, e, c)
-	} else if err := configure(e, l, now); err != nil {
-		resp.Err = err
+	} else if resp.Reconfigured, resp.Err = configure(e, l, now, r.Hits); resp.Err != nil {
 		return
 	}
 	e.meta = e.meta&flagMask | c<<flagBits

@@ -22,7 +22,7 @@ func TestFlushRoutes(t *testing.T) {
 	}
 	list := func(t *testing.T, a *Node, v *view, s *shard, key string, hits int64) *entry {
 		t.Helper()
-		e, _, err := a.cachedEntry(s, key, l, t0, c)
+		e, _, _, err := a.cachedEntry(s, key, l, 1, t0, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestFlushRoutes(t *testing.T) {
 		// A peer value that is not v's (quorum.go's stand-ins for members
 		// lost to a partition) is not trusted as a route.
 		a, v, s, key := setup(t)
-		e, _, err := a.cachedEntry(s, key, l, t0, c)
+		e, _, _, err := a.cachedEntry(s, key, l, 1, t0, c)
 		if err != nil {
 			t.Fatal(err)
 		}

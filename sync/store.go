@@ -477,22 +477,53 @@ func (e *entry) key() (string, bool) {
 	return (*entryKeyLong)(p).k, true
 }
 
-// configure makes e's bucket run under l: a live bucket is reconfigured
-// (nothing resets to full); one of another algorithm is replaced, since the
-// request defines the limit.
-func configure(e *entry, l bucket.Limit, now time.Time) error {
-	if e.b.Config() == l {
-		return nil
-	}
-	if err := e.b.Reconfigure(now, l); err == nil {
-		return nil
-	}
-	b, err := bucket.New(l, now)
+// configure makes e's bucket run under l for a request of hits at now, as
+// reconfigure says, and reports whether the live bucket's limit changed.
+func configure(e *entry, l bucket.Limit, now time.Time, hits int64) (bool, error) {
+	b, changed, err := reconfigure(e.b, l, now, hits)
 	if err != nil {
-		return err
+		return false, err
 	}
 	e.b = b
-	return nil
+	return changed, nil
+}
+
+// reconfigure returns b made to run under l for a request of hits at now.
+// Parameters cannot refill a bucket (issue 16):
+//
+//   - a peek (hits 0) never reconfigures: b is returned as it is, and the
+//     answer reports b's own limit;
+//   - nor does a request that b, under its own limit, could not admit now:
+//     a spent key stays spent whatever limit a check names;
+//   - otherwise a live bucket is reconfigured (bucket.Bucket.Reconfigure,
+//     which keeps what was consumed, as Guava's setRate keeps the stored
+//     permits) and then holds no more than it held before: a change of
+//     limit or period never hands tokens back at once; a looser limit only
+//     refills faster from there.
+//
+// A bucket of another algorithm is replaced by a new one, since the request
+// defines the limit; the public API keeps algorithms apart by key, so that
+// happens only to rule buckets whose rule changed algorithm. changed
+// reports whether the limit of the bucket returned differs from b's.
+func reconfigure(b bucket.Bucket, l bucket.Limit, now time.Time, hits int64) (_ bucket.Bucket, changed bool, _ error) {
+	if b.Config() == l || hits == 0 {
+		return b, false, nil
+	}
+	if b.Config().Algorithm != l.Algorithm {
+		nb, err := bucket.New(l, now)
+		return nb, err == nil, err
+	}
+	before, err := b.Take(now, 0)
+	if err != nil || before.Remaining < hits {
+		return b, false, nil
+	}
+	if err := b.Reconfigure(now, l); err != nil {
+		return b, false, err
+	}
+	if after, err := b.Take(now, 0); err == nil && after.Remaining > before.Remaining {
+		_ = b.Drain(now, after.Remaining-before.Remaining)
+	}
+	return b, true, nil
 }
 
 // evict makes room in a full store: it removes the least recently used

@@ -55,10 +55,10 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	// package's usage dump; --help writes the usage.
 	fs.SetOutput(io.Discard)
 
-	var seeds, mode, policy, logLevel, logFormat, gossipKey, gossipKeys string
+	var seeds, mode, policy, logLevel, logFormat, gossipKey, gossipKeys, peerSecret string
 	var maxConcurrentStreams uint
 	fs.StringVar(&c.Name, "name", "", "node name, unique in the cluster and stable across restarts (default: the host name)")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address: public API and peer traffic; must be reachable by the other nodes")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address of the public API (checks, Envoy's rate limit service)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address: JSON API, /healthz, /readyz, /v1/cluster, /metrics; empty disables HTTP")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", c.GossipAddr, "gossip (memberlist) listen address, TCP and UDP")
 	fs.StringVar(&c.GossipAdvertiseAddr, "gossip-advertise-addr", "", "gossip address announced to the other nodes, when it differs from --gossip-addr (NAT, containers)")
@@ -77,6 +77,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", c.CheckTimeout, "longest a public call waits for its answers (must exceed --request-timeout)")
 	fs.IntVar(&c.MaxBatchItems, "max-check-items", c.MaxBatchItems, "most items in one public Check call")
 	fs.IntVar(&c.MaxKeyLen, "max-key-len", c.MaxKeyLen, "most bytes of name + unique_key in one item")
+	fs.IntVar(&c.Sync.MaxKeys, "max-keys", c.Sync.MaxKeys, "most keys a node keeps (owned, cached, backed up); beyond it the least recently used are evicted")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "most bytes of an HTTP request body")
 	fs.IntVar(&c.MaxRecvMsgBytes, "max-recv-msg-bytes", c.MaxRecvMsgBytes, "most bytes of one gRPC message received, public or peer")
 	fs.UintVar(&maxConcurrentStreams, "max-concurrent-streams", uint(c.MaxConcurrentStreams), "most concurrent gRPC calls per connection")
@@ -86,7 +87,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "HTTP: longest time to answer a request once read")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "how long an idle HTTP keep-alive or gRPC connection stays open")
 	fs.DurationVar(&c.MaxConnectionAge, "max-connection-age", c.MaxConnectionAge, "gRPC connections older than this are asked to reconnect (spreads clients over new nodes)")
-	fs.StringVar(&c.PeerAddr, "peer-addr", "", "listen address of the peer port (traffic between nodes) when it is not the gRPC port; needed by --tls-* and --peer-tls-*")
+	fs.StringVar(&c.PeerAddr, "peer-addr", "", "listen address of the peer port (traffic between nodes), reachable by the other nodes (default: the --grpc-addr host, a free port)")
+	fs.StringVar(&peerSecret, "peer-secret", "", "base64 cluster secret (at least 16 bytes) the nodes authenticate each other with, when not derived from the gossip key; prefer the environment variable")
+	fs.BoolVar(&c.InsecurePeers, "insecure-peers", false, "run the peer port without authentication: whoever reaches it can move any limit (tests on loopback only)")
 	fs.StringVar(&c.TLS.CertFile, "tls-cert", "", "PEM certificate (chain) of the public gRPC and HTTP APIs; enables TLS on them")
 	fs.StringVar(&c.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&c.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle: public API clients must present a certificate it signed")
@@ -102,7 +105,11 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&c.NginxRule, "nginx-rule", "", "the rule /v1/nginx/auth checks every subrequest against (e.g. nginx/per_ip); empty: named per request by --nginx-rule-header")
 	fs.StringVar(&c.NginxRuleHeader, "nginx-rule-header", c.NginxRuleHeader, "header naming the rule of a /v1/nginx/auth subrequest, set by nginx (proxy_set_header), when --nginx-rule is empty")
 	fs.StringVar(&c.NginxKeyHeader, "nginx-key-header", c.NginxKeyHeader, "header carrying the client key of a /v1/nginx/auth subrequest, set by nginx (proxy_set_header X-Real-IP $remote_addr)")
-	fs.BoolVar(&c.NginxFailClosed, "nginx-fail-closed", false, "/v1/nginx/auth: answer 503 instead of 204 when a check fails (unknown rule, no key, cluster unable to answer)")
+	fs.BoolVar(&c.NginxAllowBadKeys, "nginx-allow-bad-keys", false, "/v1/nginx/auth: let through (204) a subrequest whose key is missing, too long or not UTF-8, instead of 403")
+	fs.BoolVar(&c.EnvoyAllowBadKeys, "envoy-allow-bad-keys", false, "Envoy rate limit service: answer OK for a descriptor whose key cannot be formed, instead of OVER_LIMIT")
+	fs.BoolVar(&c.GRPCRulesOnly, "grpc-rules-only", false, "public gRPC API: take only checks that name a rule; a check choosing its own limit gets an error (for untrusted callers)")
+	fs.BoolVar(&c.HTTPRulesOnly, "http-rules-only", false, "POST /v1/check: take only checks that name a rule; a check choosing its own limit gets an error (for untrusted callers)")
+	fs.BoolVar(&c.NginxFailClosed, "nginx-fail-closed", false, "/v1/nginx/auth: answer 503 instead of 204 when a check fails (unknown rule, cluster unable to answer)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP port (keep that port private)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM/SIGINT: how long to drain calls, hand keys off and leave before stopping anyway")
 	flagvalue.ChoiceVar(fs, &logLevel, "log-level", "info", []string{"debug", "info", "warn", "error"}, "log level")
@@ -156,6 +163,11 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	}
 	if len(keys) > 0 {
 		c.GossipKey, c.GossipSecondaryKeys = keys[0], keys[1:]
+	}
+	if peerSecret != "" {
+		if c.PeerSecret, err = base64.StdEncoding.DecodeString(strings.TrimSpace(peerSecret)); err != nil {
+			return o, usageErr(out, "--peer-secret is not base64: %v", err)
+		}
 	}
 	// --mode, --policy, --log-level and --log-format took only their
 	// valid words (flagvalue.ChoiceVar).

@@ -111,7 +111,7 @@ func TestParseFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &out)
+			o, err := parseFlags(tt.args, withSecret(tt.env), &out)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
@@ -177,7 +177,7 @@ func TestFlagErrorsSayHowToWriteIt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			_, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &out)
+			_, err := parseFlags(tt.args, withSecret(tt.env), &out)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -218,5 +218,29 @@ func TestConfigFlagsNamesEveryValidatedField(t *testing.T) {
 		if m[k] != v {
 			t.Errorf("%s: got %q, want %q", k, m[k], v)
 		}
+	}
+}
+
+// testSecret is the base64 cluster secret withSecret gives.
+const testSecret = "cmluZ2xpbWl0IHRlc3QgY2x1c3RlciBzZWNyZXQsIDMy"
+
+// withSecret returns a getenv reading env, in which the peers' secret
+// (RINGLIMIT_PEER_SECRET) is testSecret unless env sets it, a gossip key,
+// peer TLS or RINGLIMIT_INSECURE_PEERS: a node refuses to start without
+// peer authentication.
+func withSecret(env map[string]string) func(string) string {
+	return func(k string) string {
+		if k == "RINGLIMIT_PEER_SECRET" {
+			if _, ok := env[k]; ok {
+				return env[k]
+			}
+			for _, other := range []string{"RINGLIMIT_GOSSIP_KEY", "RINGLIMIT_GOSSIP_KEYS", "RINGLIMIT_PEER_TLS_CERT", "RINGLIMIT_INSECURE_PEERS"} {
+				if env[other] != "" {
+					return ""
+				}
+			}
+			return testSecret
+		}
+		return env[k]
 	}
 }

@@ -33,7 +33,7 @@ func TestRunStartsAndStopsWhenCancelled(t *testing.T) {
 	out := &lockedBuffer{ch: make(chan struct{}, 1)}
 	args := []string{"--name", "cli", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local", "--log-format", "json"}
-	if code := run(ctx, args, func(string) string { return "" }, out); code != 0 {
+	if code := run(ctx, args, withSecret(nil), out); code != 0 {
 		t.Fatalf("exit code %d; output:\n%s", code, out.b.String())
 	}
 	for _, want := range []string{`"msg":"node started"`, `"msg":"signal received; shutting down"`, `"msg":"stopped"`} {

@@ -15,7 +15,7 @@ import (
 )
 
 func TestRulesFlags(t *testing.T) {
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	env := withSecret
 	var out bytes.Buffer
 	o, err := parseFlags([]string{"--rules", "/etc/ringlimit/rules", "--rules-poll-interval", "0s", "--envoy-headers",
 		"--nginx-rule", "nginx/per_ip", "--nginx-key-header", "X-Client", "--nginx-fail-closed"}, env(nil), &out)
@@ -86,7 +86,7 @@ func TestRunFailsOnInvalidRules(t *testing.T) {
 	var out bytes.Buffer
 	args := []string{"--name", "cli", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local", "--rules", path}
-	if code := run(t.Context(), args, func(string) string { return "" }, &out); code != 1 {
+	if code := run(t.Context(), args, withSecret(nil), &out); code != 1 {
 		t.Fatalf("exit code %d, want 1; output:\n%s", code, out.String())
 	}
 	if !strings.Contains(out.String(), path+":4:") {

@@ -74,10 +74,29 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 		{name: "gossip key of a bad size", args: []string{"--gossip-key", b64([]byte("short"))}, wantErr: "--gossip-key: key 1 is 5 bytes"},
 		{name: "second gossip key of a bad size", args: []string{"--gossip-keys", b64(k16) + "," + b64(k16[:7])}, wantErr: "--gossip-keys: key 2 is 7 bytes"},
 		{name: "both gossip key flags", args: []string{"--gossip-key", b64(k16), "--gossip-keys", b64(k16)}, wantErr: "one or the other"},
-		{name: "TLS without a peer port", args: []string{"--tls-cert", "c", "--tls-key", "k"}, wantErr: "set --peer-addr"},
+		{name: "max keys", args: []string{"--max-keys", "5000"}, check: func(t *testing.T, o options) {
+			if o.cfg.Sync.MaxKeys != 5000 {
+				t.Errorf("Sync.MaxKeys = %d, want 5000", o.cfg.Sync.MaxKeys)
+			}
+		}},
+		{name: "zero max keys", args: []string{"--max-keys", "0"}, wantErr: "MaxKeys"},
+		{name: "insecure peers", args: []string{"--insecure-peers"}, env: map[string]string{"RINGLIMIT_PEER_SECRET": ""}, check: func(t *testing.T, o options) {
+			if !o.cfg.InsecurePeers || len(o.cfg.PeerSecret) != 0 {
+				t.Errorf("InsecurePeers %v, secret %q: want insecure, no secret", o.cfg.InsecurePeers, o.cfg.PeerSecret)
+			}
+		}},
+		{name: "peer secret", args: []string{"--peer-secret", b64(k32)}, check: func(t *testing.T, o options) {
+			if !bytes.Equal(o.cfg.PeerSecret, k32) {
+				t.Errorf("PeerSecret %x, want %x", o.cfg.PeerSecret, k32)
+			}
+		}},
+		{name: "no peer authentication", env: map[string]string{"RINGLIMIT_PEER_SECRET": ""}, wantErr: "the peers must authenticate each other"},
+		{name: "peer secret not base64", args: []string{"--peer-secret", "not base64!"}, wantErr: "--peer-secret is not base64"},
+		{name: "short peer secret", args: []string{"--peer-secret", b64([]byte("fifteen bytes.."))}, wantErr: "PeerSecret: 15 bytes"},
+		{name: "insecure peers with a secret", args: []string{"--insecure-peers", "--peer-secret", b64(k16)}, wantErr: "InsecurePeers"},
+		{name: "peer secret with a name that is not a DNS name", args: []string{"--name", "node_1"}, wantErr: "must be a DNS name"},
 		{name: "TLS certificate without key", args: []string{"--tls-cert", "c", "--peer-addr", "127.0.0.1:0"}, wantErr: "needs both CertFile and KeyFile"},
 		{name: "client CA without TLS", args: []string{"--tls-client-ca", "ca"}, wantErr: "ClientCAFile without a server certificate"},
-		{name: "peer TLS without a peer port", args: []string{"--peer-tls-cert", "c", "--peer-tls-key", "k", "--peer-tls-ca", "ca"}, wantErr: "set --peer-addr"},
 		{name: "peer TLS without CA", args: []string{"--peer-tls-cert", "c", "--peer-tls-key", "k", "--peer-addr", ":0"}, wantErr: "needs CertFile, KeyFile and CAFile"},
 		{name: "peer TLS with a name that is not a DNS name", args: []string{"--name", "node 1", "--peer-addr", ":0",
 			"--peer-tls-cert", "c", "--peer-tls-key", "k", "--peer-tls-ca", "ca"}, wantErr: "must be a DNS name"},
@@ -92,7 +111,7 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &out)
+			o, err := parseFlags(tt.args, withSecret(tt.env), &out)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
@@ -110,7 +129,7 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 func TestSidecarAcceptsLoopbackAndAPeerPort(t *testing.T) {
 	var out bytes.Buffer
 	o, err := parseFlags([]string{"--sidecar", "--grpc-addr", "localhost:7101", "--http-addr", "[::1]:8101",
-		"--gossip-addr", "10.0.0.1:7946", "--peer-addr", "10.0.0.1:7201"}, func(string) string { return "" }, &out)
+		"--gossip-addr", "10.0.0.1:7946", "--peer-addr", "10.0.0.1:7201"}, withSecret(nil), &out)
 	if err != nil {
 		t.Fatalf("err = %v (output %s)", err, out.String())
 	}

@@ -277,6 +277,7 @@ func startNode(t *testing.T, configure ...func(*ringlimit.Config)) *ringlimit.No
 	cfg.Name = "n1"
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.GossipProfile = ringlimit.GossipLocal
+	cfg.PeerSecret = []byte("ringlimit test cluster secret, 32")
 	for _, c := range configure {
 		c(&cfg)
 	}

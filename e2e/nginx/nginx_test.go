@@ -84,7 +84,8 @@ http {
 }
 `
 
-// serverBlock is one server block of docs/middleware.md's configuration.
+// serverBlock is one server block of docs/middleware.md's configuration;
+// its client key is the nginx variable %[3]s ($remote_addr there).
 const serverBlock = `    server {
         listen %[1]s;
 
@@ -110,7 +111,7 @@ const serverBlock = `    server {
             proxy_pass              http://ringlimit/v1/nginx/auth;
             proxy_pass_request_body off;
             proxy_set_header        Content-Length "";
-            proxy_set_header        X-Real-IP $remote_addr;
+            proxy_set_header        X-Real-IP %[3]s;
             proxy_set_header        X-Ringlimit-Rule nginx/per_ip;
             proxy_set_header        X-Original-URI $request_uri;
             proxy_http_version      1.1;
@@ -146,7 +147,7 @@ func TestNginxSharesOneLimitAcrossServerBlocks(t *testing.T) {
 	for _, n := range nodes {
 		httpAddrs = append(httpAddrs, n.HTTPAddr())
 	}
-	conf := writeNginxConf(t, dir, httpAddrs, app, ports)
+	conf := writeNginxConf(t, dir, httpAddrs, app, ports, []string{"$remote_addr", "$remote_addr"})
 	startNginx(t, bin, dir, conf, ports)
 
 	// Requests alternate between the two server blocks; nginx spreads them
@@ -219,6 +220,42 @@ func TestNginxSharesOneLimitAcrossServerBlocks(t *testing.T) {
 	}
 }
 
+// TestNginxBadKeysDenied: behind a server block keyed by a header the client
+// sends (X-Api-Key), a request without it or with a key of 2000 bytes is
+// denied with 403 (issue 16: 204 for 20 of 20), counted by the node; a
+// request with a good key passes.
+func TestNginxBadKeysDenied(t *testing.T) {
+	bin := nginxBinary(t)
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rules, []byte(rulesYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nodes := startCluster(t, 1, rules)
+	app := startUpstream(t)
+	ports := freePorts(t, 1)
+	conf := writeNginxConf(t, dir, []string{nodes[0].HTTPAddr()}, app, ports, []string{"$http_x_api_key"})
+	startNginx(t, bin, dir, conf, ports)
+	url := "http://" + ports[0] + "/hello"
+	for _, key := range []string{"", strings.Repeat("k", 2000)} {
+		for i := range 10 {
+			resp, _ := getWith(t, url, "X-Api-Key", key)
+			if resp.StatusCode != http.StatusForbidden {
+				t.Errorf("key of %d bytes, request %d: %s, want 403", len(key), i+1, resp.Status)
+			}
+		}
+	}
+	if resp, body := getWith(t, url, "X-Api-Key", "alice"); resp.StatusCode != http.StatusOK || body != "hello from upstream\n" {
+		t.Errorf("a good key: %s %q, want 200 from the upstream", resp.Status, body)
+	}
+	if got := metric(t, nodes[0], `ringlimit_bad_keys_total{front="nginx"}`); got != 20 {
+		t.Errorf("bad keys counted %v, want 20", got)
+	}
+	if t.Failed() {
+		dumpLog(t, dir)
+	}
+}
+
 // nginxBinary returns the path of nginx, or fails saying how to install it.
 func nginxBinary(t *testing.T) string {
 	t.Helper()
@@ -242,6 +279,7 @@ func startCluster(t *testing.T, size int, rules string) []*ringlimit.Node {
 		cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 		cfg.GossipProfile = ringlimit.GossipLocal
 		cfg.RulesPath = rules
+		cfg.PeerSecret = []byte("ringlimit test cluster secret, 32")
 		cfg.HandoffTimeout, cfg.LeaveTimeout = 2*time.Second, time.Second
 		if testing.Verbose() {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -325,7 +363,8 @@ func freePorts(t *testing.T, n int) []string {
 }
 
 // writeNginxConf writes the configuration to dir and returns its path.
-func writeNginxConf(t *testing.T, dir string, nodes []string, app string, listen []string) string {
+// keys gives the client key of each block of listen (an nginx variable).
+func writeNginxConf(t *testing.T, dir string, nodes []string, app string, listen, keys []string) string {
 	t.Helper()
 	user := ""
 	if os.Geteuid() == 0 {
@@ -336,7 +375,7 @@ func writeNginxConf(t *testing.T, dir string, nodes []string, app string, listen
 		fmt.Fprintf(&servers, "        server %s;\n", a)
 	}
 	for i, l := range listen {
-		fmt.Fprintf(&blocks, serverBlock, l, fmt.Sprintf("block%d", i+1))
+		fmt.Fprintf(&blocks, serverBlock, l, fmt.Sprintf("block%d", i+1), keys[i])
 	}
 	conf := fmt.Sprintf(nginxConf, user, dir, servers.String(), app, blocks.String())
 	p := filepath.Join(dir, "nginx.conf")
@@ -401,10 +440,24 @@ func startNginx(t *testing.T, bin, dir, conf string, ports []string) {
 // get sends a GET and returns the response (body closed) and its body.
 func get(t *testing.T, url string) (*http.Response, string) {
 	t.Helper()
+	return getWith(t, url, "", "")
+}
+
+// getWith is get with the header name set to value (unless name or value
+// is empty).
+func getWith(t *testing.T, url, name, value string) (*http.Response, string) {
+	t.Helper()
 	// A new connection per request, so that the kernel may hand each to
 	// either nginx worker.
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get(url)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != "" && value != "" {
+		req.Header.Set(name, value)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,6 +486,23 @@ func decisions(t *testing.T, n *ringlimit.Node) float64 {
 		sum += v
 	}
 	return sum
+}
+
+// metric returns the value of the series (name and labels as exposed) on
+// n's /metrics, or 0 if absent.
+func metric(t *testing.T, n *ringlimit.Node, series string) float64 {
+	t.Helper()
+	_, body := get(t, "http://"+n.HTTPAddr()+"/metrics")
+	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
 }
 
 // dumpLog logs nginx's error log.

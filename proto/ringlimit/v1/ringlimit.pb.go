@@ -629,7 +629,12 @@ type CheckResult struct {
 	Mode Mode `protobuf:"varint,9,opt,name=mode,proto3,enum=ringlimit.v1.Mode" json:"mode,omitempty"`
 	// degraded reports that the owner could not be reached and the partition
 	// policy decided.
-	Degraded      bool `protobuf:"varint,10,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	Degraded bool `protobuf:"varint,10,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	// reconfigured reports that the check changed the limit of the key's
+	// bucket, which keeps what was consumed (docs/security.md). A check whose
+	// limit was not applied (a peek, a spent bucket, a rule's bucket) is not
+	// reconfigured: limit is then the one in force, not the one asked for.
+	Reconfigured  bool `protobuf:"varint,11,opt,name=reconfigured,proto3" json:"reconfigured,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -734,6 +739,13 @@ func (x *CheckResult) GetDegraded() bool {
 	return false
 }
 
+func (x *CheckResult) GetReconfigured() bool {
+	if x != nil {
+		return x.Reconfigured
+	}
+	return false
+}
+
 var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
@@ -766,7 +778,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05_hits\"T\n" +
 	"\rCheckResponse\x12/\n" +
 	"\x05items\x18\x01 \x03(\v2\x19.ringlimit.v1.CheckResultR\x05items\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\tR\x04node\"\x85\x03\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"\xa9\x03\n" +
 	"\vCheckResult\x12,\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x14.ringlimit.v1.StatusR\x06status\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x14\n" +
@@ -780,7 +792,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05owner\x18\b \x01(\tR\x05owner\x12&\n" +
 	"\x04mode\x18\t \x01(\x0e2\x12.ringlimit.v1.ModeR\x04mode\x12\x1a\n" +
 	"\bdegraded\x18\n" +
-	" \x01(\bR\bdegraded*\xbb\x02\n" +
+	" \x01(\bR\bdegraded\x12\"\n" +
+	"\freconfigured\x18\v \x01(\bR\freconfigured*\xbb\x02\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x01\x12\x19\n" +

@@ -1099,15 +1099,18 @@ func (x *ForwardReply) GetItems() []*Decision {
 
 // Decision mirrors bucket.Decision.
 type Decision struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Allowed       bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
-	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	Remaining     int64                  `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
-	ResetAtNs     int64                  `protobuf:"varint,4,opt,name=reset_at_ns,json=resetAtNs,proto3" json:"reset_at_ns,omitempty"`
-	RetryAfterNs  int64                  `protobuf:"varint,5,opt,name=retry_after_ns,json=retryAfterNs,proto3" json:"retry_after_ns,omitempty"`
-	WaitNs        int64                  `protobuf:"varint,6,opt,name=wait_ns,json=waitNs,proto3" json:"wait_ns,omitempty"`
-	Error         ErrorCode              `protobuf:"varint,7,opt,name=error,proto3,enum=ringlimit.peer.v1.ErrorCode" json:"error,omitempty"`
-	ErrorMessage  string                 `protobuf:"bytes,8,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Allowed      bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Limit        int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Remaining    int64                  `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	ResetAtNs    int64                  `protobuf:"varint,4,opt,name=reset_at_ns,json=resetAtNs,proto3" json:"reset_at_ns,omitempty"`
+	RetryAfterNs int64                  `protobuf:"varint,5,opt,name=retry_after_ns,json=retryAfterNs,proto3" json:"retry_after_ns,omitempty"`
+	WaitNs       int64                  `protobuf:"varint,6,opt,name=wait_ns,json=waitNs,proto3" json:"wait_ns,omitempty"`
+	Error        ErrorCode              `protobuf:"varint,7,opt,name=error,proto3,enum=ringlimit.peer.v1.ErrorCode" json:"error,omitempty"`
+	ErrorMessage string                 `protobuf:"bytes,8,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// reconfigured: the check changed the limit of the key's live bucket
+	// (sync's Response.Reconfigured).
+	Reconfigured  bool `protobuf:"varint,40,opt,name=reconfigured,proto3" json:"reconfigured,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1196,6 +1199,13 @@ func (x *Decision) GetErrorMessage() string {
 		return x.ErrorMessage
 	}
 	return ""
+}
+
+func (x *Decision) GetReconfigured() bool {
+	if x != nil {
+		return x.Reconfigured
+	}
+	return false
 }
 
 // Handoff carries owned states to their new owner after a membership change.
@@ -1510,7 +1520,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\fForwardReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
 	"\x13forward_incarnation\x18\x02 \x01(\x04R\x12forwardIncarnation\x121\n" +
-	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\x05items\"\x90\x02\n" +
+	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\x05items\"\xb4\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1519,7 +1529,8 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x0eretry_after_ns\x18\x05 \x01(\x03R\fretryAfterNs\x12\x17\n" +
 	"\await_ns\x18\x06 \x01(\x03R\x06waitNs\x122\n" +
 	"\x05error\x18\a \x01(\x0e2\x1c.ringlimit.peer.v1.ErrorCodeR\x05error\x12#\n" +
-	"\rerror_message\x18\b \x01(\tR\ferrorMessage\"h\n" +
+	"\rerror_message\x18\b \x01(\tR\ferrorMessage\x12\"\n" +
+	"\freconfigured\x18( \x01(\bR\freconfigured\"h\n" +
 	"\aHandoff\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
 	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\x12\x18\n" +
