@@ -254,8 +254,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				continue
 			}
 			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			if p.rule.DeniesAll() {
-				r = nil // no retry-after: it never passes
+			if p.rule == nil || p.rule.DeniesAll() {
+				r = nil // no retry-after: it never passes (or a bad key)
 			}
 			over = append(over, r)
 		}

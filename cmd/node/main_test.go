@@ -62,6 +62,7 @@ func TestRunExitsOnADuplicateName(t *testing.T) {
 	cfg := ringlimit.DefaultConfig()
 	cfg.Name, cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "n1", "127.0.0.1:0", "", "127.0.0.1:0"
 	cfg.GossipProfile = ringlimit.GossipLocal
+	cfg.PeerSecret = []byte("ringlimit test cluster secret, 32")
 	real, err := ringlimit.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestRunExitsOnADuplicateName(t *testing.T) {
 		"--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local", "--seeds", real.GossipAddr()}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if code := run(ctx, args, func(string) string { return "" }, out); code != 1 || ctx.Err() != nil {
+	if code := run(ctx, args, withSecret(nil), out); code != 1 || ctx.Err() != nil {
 		t.Fatalf("exit code %d (context: %v); want 1 before any signal; output:\n%s", code, ctx.Err(), out.b.String())
 	}
 	if s := out.b.String(); !strings.Contains(s, `"n1" is a live member at `+real.GossipAddr()) || !strings.Contains(s, "give this node another name") {

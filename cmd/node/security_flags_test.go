@@ -79,7 +79,7 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 				t.Errorf("Sync.MaxKeys = %d, want 5000", o.cfg.Sync.MaxKeys)
 			}
 		}},
-		{name: "zero max keys", args: []string{"--max-keys", "0"}, wantErr: "MaxKeys"},
+		{name: "zero max keys", args: []string{"--max-keys", "0"}, wantErr: "--max-keys must be positive"},
 		{name: "insecure peers", args: []string{"--insecure-peers"}, env: map[string]string{"RINGLIMIT_PEER_SECRET": ""}, check: func(t *testing.T, o options) {
 			if !o.cfg.InsecurePeers || len(o.cfg.PeerSecret) != 0 {
 				t.Errorf("InsecurePeers %v, secret %q: want insecure, no secret", o.cfg.InsecurePeers, o.cfg.PeerSecret)
@@ -93,7 +93,7 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 		{name: "no peer authentication", env: map[string]string{"RINGLIMIT_PEER_SECRET": ""}, wantErr: "the peers must authenticate each other"},
 		{name: "peer secret not base64", args: []string{"--peer-secret", "not base64!"}, wantErr: "--peer-secret is not base64"},
 		{name: "short peer secret", args: []string{"--peer-secret", b64([]byte("fifteen bytes.."))}, wantErr: "PeerSecret: 15 bytes"},
-		{name: "insecure peers with a secret", args: []string{"--insecure-peers", "--peer-secret", b64(k16)}, wantErr: "InsecurePeers"},
+		{name: "insecure peers with a secret", args: []string{"--insecure-peers", "--peer-secret", b64(k16)}, wantErr: "--insecure-peers: set together with PeerTLS or PeerSecret"},
 		{name: "peer secret with a name that is not a DNS name", args: []string{"--name", "node_1"}, wantErr: "must be a DNS name"},
 		{name: "TLS certificate without key", args: []string{"--tls-cert", "c", "--peer-addr", "127.0.0.1:0"}, wantErr: "needs both CertFile and KeyFile"},
 		{name: "client CA without TLS", args: []string{"--tls-client-ca", "ca"}, wantErr: "ClientCAFile without a server certificate"},
