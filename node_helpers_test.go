@@ -105,12 +105,13 @@ func waitForf(t *testing.T, within time.Duration, what func() string, cond func(
 }
 
 // waitMembers waits until every node's ring holds exactly want and it is
-// ready.
+// ready: for up to 10s, and 2s more per node (gossip spreads a join in
+// rounds; 30 nodes on a loaded 2-core machine took over 10s).
 func waitMembers(t *testing.T, nodes []*Node, want []string) {
 	t.Helper()
 	var views []string
 	what := func() string { return fmt.Sprintf("every node's ring is %q; the rings: %q", want, views) }
-	waitForf(t, 10*time.Second, what, func() bool {
+	waitForf(t, 10*time.Second+time.Duration(len(nodes))*2*time.Second, what, func() bool {
 		views = views[:0]
 		ok := true
 		for _, n := range nodes {

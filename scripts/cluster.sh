@@ -61,7 +61,7 @@ if ! "$portcheck" 127.0.0.1 $ports; then
 	echo "cluster.sh: a port of this cluster is taken (above), so no node was started." >&2
 	alt=$((base + 10000))
 	[ "$alt" -le 64485 ] || alt=$((base - 10000))
-	echo "Stop what holds it, or start on other ports: make run PORT_BASE=$alt (node i: gRPC $alt+i, HTTP $alt+1000+i, gossip $alt+845+i)." >&2
+	echo "Stop what holds it, or start on other ports: make run PORT_BASE=$alt (node i: gRPC $alt+i, HTTP $alt+1000+i, gossip $alt+845+i, peers $alt+100+i)." >&2
 	exit 2
 fi
 

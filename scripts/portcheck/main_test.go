@@ -103,7 +103,7 @@ func holdInCluster(t *testing.T, proto string, offset int) (port, base int) {
 			for _, p := range []struct {
 				proto string
 				port  int
-			}{{"tcp", base + i}, {"tcp", base + 1000 + i}, {"tcp", base + 845 + i}, {"udp", base + 845 + i}} {
+			}{{"tcp", base + i}, {"tcp", base + 1000 + i}, {"tcp", base + 845 + i}, {"udp", base + 845 + i}, {"tcp", base + 100 + i}} {
 				if p.port == port && p.proto == proto {
 					continue
 				}
@@ -137,6 +137,7 @@ func TestClusterRefusesTakenPort(t *testing.T) {
 		{"HTTP", "tcp", 1002},
 		{"gossip TCP", "tcp", 847},
 		{"gossip UDP", "udp", 847},
+		{"peers", "tcp", 102},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
