@@ -81,17 +81,8 @@ func TestLeasedNeverOverLimit(t *testing.T) {
 			sc.Membership.Static = true
 		}
 		r := runMode(t, sc, rlsync.ModeLeased, seed)
-		l, _ := sc.Limit.Bucket()
-		rate := float64(l.Limit) / l.Period.Seconds() * sc.Window.D().Seconds()
-		adm := r.Series.HotAdmitted
-		for i := range adm {
-			var s int64
-			for j := i; j < len(adm); j++ {
-				s += adm[j]
-				if bound := float64(l.Capacity()) + rate*float64(j-i+1); float64(s) > bound {
-					t.Fatalf("seed %d: %s: key 0 admitted %d in windows %d..%d, over the envelope %.0f", seed, name, s, i, j, bound)
-				}
-			}
+		if v := envelopeViolation(sc, r); v != "" {
+			t.Fatalf("seed %d: %s: %s", seed, name, v)
 		}
 		// Over every key, what was admitted up to the end of each phase is
 		// at most what the ideal admitted up to then. (Phase by phase it
