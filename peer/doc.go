@@ -10,20 +10,27 @@
 // incarnation in its memberlist metadata; the Transport accepts from a
 // member only envelopes of the incarnation gossip reports.
 //
-// The driver (the module root's node facade) wires the pieces like this:
+// The module root wires the pieces like this; every input of the core goes
+// through the Driver, which applies them one after another on its own
+// goroutine:
 //
 //	tr, err := peer.NewTransport(peer.TransportConfig{Self: name, ...})
-//	node, err := rlsync.NewNode(syncCfg, tr)     // tr.Send never blocks
+//	core, err := rlsync.NewNode(syncCfg, tr)     // tr.Send never blocks
+//	drv, err := peer.NewDriver(core, peer.DriverConfig{TickInterval: syncCfg.TickInterval})
 //	tr.RegisterServer(peerServer)                // a gRPC server of the peer port's own
 //	cl, err := peer.NewCluster(clusterCfg, func(ms []peer.Member) {
 //		tr.SetPeers(ms)                          // addresses first, ...
-//		node.SetMembers(clock.Now(), peer.Names(ms)) // ... then the ring
+//		drv.Do(ctx, func(now time.Time) {        // ... then the ring, in the core's order
+//			core.SetMembership(now, peer.Names(ms), cl.Failed())
+//		})
 //	})
-//	err = tr.Start(ctx, node)                    // node is the Handler
+//	drv.Start(ctx)                               // the loop: inputs, and Tick
+//	err = tr.Start(ctx, drv)                     // the driver is the Handler
 //	err = cl.Start(ctx)                          // create memberlist, join seeds
+//	drv.Check(reqs, resps, done)                 // per client call
 //	...
-//	node.Leave(now); /* tick until node.HandedOff() */
-//	cl.Leave(time.Second); cl.Close(); tr.Close()
+//	drv.Do(ctx, core.Leave); /* until core.HandedOff(), read in drv.Do */
+//	cl.Leave(time.Second); cl.Close(); tr.Close(); drv.Close()
 //
 // Every goroutine has an owner: NewCluster and NewTransport start none;
 // Start starts them and Close stops them and waits for them to exit.
