@@ -75,6 +75,27 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Reques
 	}
 }
 
+// keepView keeps this node's view of a key whose cached-mode checks go to
+// the owner (smallForShares). The view decides nothing while the owner is
+// reachable; it is what the partition policy starts from when the owner is
+// lost (local-share starts from the view, policy.go), so a spent key stays
+// spent through a failover. It registers this node's interest with the
+// owner (a flush at first sight; then the owner's pushes keep the view
+// fresh) and counts the demand.
+func (n *Node) keepView(now time.Time, c uint32, v *view, p *peer, r *Request) {
+	s := n.st.shardOf(r.Key)
+	e, fresh, _, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
+	if err != nil || e.has(flagOwned) {
+		return // the owner reports the error; an owned key is handed off
+	}
+	e.touch(c, r.Hits, false)
+	e.u = satAdd32(e.u, r.Hits)
+	full := n.markRouted(s, r.Key, e, p, v)
+	if fresh && !e.has(flagSynced) || full {
+		n.flushSoon(now, p)
+	}
+}
+
 // smallForShares reports whether a key of limit l is too small for cached
 // mode's shares among members nodes: SyncFraction x its capacity is less
 // than one hit per member (at the default 0.02, a capacity under 150 at 3
@@ -84,9 +105,10 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Reques
 // a request, so two first checks in three would be rejected, and each
 // node's unseen hits, at least one request, would add up to more than the
 // drift cached mode allows itself (SyncFraction of the capacity). A
-// non-owner sends such a key's checks to its owner, as in owner mode, and
-// keeps no view of it: small limits (5 logins a minute, 1 OTP a minute)
-// are exact and never refused for want of a share, at one round trip.
+// non-owner sends such a key's checks to its owner, as in owner mode
+// (keeping a view only for the partition policy, keepView): small limits
+// (5 logins a minute, 1 OTP a minute) are exact and never refused for want
+// of a share, at one round trip.
 func (n *Node) smallForShares(l *bucket.Limit, members int) bool {
 	return n.cfg.SyncFraction*float64(l.Capacity()) < float64(max(members, 1))
 }

@@ -349,3 +349,41 @@ func TestSharesAddUpToOneBeyond32Members(t *testing.T) {
 	}
 	t.Logf("shares of 39 non-owners among 40 members add up to %.3f", sum)
 }
+
+// TestSmallKeySpentStaysSpentWhenOwnerLost: a key too small for shares is
+// decided by its owner, but the non-owners keep its state (keepView): when
+// the owner becomes unreachable, local-share starts from that view, so a
+// spent key admits nothing. (Without the view it started a fresh share,
+// limit / members: 24 of a spent 100-per-hour key per survivor in make
+// e2e's kill and isolation scenarios.)
+func TestSmallKeySpentStaysSpentWhenOwnerLost(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b", "c")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "c", "a", "b", "c")
+	req := Request{Key: key, Hits: 1, Limit: perHour(100), Mode: ModeCached, Policy: PolicyLocalShare}
+	admitted := 0
+	for range 120 {
+		p := checkAsync(a, nw.now, req)
+		for !p.done {
+			nw.run(100 * time.Microsecond)
+		}
+		if p.resps[0].Allowed {
+			admitted++
+		}
+	}
+	if admitted != 100 {
+		t.Fatalf("spending the key through a: %d admitted, want 100", admitted)
+	}
+	nw.run(300 * time.Millisecond) // the owner's push reaches a's view
+	nw.isolate("c")
+	a.Unreachable(nw.now, "c")
+	for i := range 50 {
+		r := check(t, a, nw.now, req)
+		if !r.Degraded {
+			t.Fatalf("check %d with the owner unreachable: %+v, want decided by the policy", i, r)
+		}
+		if r.Allowed {
+			t.Fatalf("check %d of the spent key admitted by local-share: %+v", i, r)
+		}
+	}
+}

@@ -246,7 +246,9 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 			break
 		}
 		if n.smallForShares(&r.Limit, v.size()) {
-			// Too small for shares: the owner decides, as in owner mode.
+			// Too small for shares: the owner decides, as in owner mode;
+			// the view is kept for the partition policy.
+			n.keepView(now, c, v, p, r)
 			it := a.item()
 			it.resp, it.req, it.pol = resp, *r, pol
 			return it
