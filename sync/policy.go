@@ -64,6 +64,12 @@ func (n *Node) decideShare(now time.Time, c uint32, v *view, r *Request, resp *R
 // no view of the key, or nil.
 func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *Request, resp *Response, l bucket.Limit, held bucket.Bucket) {
 	e := s.share[r.Key]
+	if e != nil && ageOf(c, e.used()) > toCoarse(n.cfg.UnreachableAfter) {
+		// A share left from an earlier episode: this one starts again
+		// from what is known now (the view may have been spent since).
+		n.st.removeFrom(s.share, r.Key, e)
+		e = nil
+	}
 	if e == nil {
 		var err error
 		if e, err = newEntry(l, now, c); err != nil {

@@ -100,3 +100,43 @@ func TestLocalShareStartsFromView(t *testing.T) {
 		t.Errorf("owner remaining %d after heal, want about %d (partition hits drained)", got, before+110-admitted)
 	}
 }
+
+// TestLocalShareEachEpisodeStartsFromTheView: a local-share bucket is
+// per episode of the owner being unreachable. One left from an earlier
+// episode (here while the key was nearly full) is not reused once the key
+// was spent since: the next episode starts again from the view. Before,
+// make e2e's TestIsolate admitted 20 hits of a spent key per non-owner
+// through such a stale share.
+func TestLocalShareEachEpisodeStartsFromTheView(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b", "c")
+	a, b := nw.nodes["a"], nw.nodes["b"]
+	key := keyOwnedBy(t, "c", "a", "b", "c")
+	req := Request{Key: key, Hits: 1, Limit: perHour(100), Mode: ModeCached, Policy: PolicyLocalShare}
+	settle := func(n *Node) Response {
+		p := checkAsync(n, nw.now, req)
+		for !p.done {
+			nw.run(100 * time.Microsecond)
+		}
+		return p.resps[0]
+	}
+	settle(a) // a keeps a view of the key
+	nw.run(200 * time.Millisecond)
+	a.Unreachable(nw.now, "c") // a first, short episode: a share of a full key
+	if r := check(t, a, nw.now, req); !r.Degraded || !r.Allowed {
+		t.Fatalf("first episode: %+v, want admitted by local-share", r)
+	}
+	nw.run(2 * a.cfg.UnreachableAfter) // over; the owner is back
+	for range 120 {
+		settle(b) // b spends the key through its owner
+	}
+	nw.run(300 * time.Millisecond) // the owner's pushes reach a's view
+	if got := remainingOn(a, nw.now, key); got != 0 {
+		t.Fatalf("a's view remaining %d, want 0 (spent)", got)
+	}
+	a.Unreachable(nw.now, "c")
+	for i := range 20 {
+		if r := check(t, a, nw.now, req); !r.Degraded || r.Allowed {
+			t.Fatalf("second episode, check %d: %+v, want rejected by local-share (the key is spent)", i, r)
+		}
+	}
+}
