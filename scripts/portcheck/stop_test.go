@@ -71,11 +71,11 @@ func TestClusterSecondSignalStopsNodes(t *testing.T) {
 	if err := os.WriteFile(node, []byte(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// PORT_BASE puts node1's HTTP port (base+1001) on a port just free;
-	// cluster.sh checks the others and refuses if one is taken.
+	// PORT_BASE near a port the OS chose, with node1's HTTP port free;
+	// cluster.sh checks the others itself and refuses if one is taken.
 	base := 0
 	for range 20 {
-		p := hold(t, "tcp") // released at the end of the test: pick again
+		p := hold(t, "tcp") // held until the test ends; not a port of the cluster
 		if b := p + 7; b >= 1024 && b+1001 <= 65535 && free("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(b+1001))) == nil {
 			base = b
 			break
@@ -148,8 +148,7 @@ func TestClusterSecondSignalStopsNodes(t *testing.T) {
 		}
 	})
 	go func() {
-		for l := range lines {
-			_ = l
+		for range lines { // drain stdout so that the script never blocks on it
 		}
 		done <- cmd.Wait()
 	}()
