@@ -82,13 +82,27 @@ command -v setsid >/dev/null 2>&1 && detach=setsid
 
 pids=""
 stop() {
-	trap - INT TERM EXIT
+	trap - EXIT
 	[ -n "$pids" ] || exit 0
+	# A second Ctrl-C (or TERM) sends the nodes a second SIGTERM, which stops
+	# them at once, and this script still waits for them: were it to die here,
+	# the nodes (each in a session of its own) would run on, detached.
+	trap 'echo "second signal: stopping the nodes at once ..."; for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done' INT TERM
 	echo
 	echo "stopping the nodes (SIGTERM: drain, hand off, leave) ..."
 	for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
 	status=0
-	for p in $pids; do wait "$p" || status=1; done
+	for p in $pids; do
+		# A trapped signal interrupts wait (status above 128) while the node
+		# still runs: wait again until it has exited.
+		while :; do
+			rc=0
+			wait "$p" || rc=$?
+			[ "$rc" -gt 128 ] && kill -0 "$p" 2>/dev/null && continue
+			break
+		done
+		[ "$rc" -eq 0 ] || status=1
+	done
 	[ $status -eq 0 ] && echo "all nodes stopped cleanly." || echo "some node exited with an error: see $run_dir/*.log"
 	exit $status
 }

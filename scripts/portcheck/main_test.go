@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asHelper) == "1" {
 		os.Exit(run(os.Args[1:], os.Stderr))
 	}
+	if os.Getenv(asHelper) == asFakeNode {
+		os.Exit(fakeNode(os.Args[1:]))
+	}
 	os.Exit(m.Run())
 }
 
