@@ -173,7 +173,27 @@ func (t *cutTransport) relay() {
 func (t *cutTransport) Shutdown() error {
 	close(t.done)
 	t.wg.Wait()
-	return t.Transport.Shutdown()
+	// The inner transport's UDP listener sends every packet it reads on its
+	// packet channel and waits for a reader: with relay gone, a packet that
+	// arrives now would block it, and its Shutdown waits for it (seen: the
+	// test hung in make race, 1 run in 6 before). Drain the channel until
+	// the inner transport has shut down.
+	stop, drained := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(drained)
+		in := t.Transport.PacketCh()
+		for {
+			select {
+			case <-in:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	err := t.Transport.Shutdown()
+	close(stop)
+	<-drained
+	return err
 }
 
 // failedAre reports whether every node's Failed list is want.
