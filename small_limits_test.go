@@ -14,7 +14,9 @@ import (
 // The limits people set (5 logins a minute, 1 OTP a minute) on keys seen
 // for the first time, over real nodes, requests spread round robin: every
 // mode admits exactly the limit, and no first request of a fresh key is
-// rejected. Before, in cached mode a non-owner seeing a key for the first
+// rejected; in cached and owner mode none of the first limit requests is
+// (leased mode may hold tokens in another node's lease for a while: it
+// under-admits by design, never over). Before, in cached mode a non-owner seeing a key for the first
 // time decided alone on a share of limit / nodes: with 3 nodes and a limit
 // of 1 per minute, 2 first requests in 3 were rejected (issue #15).
 func TestSmallLimitsOnFreshKeysRoundRobin(t *testing.T) {
@@ -42,9 +44,9 @@ func TestSmallLimitsOnFreshKeysRoundRobin(t *testing.T) {
 							r := resp.Items[0]
 							if r.Status == ringlimitv1.Status_STATUS_UNDER_LIMIT {
 								admitted++
-							} else if i == 0 {
-								t.Errorf("%v limit %d/min key %s: the first request, via %s (owner %s), was %v",
-									mode, limit, key, nodes[via].Name(), r.Owner, r.Status)
+							} else if i < int(limit) && (mode != ringlimitv1.Mode_MODE_LEASED || i == 0) {
+								t.Errorf("%v limit %d/min key %s: request %d, via %s (owner %s), was %v while the key had tokens",
+									mode, limit, key, i, nodes[via].Name(), r.Owner, r.Status)
 							}
 						}
 						if admitted != int(limit) {

@@ -368,7 +368,10 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *Request, resp *Res
 	}
 	resp.Reconfigured = reconf
 	e.touch(c, r.Hits, true)
-	shared := cached && e.interest() != 0
+	// The owner holds itself to its share only while non-owners decide on
+	// shares too: the checks of a key too small for shares all come here
+	// (the non-owners' views of it decide nothing, keepView).
+	shared := cached && e.interest() != 0 && !n.smallForShares(&r.Limit, v.size())
 	if shared {
 		t := n.syncThreshold(&r.Limit, v.size())
 		resp.Decision, resp.Err = n.takeBudget(e, now, r, float64(activeShare(e, v.size())), e.n2, v.size(), t)
