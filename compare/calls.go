@@ -14,6 +14,7 @@ import (
 	gubernator "github.com/gubernator-io/gubernator/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -72,7 +73,7 @@ func ringlimitCaller(c *conns, wl workload, mode ringlimitv1.Mode, seed uint64) 
 	period := durationpb.New(wl.period)
 	req := &ringlimitv1.CheckRequest{Items: make([]*ringlimitv1.CheckItem, wl.items)}
 	for i := range req.Items {
-		req.Items[i] = &ringlimitv1.CheckItem{Name: wl.name, Hits: 1, Limit: wl.limit, Period: period,
+		req.Items[i] = &ringlimitv1.CheckItem{Name: wl.name, Hits: proto.Int64(1), Limit: wl.limit, Period: period,
 			Algorithm: ringlimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET, Mode: mode}
 	}
 	return func(ctx context.Context) (outcome, error) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	gubernator "github.com/gubernator-io/gubernator/v2"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -41,7 +42,7 @@ func newRinglimitNode(c *cluster, cs *conns, name string, mode ringlimitv1.Mode,
 
 func (r *ringlimitNode) check(ctx context.Context, node int, hits int64) (*ringlimitv1.CheckResponse, error) {
 	t := r.item // a fresh message per call: calls run concurrently
-	it := &ringlimitv1.CheckItem{Name: t.Name, UniqueKey: t.UniqueKey, Hits: hits, Limit: t.Limit, Period: t.Period,
+	it := &ringlimitv1.CheckItem{Name: t.Name, UniqueKey: t.UniqueKey, Hits: proto.Int64(hits), Limit: t.Limit, Period: t.Period,
 		Algorithm: t.Algorithm, Mode: t.Mode}
 	return ringlimitv1.NewRateLimiterClient(r.cs.cc[node]).Check(ctx, &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{it}})
 }

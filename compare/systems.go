@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -126,6 +128,12 @@ func startRinglimit(ctx context.Context, cfg *config, n int) (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{procs: &procSet{logDir: cfg.logDir}}
+	// The nodes authenticate each other (peers refuse to start without
+	// credentials): one fresh secret per cluster.
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
 	var https []string
 	for i := range n {
 		g, h, gossip := addr(ports[3*i]), addr(ports[3*i+1]), addr(ports[3*i+2])
@@ -135,7 +143,8 @@ func startRinglimit(ctx context.Context, cfg *config, n int) (*cluster, error) {
 		}
 		name := "node" + strconv.Itoa(i+1)
 		args := []string{"--name", name, "--grpc-addr", g, "--http-addr", h, "--gossip-addr", gossip,
-			"--gossip-profile", "local", "--seeds", seeds, "--rules", rulesPath}
+			"--gossip-profile", "local", "--seeds", seeds, "--rules", rulesPath,
+			"--peer-secret", base64.StdEncoding.EncodeToString(secret)}
 		pr, err := c.procs.start("ringlimit-"+name, cfg.nodeBin, args, cfg.env())
 		if err != nil {
 			c.stop()

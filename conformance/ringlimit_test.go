@@ -42,7 +42,7 @@ func (c *fakeClock) Set(t time.Time) {
 // startRinglimit starts a one-node ringlimit cluster in-process on
 // loopback ports, its rules the file content (written to a temporary file),
 // its clock clk, and returns a client of its Envoy service.
-func startRinglimit(t *testing.T, name string, content []byte, clk *fakeClock) rlsv3.RateLimitServiceClient {
+func startRinglimit(t *testing.T, name string, content []byte, clk *fakeClock, allowBadKeys bool) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), filepath.Base(name))
 	if err := os.WriteFile(path, content, 0o600); err != nil {
@@ -52,6 +52,8 @@ func startRinglimit(t *testing.T, name string, content []byte, clk *fakeClock) r
 	cfg.Name = "conformance"
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "", "127.0.0.1:0"
 	cfg.GossipProfile = ringlimit.GossipLocal
+	cfg.PeerSecret = []byte("conformance test: one node, 32 bytes")
+	cfg.EnvoyAllowBadKeys = allowBadKeys
 	cfg.RulesPath, cfg.RulesPollInterval = path, 0
 	cfg.Clock = clk
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
