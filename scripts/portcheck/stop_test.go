@@ -71,12 +71,26 @@ func TestClusterSecondSignalStopsNodes(t *testing.T) {
 	if err := os.WriteFile(node, []byte(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// PORT_BASE near a port the OS chose, with node1's HTTP port free;
-	// cluster.sh checks the others itself and refuses if one is taken.
+	// PORT_BASE near a port the OS chose, with every port of node1 free
+	// (gRPC, HTTP, gossip over TCP and UDP, peers).
 	base := 0
 	for range 20 {
 		p := hold(t, "tcp") // held until the test ends; not a port of the cluster
-		if b := p + 7; b >= 1024 && b+1001 <= 65535 && free("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(b+1001))) == nil {
+		b := p + 7
+		if b < 1024 || b+1001 > 65535 {
+			continue
+		}
+		ok := true
+		for _, port := range []struct {
+			proto string
+			n     int
+		}{{"tcp", b + 1}, {"tcp", b + 1001}, {"tcp", b + 846}, {"udp", b + 846}, {"tcp", b + 101}} {
+			if free(port.proto, net.JoinHostPort("127.0.0.1", strconv.Itoa(port.n))) != nil {
+				ok = false
+				break
+			}
+		}
+		if ok {
 			base = b
 			break
 		}
