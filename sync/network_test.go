@@ -311,6 +311,16 @@ func check(t testing.TB, n *Node, now time.Time, r Request) Response {
 	return resps[0]
 }
 
+// checkAnswered runs r on n at the network's time and delivers, ticking,
+// until it is answered (a client that waits for each answer).
+func (nw *testNet) checkAnswered(n *Node, r Request) Response {
+	p := checkAsync(n, nw.now, r)
+	for !p.done {
+		nw.run(100 * time.Microsecond)
+	}
+	return p.resps[0]
+}
+
 // pending is a Check whose answer may come later.
 type pending struct {
 	resps []Response

@@ -112,14 +112,7 @@ func TestLocalShareEachEpisodeStartsFromTheView(t *testing.T) {
 	a, b := nw.nodes["a"], nw.nodes["b"]
 	key := keyOwnedBy(t, "c", "a", "b", "c")
 	req := Request{Key: key, Hits: 1, Limit: perHour(100), Mode: ModeCached, Policy: PolicyLocalShare}
-	settle := func(n *Node) Response {
-		p := checkAsync(n, nw.now, req)
-		for !p.done {
-			nw.run(100 * time.Microsecond)
-		}
-		return p.resps[0]
-	}
-	settle(a) // a keeps a view of the key
+	nw.checkAnswered(a, req) // a keeps a view of the key
 	nw.run(200 * time.Millisecond)
 	a.Unreachable(nw.now, "c") // a first, short episode: a share of a full key
 	if r := check(t, a, nw.now, req); !r.Degraded || !r.Allowed {
@@ -127,7 +120,7 @@ func TestLocalShareEachEpisodeStartsFromTheView(t *testing.T) {
 	}
 	nw.run(2 * a.cfg.UnreachableAfter) // over; the owner is back
 	for range 120 {
-		settle(b) // b spends the key through its owner
+		nw.checkAnswered(b, req) // b spends the key through its owner
 	}
 	nw.run(300 * time.Millisecond) // the owner's pushes reach a's view
 	if got := remainingOn(a, nw.now, key); got != 0 {
