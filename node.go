@@ -337,7 +337,8 @@ func (n *Node) grpcOptions() []grpc.ServerOption {
 	}
 }
 
-// serve starts the servers and the tick loop.
+// serve starts the servers (the core's driver, which ticks it, is started
+// by Start).
 func (n *Node) serve() {
 	n.wg.Go(func() {
 		if err := n.grpcSrv.Serve(n.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

@@ -96,8 +96,8 @@ func validHeaderName(s string) bool {
 }
 
 // buildRules loads the rules file, registers the rules metrics and, with a
-// poll interval, starts the poller, which teardown stops (it ends when the
-// tick loop's stop channel closes) and waits for. A load error is the
+// poll interval, starts the poller, which teardown stops (it ends when
+// stopTick closes) and waits for. A load error is the
 // rules' ErrorList: one "file:line:column: problem" per line.
 func (n *Node) buildRules() error {
 	cfg := n.cfg

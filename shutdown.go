@@ -121,8 +121,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 }
 
 // teardown stops what Start started, after the servers: the gossip (whose
-// callback feeds the transport), the tick loop, the transport, and waits for
-// every goroutine. It tolerates a partly built node.
+// callback feeds the transport), the rules poller, the transport, then the
+// core's driver, and waits for every goroutine. It tolerates a partly built
+// node.
 func (n *Node) teardown() error {
 	var errs []error
 	if n.cl != nil {
