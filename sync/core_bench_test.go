@@ -1,0 +1,115 @@
+package sync
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// benchNet is the leanest driver of a cluster of cores: one queue of
+// messages in the order they fall due (each is sent at the network's now
+// and delivered a fixed latency later, so the queue stays sorted), no
+// counting, no faults. A benchmark on it measures the cores, not a network.
+type benchNet struct {
+	now     time.Time
+	latency time.Duration
+	queue   []benchMsg
+	head    int
+	nodes   map[string]*Node
+}
+
+type benchMsg struct {
+	at  time.Time
+	to  string
+	env *peerv1.Envelope
+}
+
+// benchSender is one node's Transport on a benchNet.
+type benchSender struct{ net *benchNet }
+
+// Send implements Transport.
+func (s benchSender) Send(to string, env *peerv1.Envelope) {
+	s.net.queue = append(s.net.queue, benchMsg{at: s.net.now.Add(s.net.latency), to: to, env: env})
+}
+
+// deliverUntil steps every message due by t into its receiver.
+func (nw *benchNet) deliverUntil(t time.Time) {
+	for nw.head < len(nw.queue) && !nw.queue[nw.head].at.After(t) {
+		m := nw.queue[nw.head]
+		nw.queue[nw.head] = benchMsg{}
+		nw.head++
+		nw.now = m.at
+		if n := nw.nodes[m.to]; n != nil {
+			n.Step(m.at, m.env)
+		}
+	}
+	if nw.head == len(nw.queue) {
+		nw.queue, nw.head = nw.queue[:0], 0
+	}
+	nw.now = t
+}
+
+// BenchmarkCoreUniform measures the cores' CPU per decision in the
+// simulator's worst case, without the simulator: 5 nodes, checks of one hit
+// on keys drawn uniformly from 100,000 (almost every check meets a key its
+// node has not seen lately), 100,000 checks per simulated second spread
+// over the nodes in turn, every node ticked every 5 ms, messages delivered
+// after 1 ms. One op is one decision and everything it costs the cluster:
+// the check, its forwards, flushes, pushes, acks, leases and ticks. Figures
+// in docs/bench.md (issue #14: at most 1 µs per decision).
+func BenchmarkCoreUniform(b *testing.B) {
+	for _, mode := range []Mode{ModeOwner, ModeCached, ModeLeased} {
+		b.Run(mode.String(), func(b *testing.B) {
+			const (
+				nodes, keys = 5, 100_000
+				gap         = 10 * time.Microsecond // 100k checks per second
+				tickEvery   = 5 * time.Millisecond
+			)
+			names := make([]string, nodes)
+			for i := range names {
+				names[i] = fmt.Sprintf("n%d", i+1)
+			}
+			nw := &benchNet{now: t0, latency: time.Millisecond, nodes: map[string]*Node{}}
+			for _, name := range names {
+				cfg := DefaultConfig()
+				cfg.Self, cfg.HandoffWait, cfg.Mode = name, 0, mode
+				n, err := NewNode(cfg, benchSender{nw})
+				if err != nil {
+					b.Fatal(err)
+				}
+				nw.nodes[name] = n
+			}
+			for _, name := range names {
+				nw.nodes[name].SetMembers(t0, names)
+			}
+			keyNames := make([]string, keys)
+			for i := range keyNames {
+				keyNames[i] = fmt.Sprintf("user:%07d", i)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			reqs := []Request{{Hits: 1, Limit: bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 1000, Period: time.Second}}}
+			resps := make([]Response, 1)
+			done := func() {}
+			at, nextTick := t0, t0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				at = at.Add(gap)
+				for !nextTick.After(at) {
+					nw.deliverUntil(nextTick)
+					for _, name := range names {
+						nw.nodes[name].Tick(nextTick)
+					}
+					nextTick = nextTick.Add(tickEvery)
+				}
+				nw.deliverUntil(at)
+				reqs[0].Key = keyNames[rng.IntN(keys)]
+				nw.nodes[names[i%nodes]].Check(at, reqs, resps, done)
+			}
+		})
+	}
+}
