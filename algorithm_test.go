@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestZeroAlgorithmIsTokenBucket: through the Go API, a limit with no
@@ -18,13 +18,13 @@ import (
 func TestZeroAlgorithmIsTokenBucket(t *testing.T) {
 	n := startNode(t, testConfig("solo"))
 	waitMembers(t, []*Node{n}, []string{"solo"})
-	for _, mode := range []rlsync.Mode{rlsync.ModeLocal, rlsync.ModeOwner, rlsync.ModeCached, rlsync.ModeLeased} {
+	for _, mode := range []check.Mode{check.ModeLocal, check.ModeOwner, check.ModeCached, check.ModeLeased} {
 		key := Key("zero", mode.String())
-		req := rlsync.Request{Key: key, Hits: 1, Limit: bucket.Limit{Limit: 3, Period: time.Minute}, Mode: mode}
+		req := check.Request{Key: key, Hits: 1, Limit: bucket.Limit{Limit: 3, Period: time.Minute}, Mode: mode}
 		explicit := req
 		explicit.Limit.Algorithm = bucket.TokenBucket
-		for i, r := range []rlsync.Request{req, req, explicit, req} {
-			resps, err := n.Checker().Check(t.Context(), []rlsync.Request{r})
+		for i, r := range []check.Request{req, req, explicit, req} {
+			resps, err := n.Checker().Check(t.Context(), []check.Request{r})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,8 +7,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 // Check decides a batch of items, as the gRPC RateLimiter/Check method does
@@ -34,7 +34,7 @@ func (n *Node) checkProto(ctx context.Context, req *ringlimitv1.CheckRequest, ru
 		items[i] = fromProto(pi)
 	}
 	ruled := n.resolveRules(items, rulesOnly)
-	out := make([]rlsync.Response, len(items))
+	out := make([]check.Response, len(items))
 	if err := n.check(ctx, items, out); err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func protoDuration(field string, d *durationpb.Duration, prev error) (time.Durat
 }
 
 // toProto encodes one answer. An error is never reported as under limit.
-func toProto(r *rlsync.Response) *ringlimitv1.CheckResult {
+func toProto(r *check.Response) *ringlimitv1.CheckResult {
 	if r.Err != nil {
 		return &ringlimitv1.CheckResult{
 			Status: ringlimitv1.Status_STATUS_ERROR,

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // handler returns the node's HTTP API:
@@ -104,7 +104,7 @@ func (n *Node) httpCheck(w http.ResponseWriter, r *http.Request) {
 		items[i] = fromJSON(&req.Items[i])
 	}
 	ruled := n.resolveRules(items, n.cfg.HTTPRulesOnly)
-	out := make([]rlsync.Response, len(items))
+	out := make([]check.Response, len(items))
 	if err := n.check(r.Context(), items, out); err != nil {
 		s := status.Convert(err)
 		httpError(w, httpStatus(s.Code()), s.Message())

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // The JSON shape of POST /v1/check: the gRPC messages' fields, snake_case,
@@ -106,14 +106,14 @@ func fromJSON(j *jsonItem) item {
 		it.algorithm = int64(a)
 	}
 	if it.err == nil {
-		m, err := rlsync.ParseMode(j.Mode)
+		m, err := check.ParseMode(j.Mode)
 		if err != nil {
 			it.err = fieldErr("mode", "unknown mode %q (want local, owner, cached or leased)", j.Mode)
 		}
 		it.mode = int64(m)
 	}
 	if it.err == nil {
-		p, err := rlsync.ParsePolicy(j.Policy)
+		p, err := check.ParsePolicy(j.Policy)
 		if err != nil {
 			it.err = fieldErr("policy", "unknown policy %q (want fail-open, fail-closed or local-share)", j.Policy)
 		}
@@ -145,9 +145,9 @@ func jsonDuration(field, s string, prev error) (time.Duration, error) {
 }
 
 // toJSON encodes one answer. An error is never reported as under limit.
-func toJSON(r *rlsync.Response) jsonResult {
+func toJSON(r *check.Response) jsonResult {
 	res := jsonResult{Owner: r.Owner, RetryAfter: "0s", Wait: "0s"}
-	if r.Mode != rlsync.ModeDefault {
+	if r.Mode != check.ModeDefault {
 		res.Mode = r.Mode.String()
 	}
 	if r.Err != nil {

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // pending is the core's view of one public call: the valid items as core
@@ -18,8 +18,8 @@ import (
 // core may still write into it.
 type pending struct {
 	idx   []int // idx[j] is the item index of reqs[j]
-	reqs  []rlsync.Request
-	resps []rlsync.Response
+	reqs  []check.Request
+	resps []check.Response
 	done  chan struct{} // buffered 1: signal never blocks
 	fn    func()        // p.signal, bound once
 }
@@ -47,7 +47,7 @@ var errShuttingDown = status.Error(codes.Unavailable, "ringlimit: node is shutti
 // error is a gRPC status error for the call as a whole: Unavailable while
 // shutting down, DeadlineExceeded or Canceled when ctx ends (or CheckTimeout
 // passes) before the core answered.
-func (n *Node) check(ctx context.Context, items []item, out []rlsync.Response) error {
+func (n *Node) check(ctx context.Context, items []item, out []check.Response) error {
 	if !n.gate.enter() {
 		return errShuttingDown
 	}
@@ -57,7 +57,7 @@ func (n *Node) check(ctx context.Context, items []item, out []rlsync.Response) e
 	for i := range items {
 		r, err := items[i].request(n.cfg.MaxKeyLen)
 		if err != nil {
-			out[i] = rlsync.Response{Err: err}
+			out[i] = check.Response{Err: err}
 			continue
 		}
 		p.idx = append(p.idx, i)
@@ -67,7 +67,7 @@ func (n *Node) check(ctx context.Context, items []item, out []rlsync.Response) e
 		p.release()
 		return nil
 	}
-	p.resps = append(p.resps[:0], make([]rlsync.Response, len(p.reqs))...)
+	p.resps = append(p.resps[:0], make([]check.Response, len(p.reqs))...)
 	if err := n.drv.Check(p.reqs, p.resps, p.fn); err != nil {
 		p.release()
 		return errShuttingDown

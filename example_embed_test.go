@@ -15,7 +15,7 @@ import (
 
 // waitMembers waits until n's ring holds want members: Start returns before
 // the node's first membership reaches its core (a check that comes in
-// between is answered "sync: no members"), and a joining node learns of the
+// between is answered "check: no members"), and a joining node learns of the
 // others by gossip.
 func waitMembers(n *ringlimit.Node, want int) {
 	tick := time.NewTicker(time.Millisecond)

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
@@ -200,13 +201,13 @@ func (c coreDecisions) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			ch <- prometheus.MustNewConstMetric(coreDecisionsDesc, prometheus.CounterValue, float64(v),
-				rlsync.Mode(mode).String(), outcomeLabels[outcome])
+				check.Mode(mode).String(), outcomeLabels[outcome])
 		}
 	}
 }
 
 // decision counts one answered item.
-func (m *metrics) decision(it *item, r *rlsync.Response) {
+func (m *metrics) decision(it *item, r *check.Response) {
 	alg := it.algorithm
 	switch {
 	case alg == 0:
@@ -234,7 +235,7 @@ func (m *metrics) decision(it *item, r *rlsync.Response) {
 		if alg != 0 {
 			algName = bucket.Algorithm(alg).String()
 		}
-		cell.c = m.decisions.WithLabelValues(algName, rlsync.Mode(mode).String(), statusLabels[st])
+		cell.c = m.decisions.WithLabelValues(algName, check.Mode(mode).String(), statusLabels[st])
 	})
 	cell.c.Inc()
 }

@@ -17,10 +17,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/envoy"
 	"github.com/ringlimit/ringlimit/middleware"
 	"github.com/ringlimit/ringlimit/rules"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 // The rules file (Config.RulesPath) feeds three consumers: Envoy's rate
@@ -303,19 +303,19 @@ func (n *Node) Checker() Checker { return Checker{n} }
 // answered with its error. The error is for the batch: a gRPC status error,
 // Unavailable while shutting down, DeadlineExceeded or Canceled when ctx
 // ends (or Config.CheckTimeout passes) before the core answered.
-func (c Checker) Check(ctx context.Context, reqs []rlsync.Request) ([]rlsync.Response, error) {
+func (c Checker) Check(ctx context.Context, reqs []check.Request) ([]check.Response, error) {
 	n := c.n
 	if !n.gate.enter() {
 		return nil, errShuttingDown
 	}
 	defer n.gate.leave()
-	out := make([]rlsync.Response, len(reqs))
+	out := make([]check.Response, len(reqs))
 	if len(reqs) == 0 {
 		return out, nil
 	}
 	p := pendingPool.Get().(*pending)
 	p.reqs = append(p.reqs, reqs...)
-	p.resps = append(p.resps[:0], make([]rlsync.Response, len(reqs))...)
+	p.resps = append(p.resps[:0], make([]check.Response, len(reqs))...)
 	if err := n.drv.Check(p.reqs, p.resps, p.fn); err != nil {
 		p.release()
 		return nil, errShuttingDown
@@ -339,8 +339,8 @@ var errDecidedByRule = errors.New("ringlimit: decided by the rule")
 // ruleAnswer is what naming a rule changes in the answer to one item.
 type ruleAnswer struct {
 	idx    int
-	preset *rlsync.Response // the answer, for a rule that needs no bucket
-	shadow bool             // a shadow_mode rule: report over-limit answers as allowed
+	preset *check.Response // the answer, for a rule that needs no bucket
+	shadow bool            // a shadow_mode rule: report over-limit answers as allowed
 }
 
 // resolveRules applies the rule named by each item that names one (see
@@ -382,7 +382,7 @@ func (n *Node) resolveRules(items []item, rulesOnly bool) []ruleAnswer {
 }
 
 // applyRuleAnswers writes the answers of rules into out.
-func applyRuleAnswers(ans []ruleAnswer, out []rlsync.Response) {
+func applyRuleAnswers(ans []ruleAnswer, out []check.Response) {
 	for _, a := range ans {
 		switch r := &out[a.idx]; {
 		case a.preset != nil:
@@ -467,7 +467,7 @@ func (it *item) applyRule(set *rules.Set, haveRules bool, maxKeyLen int) ruleAns
 		}
 		it.err = errDecidedByRule
 		it.algorithm = int64(bucket.TokenBucket) // for the metrics' label
-		preset := &rlsync.Response{Mode: rlsync.Mode(it.mode)}
+		preset := &check.Response{Mode: check.Mode(it.mode)}
 		if r.Unlimited {
 			preset.Allowed, preset.Remaining = true, math.MaxInt64
 		} else {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/internal/flagvalue"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 // options is what the command line and the environment configure.
@@ -171,10 +171,10 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	}
 	// --mode, --policy, --log-level and --log-format took only their
 	// valid words (flagvalue.ChoiceVar).
-	if c.Sync.Mode, err = rlsync.ParseMode(mode); err != nil {
+	if c.Sync.Mode, err = check.ParseMode(mode); err != nil {
 		return o, usageErr(out, "--mode: %v", err)
 	}
-	if c.Sync.Policy, err = rlsync.ParsePolicy(policy); err != nil {
+	if c.Sync.Policy, err = check.ParsePolicy(policy); err != nil {
 		return o, usageErr(out, "--policy: %v", err)
 	}
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -30,7 +30,7 @@ func TestParseFlags(t *testing.T) {
 				if c.GRPCAddr != def.GRPCAddr || c.HTTPAddr != def.HTTPAddr || c.GossipAddr != def.GossipAddr {
 					t.Errorf("addresses = %s %s %s, want the defaults", c.GRPCAddr, c.HTTPAddr, c.GossipAddr)
 				}
-				if c.Sync.Mode != rlsync.ModeCached || c.Sync.Policy != rlsync.PolicyLocalShare {
+				if c.Sync.Mode != check.ModeCached || c.Sync.Policy != check.PolicyLocalShare {
 					t.Errorf("mode, policy = %v, %v; want cached, local-share", c.Sync.Mode, c.Sync.Policy)
 				}
 				if c.Seeds != nil || o.logLevel != slog.LevelInfo || o.logJSON || o.shutdownTimeout != 15*time.Second {
@@ -58,7 +58,7 @@ func TestParseFlags(t *testing.T) {
 					c.Sync.TickInterval, c.Sync.RequestTimeout, c.MaxBatchItems, c.MaxKeyLen, c.MaxBodyBytes,
 					o.shutdownTimeout, o.logLevel, o.logJSON}
 				want := []any{"n1", "127.0.0.1:0", "", "127.0.0.1:0", "10.0.0.1:7946", "local",
-					rlsync.ModeOwner, rlsync.PolicyFailClosed, 50 * time.Millisecond, 2 * time.Millisecond, 64,
+					check.ModeOwner, check.PolicyFailClosed, 50 * time.Millisecond, 2 * time.Millisecond, 64,
 					time.Millisecond, time.Second, 10, 100, int64(4096),
 					3 * time.Second, slog.LevelDebug, true}
 				for i := range want {
@@ -76,7 +76,7 @@ func TestParseFlags(t *testing.T) {
 			env:  map[string]string{"RINGLIMIT_NAME": "env-node", "RINGLIMIT_MODE": "leased", "RINGLIMIT_SEEDS": "s:1", "RINGLIMIT_FLUSH_INTERVAL": "1s"},
 			check: func(t *testing.T, o options) {
 				c := o.cfg
-				if c.Name != "env-node" || c.Sync.Mode != rlsync.ModeLeased || !slices.Equal(c.Seeds, []string{"s:1"}) || c.Sync.FlushInterval != time.Second {
+				if c.Name != "env-node" || c.Sync.Mode != check.ModeLeased || !slices.Equal(c.Seeds, []string{"s:1"}) || c.Sync.FlushInterval != time.Second {
 					t.Errorf("got name %q mode %v seeds %q flush %v", c.Name, c.Sync.Mode, c.Seeds, c.Sync.FlushInterval)
 				}
 			},
@@ -86,7 +86,7 @@ func TestParseFlags(t *testing.T) {
 			args: []string{"--name", "flag-node", "--mode", "local"},
 			env:  map[string]string{"RINGLIMIT_NAME": "env-node", "RINGLIMIT_MODE": "leased"},
 			check: func(t *testing.T, o options) {
-				if o.cfg.Name != "flag-node" || o.cfg.Sync.Mode != rlsync.ModeLocal {
+				if o.cfg.Name != "flag-node" || o.cfg.Sync.Mode != check.ModeLocal {
 					t.Errorf("got name %q mode %v, want flag-node local", o.cfg.Name, o.cfg.Sync.Mode)
 				}
 			},
