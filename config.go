@@ -109,10 +109,13 @@ type Config struct {
 
 	// Sync configures the coordination core: default consistency mode and
 	// partition policy, tick, flush interval, forward window, batch sizes,
-	// timeouts. Self and MaxKeyLen are set by Start from Name and MaxKeyLen.
-	// Sync.Incarnation, when zero, is set by Start from the clock (the start
-	// time in nanoseconds), so a restarted node is told from its old self.
-	// Default rlsync.DefaultConfig().
+	// timeouts. Two of its fields belong to the node and are left zero:
+	// Sync.Self is Name, and Sync.MaxKeyLen is MaxKeyLen plus the 3 bytes
+	// of the key's separator and algorithm tag; Validate refuses any other
+	// value rather than overwrite it. Sync.Incarnation, when zero, is set by
+	// Start from the clock (the start time in nanoseconds), so a restarted
+	// node is told from its old self. Default rlsync.DefaultConfig() with
+	// Self and MaxKeyLen zero.
 	Sync rlsync.Config
 
 	// MaxKeyLen bounds len(name) + len(unique_key) of an item, in bytes.
@@ -257,7 +260,7 @@ func DefaultConfig() Config {
 		HTTPAddr:             "127.0.0.1:8101",
 		GossipAddr:           "127.0.0.1:7946",
 		GossipProfile:        GossipLAN,
-		Sync:                 rlsync.DefaultConfig(),
+		Sync:                 defaultSyncConfig(),
 		MaxKeyLen:            1024,
 		MaxBatchItems:        1000,
 		MaxBodyBytes:         1 << 20,
@@ -276,6 +279,14 @@ func DefaultConfig() Config {
 		NginxRuleHeader:      "X-Ringlimit-Rule",
 		NginxKeyHeader:       "X-Real-IP",
 	}
+}
+
+// defaultSyncConfig is the core's default with the fields the node derives
+// (Self, MaxKeyLen) left zero.
+func defaultSyncConfig() rlsync.Config {
+	s := rlsync.DefaultConfig()
+	s.Self, s.MaxKeyLen = "", 0
+	return s
 }
 
 // ErrConfig is wrapped by every error of Config.Validate.
@@ -358,6 +369,9 @@ func (c Config) Validate() error {
 	if err := c.validateRules(); err != nil {
 		return err
 	}
+	if err := c.validateDerived(); err != nil {
+		return err
+	}
 	s := c.syncConfig()
 	if s.Self == "" {
 		s.Self = "placeholder" // Start fills in the host name
@@ -368,11 +382,30 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// syncConfig returns c.Sync with the fields the node owns filled in.
+// validateDerived refuses a value in a component's configuration that the
+// node derives from one of its own fields: one setting would otherwise be
+// silently overwritten by the other.
+func (c Config) validateDerived() error {
+	if c.Sync.Self != "" && c.Sync.Self != c.Name {
+		return configErr("Sync.Self", "%q differs from Name %q: the core's name is the node's Name; leave Sync.Self empty", c.Sync.Self, c.Name)
+	}
+	if want := c.coreMaxKeyLen(); c.Sync.MaxKeyLen != 0 && c.Sync.MaxKeyLen != want {
+		return configErr("Sync.MaxKeyLen", "%d conflicts with MaxKeyLen %d: the core's bound is MaxKeyLen plus %d bytes of separator and algorithm tag (%d); leave Sync.MaxKeyLen zero and set MaxKeyLen",
+			c.Sync.MaxKeyLen, c.MaxKeyLen, len(keySep)+algTagLen, want)
+	}
+	return nil
+}
+
+// coreMaxKeyLen is the core's bound on a key: the API's bound on name and
+// unique_key, plus the separator and the algorithm tag (bucketKey).
+func (c Config) coreMaxKeyLen() int { return c.MaxKeyLen + len(keySep) + algTagLen }
+
+// syncConfig returns c.Sync with the fields the node derives filled in
+// (validateDerived has refused a conflicting value).
 func (c Config) syncConfig() rlsync.Config {
 	s := c.Sync
 	s.Self = c.Name
-	s.MaxKeyLen = c.MaxKeyLen + len(keySep) + algTagLen
+	s.MaxKeyLen = c.coreMaxKeyLen()
 	return s
 }
 

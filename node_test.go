@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +13,27 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
+	rlsync "github.com/ringlimit/ringlimit/sync"
 )
+
+// TestSyncConfigChangesOnlyWhatTheNodeDerives: the core gets every field
+// of Config.Sync as set, and Self and MaxKeyLen from Name and MaxKeyLen.
+func TestSyncConfigChangesOnlyWhatTheNodeDerives(t *testing.T) {
+	c := DefaultConfig()
+	c.Name, c.MaxKeyLen = "n7", 200
+	c.Sync.Mode, c.Sync.FlushInterval, c.Sync.RequestTimeout = check.ModeOwner, 7*time.Millisecond, 300*time.Millisecond
+	c.Sync.Incarnation = 42
+	got := c.syncConfig()
+	if got.Self != "n7" || got.MaxKeyLen != 203 {
+		t.Errorf("core Self %q, MaxKeyLen %d; want n7, 203", got.Self, got.MaxKeyLen)
+	}
+	got.Self, got.MaxKeyLen = c.Sync.Self, c.Sync.MaxKeyLen
+	if !reflect.DeepEqual(got, c.Sync) {
+		t.Errorf("the core's config differs from Config.Sync beyond Self and MaxKeyLen:\n got %+v\nwant %+v", got, c.Sync)
+	}
+}
 
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
@@ -37,6 +57,12 @@ func TestConfigValidate(t *testing.T) {
 		{"zero check timeout", func(c *Config) { c.CheckTimeout = 0 }, "CheckTimeout"},
 		{"check timeout within request timeout", func(c *Config) { c.CheckTimeout = c.Sync.RequestTimeout }, "CheckTimeout"},
 		{"bad core config", func(c *Config) { c.Sync.FlushInterval = 0 }, "Sync"},
+		// The node derives these from its own fields: a different value is
+		// refused, never silently overwritten.
+		{"core name other than Name", func(c *Config) { c.Sync.Self = "other" }, "Sync.Self"},
+		{"core name equal to Name", func(c *Config) { c.Sync.Self = "n" }, ""},
+		{"core key bound of its own", func(c *Config) { c.Sync.MaxKeyLen = rlsync.DefaultConfig().MaxKeyLen }, "Sync.MaxKeyLen"},
+		{"core key bound as derived", func(c *Config) { c.MaxKeyLen, c.Sync.MaxKeyLen = 100, 103 }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
