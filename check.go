@@ -12,12 +12,11 @@ import (
 	"github.com/ringlimit/ringlimit/check"
 )
 
-// pending is the core's view of one public call: the valid items as core
-// requests, the slots for their answers and the channel done signals. It is
-// pooled; a call abandoned on timeout is not returned to the pool, since the
-// core may still write into it.
+// pending is the core's view of one call: its requests, the slots for their
+// answers and the channel done signals. It is pooled; a call abandoned on
+// timeout is not returned to the pool, since the core may still write into
+// it.
 type pending struct {
-	idx   []int // idx[j] is the item index of reqs[j]
 	reqs  []check.Request
 	resps []check.Response
 	done  chan struct{} // buffered 1: signal never blocks
@@ -35,7 +34,7 @@ var pendingPool = sync.Pool{New: func() any {
 func (p *pending) release() {
 	clear(p.reqs) // drop the keys
 	clear(p.resps)
-	p.idx, p.reqs, p.resps = p.idx[:0], p.reqs[:0], p.resps[:0]
+	p.reqs, p.resps = p.reqs[:0], p.resps[:0]
 	pendingPool.Put(p)
 }
 
@@ -43,31 +42,47 @@ func (p *pending) release() {
 var errShuttingDown = status.Error(codes.Unavailable, "ringlimit: node is shutting down")
 
 // check decides items, writing the answer to items[i] into out[i]. Invalid
-// items are answered with their FieldError and do not reach the core. The
-// error is a gRPC status error for the call as a whole: Unavailable while
-// shutting down, DeadlineExceeded or Canceled when ctx ends (or CheckTimeout
-// passes) before the core answered.
+// items are answered with their FieldError and do not reach the core; the
+// valid ones are decided by decide. The error is decide's.
 func (n *Node) check(ctx context.Context, items []item, out []check.Response) error {
-	if !n.gate.enter() {
-		return errShuttingDown
-	}
-	defer n.gate.leave()
-
-	p := pendingPool.Get().(*pending)
+	idx := make([]int, 0, len(items)) // idx[j] is the item of reqs[j]
+	reqs := make([]check.Request, 0, len(items))
 	for i := range items {
 		r, err := items[i].request(n.cfg.MaxKeyLen)
 		if err != nil {
 			out[i] = check.Response{Err: err}
 			continue
 		}
-		p.idx = append(p.idx, i)
-		p.reqs = append(p.reqs, r)
+		idx = append(idx, i)
+		reqs = append(reqs, r)
 	}
-	if len(p.reqs) == 0 {
-		p.release()
+	resps := make([]check.Response, len(reqs))
+	if err := n.decide(ctx, reqs, resps); err != nil {
+		return err
+	}
+	for j, i := range idx {
+		out[i] = resps[j]
+	}
+	return nil
+}
+
+// decide hands reqs to the core, through the driver's one order, and waits
+// for the answers, which it writes to out[i]: the node's one path to its
+// core, for the public APIs and the Checker alike. The error is a gRPC
+// status error for the batch as a whole: Unavailable while shutting down,
+// DeadlineExceeded or Canceled when ctx ends (or CheckTimeout passes)
+// before the core answered.
+func (n *Node) decide(ctx context.Context, reqs []check.Request, out []check.Response) error {
+	if !n.gate.enter() {
+		return errShuttingDown
+	}
+	defer n.gate.leave()
+	if len(reqs) == 0 {
 		return nil
 	}
-	p.resps = append(p.resps[:0], make([]check.Response, len(p.reqs))...)
+	p := pendingPool.Get().(*pending)
+	p.reqs = append(p.reqs, reqs...)
+	p.resps = append(p.resps[:0], make([]check.Response, len(reqs))...)
 	if err := n.drv.Check(p.reqs, p.resps, p.fn); err != nil {
 		p.release()
 		return errShuttingDown
@@ -75,9 +90,7 @@ func (n *Node) check(ctx context.Context, items []item, out []check.Response) er
 	if err := p.wait(ctx, n.cfg.CheckTimeout); err != nil {
 		return err // p is abandoned to the core
 	}
-	for j, i := range p.idx {
-		out[i] = p.resps[j]
-	}
+	copy(out, p.resps)
 	p.release()
 	return nil
 }

@@ -305,26 +305,10 @@ func (n *Node) Checker() Checker { return Checker{n} }
 // ends (or Config.CheckTimeout passes) before the core answered.
 func (c Checker) Check(ctx context.Context, reqs []check.Request) ([]check.Response, error) {
 	n := c.n
-	if !n.gate.enter() {
-		return nil, errShuttingDown
-	}
-	defer n.gate.leave()
 	out := make([]check.Response, len(reqs))
-	if len(reqs) == 0 {
-		return out, nil
+	if err := n.decide(ctx, reqs, out); err != nil {
+		return nil, err
 	}
-	p := pendingPool.Get().(*pending)
-	p.reqs = append(p.reqs, reqs...)
-	p.resps = append(p.resps[:0], make([]check.Response, len(reqs))...)
-	if err := n.drv.Check(p.reqs, p.resps, p.fn); err != nil {
-		p.release()
-		return nil, errShuttingDown
-	}
-	if err := p.wait(ctx, n.cfg.CheckTimeout); err != nil {
-		return nil, err // p is abandoned to the core
-	}
-	copy(out, p.resps)
-	p.release()
 	for i := range out {
 		it := item{algorithm: int64(reqs[i].Limit.Algorithm), mode: int64(reqs[i].Mode)}
 		n.metrics.decision(&it, &out[i])
