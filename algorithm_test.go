@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
 )
@@ -19,7 +20,7 @@ func TestZeroAlgorithmIsTokenBucket(t *testing.T) {
 	n := startNode(t, testConfig("solo"))
 	waitMembers(t, []*Node{n}, []string{"solo"})
 	for _, mode := range []check.Mode{check.ModeLocal, check.ModeOwner, check.ModeCached, check.ModeLeased} {
-		key := Key("zero", mode.String())
+		key := api.Key("zero", mode.String())
 		req := check.Request{Key: key, Hits: 1, Limit: bucket.Limit{Limit: 3, Period: time.Minute}, Mode: mode}
 		explicit := req
 		explicit.Limit.Algorithm = bucket.TokenBucket
@@ -54,11 +55,11 @@ func TestConcurrencyLeaseIsDecidedByTheOwner(t *testing.T) {
 	} {
 		body := `{"items":[{` + tc.extra + `"name":"conc","unique_key":"k","limit":2,"period":"1m","algorithm":"concurrency","mode":"` + tc.mode + `"}]}`
 		code, b := post(t, n, "application/json", []byte(body))
-		var got jsonCheckResponse
+		var got api.JSONCheckResponse
 		if err := json.Unmarshal(b, &got); code != http.StatusOK || err != nil || len(got.Items) != 1 {
 			t.Fatalf("%s: HTTP %d %s (%v)", body, code, b, err)
 		}
-		if r := got.Items[0]; r.Status == statusError || r.Mode != tc.wantMode {
+		if r := got.Items[0]; r.Status == check.StatusError.String() || r.Mode != tc.wantMode {
 			t.Errorf("%s: status %s (%s), mode %q; want mode %q", body, r.Status, r.Error, r.Mode, tc.wantMode)
 		}
 	}

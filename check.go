@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/check"
+	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
 // pending is the core's view of one call: its requests, the slots for their
@@ -40,31 +41,6 @@ func (p *pending) release() {
 
 // errShuttingDown is returned to calls that arrive after Shutdown began.
 var errShuttingDown = status.Error(codes.Unavailable, "ringlimit: node is shutting down")
-
-// check decides items, writing the answer to items[i] into out[i]. Invalid
-// items are answered with their FieldError and do not reach the core; the
-// valid ones are decided by decide. The error is decide's.
-func (n *Node) check(ctx context.Context, items []item, out []check.Response) error {
-	idx := make([]int, 0, len(items)) // idx[j] is the item of reqs[j]
-	reqs := make([]check.Request, 0, len(items))
-	for i := range items {
-		r, err := items[i].request(n.cfg.MaxKeyLen)
-		if err != nil {
-			out[i] = check.Response{Err: err}
-			continue
-		}
-		idx = append(idx, i)
-		reqs = append(reqs, r)
-	}
-	resps := make([]check.Response, len(reqs))
-	if err := n.decide(ctx, reqs, resps); err != nil {
-		return err
-	}
-	for j, i := range idx {
-		out[i] = resps[j]
-	}
-	return nil
-}
 
 // decide hands reqs to the core, through the driver's one order, and waits
 // for the answers, which it writes to out[i]: the node's one path to its
@@ -114,16 +90,28 @@ func (p *pending) wait(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// checkBatch validates the size of a call: the only whole-call input error.
-func (n *Node) checkBatch(items int) error {
-	switch {
-	case items == 0:
-		return status.Error(codes.InvalidArgument, "items: must not be empty")
-	case items > n.cfg.MaxBatchItems:
-		return status.Error(codes.InvalidArgument,
-			fmt.Sprintf("items: %d items, more than the maximum %d", items, n.cfg.MaxBatchItems))
+// Check decides a batch of items, as the gRPC RateLimiter/Check method does
+// (but not bound by Config.GRPCRulesOnly): the embedding form of the public
+// API (package api). Each invalid item is answered with STATUS_ERROR and a
+// message naming the field; the others are decided. The error, a gRPC
+// status error, is for the call as a whole: InvalidArgument for no items or
+// too many, Unavailable while shutting down, DeadlineExceeded or Canceled
+// when ctx ends first. Check is safe for concurrent use.
+func (n *Node) Check(ctx context.Context, req *ringlimitv1.CheckRequest) (*ringlimitv1.CheckResponse, error) {
+	return n.api.Check(ctx, req)
+}
+
+// decider is the public API's Backend: decide, with the decisions counted
+// by the API itself (the Checker counts its own).
+type decider struct{ n *Node }
+
+// Check implements api.Backend.
+func (d decider) Check(ctx context.Context, reqs []check.Request) ([]check.Response, error) {
+	out := make([]check.Response, len(reqs))
+	if err := d.n.decide(ctx, reqs, out); err != nil {
+		return nil, err
 	}
-	return nil
+	return out, nil
 }
 
 // gate counts calls in flight and, once closed, admits no more, so that

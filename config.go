@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ringlimit/ringlimit/api"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
@@ -391,14 +392,14 @@ func (c Config) validateDerived() error {
 	}
 	if want := c.coreMaxKeyLen(); c.Sync.MaxKeyLen != 0 && c.Sync.MaxKeyLen != want {
 		return configErr("Sync.MaxKeyLen", "%d conflicts with MaxKeyLen %d: the core's bound is MaxKeyLen plus %d bytes of separator and algorithm tag (%d); leave Sync.MaxKeyLen zero and set MaxKeyLen",
-			c.Sync.MaxKeyLen, c.MaxKeyLen, len(keySep)+algTagLen, want)
+			c.Sync.MaxKeyLen, c.MaxKeyLen, api.KeyOverhead, want)
 	}
 	return nil
 }
 
 // coreMaxKeyLen is the core's bound on a key: the API's bound on name and
 // unique_key, plus the separator and the algorithm tag (bucketKey).
-func (c Config) coreMaxKeyLen() int { return c.MaxKeyLen + len(keySep) + algTagLen }
+func (c Config) coreMaxKeyLen() int { return c.MaxKeyLen + api.KeyOverhead }
 
 // syncConfig returns c.Sync with the fields the node derives filled in
 // (validateDerived has refused a conflicting value).

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
@@ -95,7 +96,7 @@ func TestHostileInput(t *testing.T) {
 		{"gRPC: algorithm MaxInt32", g(func(i *ringlimitv1.CheckItem) { i.Algorithm = math.MaxInt32 }),
 			outcome{"item error", "algorithm: unknown algorithm 2147483647"}},
 		{"gRPC: mode MinInt32", g(func(i *ringlimitv1.CheckItem) { i.Mode = math.MinInt32 }), outcome{"item error", "mode: unknown mode -2147483648"}},
-		{"gRPC: policy one past the last", g(func(i *ringlimitv1.CheckItem) { i.Policy = ringlimitv1.Policy(maxPolicy + 1) }),
+		{"gRPC: policy one past the last", g(func(i *ringlimitv1.CheckItem) { i.Policy = ringlimitv1.Policy(check.PolicyLocalShare + 1) }),
 			outcome{"item error", "policy: unknown policy 4"}},
 		{"gRPC: sliding log over its memory cap", g(func(i *ringlimitv1.CheckItem) {
 			i.Algorithm, i.Limit = ringlimitv1.Algorithm_ALGORITHM_SLIDING_LOG, 1e12

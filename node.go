@@ -20,8 +20,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rules"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
@@ -43,7 +45,8 @@ type Node struct {
 	tr      *peer.Transport
 	cl      *peer.Cluster
 	metrics *metrics
-	gate    *gate // public calls in flight
+	api     *api.Server // the public check API, over decide
+	gate    *gate       // calls in flight
 	rules   *ruleSet
 	bad     *badKeys // the front ends' requests with bad keys
 
@@ -266,6 +269,14 @@ func (n *Node) build() error {
 	if err := n.buildRules(); err != nil {
 		return err
 	}
+	n.api, err = api.New(api.Config{
+		Node: cfg.Name, MaxKeyLen: cfg.MaxKeyLen, MaxBatchItems: cfg.MaxBatchItems, MaxBodyBytes: cfg.MaxBodyBytes,
+		GRPCRulesOnly: cfg.GRPCRulesOnly, HTTPRulesOnly: cfg.HTTPRulesOnly,
+		Rules: func() (*rules.Set, bool) { return n.rules.Rules(), n.rules.store != nil },
+	}, decider{n}, n.metrics)
+	if err != nil {
+		return fmt.Errorf("ringlimit: %w", err)
+	}
 	opts := n.grpcOptions()
 	if n.tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tlsCfg.Clone())))
@@ -301,7 +312,7 @@ func (n *Node) build() error {
 // RateLimiter and Envoy's RateLimitService v3. The peer service is
 // registered by build on the peer port's server, never here.
 func (n *Node) registerGRPC(s *grpc.Server) error {
-	s.RegisterService(&rateLimiterDesc, grpcAPI{n: n})
+	n.api.Register(s)
 	return n.registerEnvoy(s)
 }
 
@@ -320,7 +331,7 @@ const (
 func (n *Node) grpcOptions() []grpc.ServerOption {
 	c := n.cfg
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(newServerCodec()),
+		grpc.ForceServerCodecV2(api.Codec()),
 		grpc.MaxRecvMsgSize(c.MaxRecvMsgBytes),
 		grpc.NumStreamWorkers(64),
 		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
@@ -516,7 +527,7 @@ func (n *Node) notReady() string {
 // Owner returns the node that owns the bucket of (name, uniqueKey) in this
 // node's current ring.
 func (n *Node) Owner(name, uniqueKey string) (string, error) {
-	return n.ring.Load().Owner(Key(name, uniqueKey))
+	return n.ring.Load().Owner(api.Key(name, uniqueKey))
 }
 
 // Members returns the names of the live members this node's ring holds,

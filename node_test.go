@@ -81,24 +81,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestKeyIsInjective(t *testing.T) {
-	// Pairs with a NUL-free name; ("a\x00b", "c") would collide with the
-	// first, which is why validation rejects names with a NUL byte.
-	pairs := [][2]string{{"a", "b\x00c"}, {"ab", "c"}, {"a", "bc"}, {"", "abc"}}
-	seen := map[string][2]string{}
-	for _, p := range pairs {
-		k := Key(p[0], p[1])
-		if q, dup := seen[k]; dup {
-			t.Errorf("Key(%q) == Key(%q)", p, q)
-		}
-		seen[k] = p
-	}
-	it := item{name: "a\x00b", uniqueKey: "c", limit: 1, period: time.Second}
-	if _, err := it.request(1024); err == nil {
-		t.Error("a name with a NUL byte was accepted")
-	}
-}
-
 func TestStartRejectsBadConfig(t *testing.T) {
 	cfg := testConfig("bad")
 	cfg.MaxBatchItems = -1

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 	"github.com/ringlimit/ringlimit/rules"
@@ -465,7 +466,7 @@ func TestNginxAuthWithoutRules(t *testing.T) {
 func TestNodeCheckerServesMiddleware(t *testing.T) {
 	n := rulesNode(t, writeRules(t, t.TempDir(), testRulesYAML), nil)
 	r, _ := n.Rules().Lookup("api/per_user")
-	resps, err := n.Checker().Check(t.Context(), []check.Request{r.Request(Key(r.Name, "zed"), 1), r.Request("", 1)})
+	resps, err := n.Checker().Check(t.Context(), []check.Request{r.Request(api.Key(r.Name, "zed"), 1), r.Request("", 1)})
 	if err != nil {
 		t.Fatal(err)
 	}

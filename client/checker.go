@@ -19,7 +19,7 @@ var ErrBadKey = errors.New("client: key is not name NUL unique_key")
 //	mw, err := middleware.RateLimit(client.Checker{C: c}, opts)
 //
 // Each Request's Key is split at its first NUL byte into the item's name and
-// key (ringlimit.Key joins them so), and each answer comes back as a
+// key (api.Key joins them so), and each answer comes back as a
 // Response. It is safe for concurrent use, as the Client is.
 type Checker struct {
 	// C is the client that carries the calls.

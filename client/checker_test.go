@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/client"
@@ -22,9 +22,9 @@ func TestCheckerAgainstANode(t *testing.T) {
 	k := client.Checker{C: c}
 
 	limit := bucket.Limit{Algorithm: bucket.FixedWindow, Limit: 2, Period: time.Hour}
-	req := check.Request{Key: ringlimit.Key("checker", "alice"), Hits: 1, Limit: limit, Mode: check.ModeOwner}
+	req := check.Request{Key: api.Key("checker", "alice"), Hits: 1, Limit: limit, Mode: check.ModeOwner}
 	bad := check.Request{Key: "no separator", Hits: 1, Limit: limit}
-	invalid := check.Request{Key: ringlimit.Key("checker", "bob"), Hits: 1, Limit: bucket.Limit{Algorithm: bucket.FixedWindow, Period: time.Hour}}
+	invalid := check.Request{Key: api.Key("checker", "bob"), Hits: 1, Limit: bucket.Limit{Algorithm: bucket.FixedWindow, Period: time.Hour}}
 
 	got, err := k.Check(t.Context(), []check.Request{req, bad, req, invalid, req})
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 )
 
 // keySep separates a limit's name from the client key in a bucket key, as
-// the public API does (ringlimit.Key), so that both name the same buckets.
+// the public API does (api.Key), so that both name the same buckets.
 const keySep = "\x00"
 
 // The response headers, from the IETF draft "RateLimit header fields for

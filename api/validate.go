@@ -1,4 +1,4 @@
-package ringlimit
+package api
 
 import (
 	"errors"
@@ -23,6 +23,11 @@ func Key(name, uniqueKey string) string { return name + keySep + uniqueKey }
 // algTagLen is the length of the algorithm tag that starts the key of a
 // bucket of another algorithm than the token bucket (bucketKey).
 const algTagLen = 2
+
+// KeyOverhead is how many bytes longer than len(name) + len(unique_key)
+// the core's key of an item can be: the separator and the algorithm tag.
+// A core's bound on keys is Config.MaxKeyLen + KeyOverhead.
+const KeyOverhead = len(keySep) + algTagLen
 
 // bucketKey returns the cluster-wide key of the bucket of (name, uniqueKey)
 // under the algorithm alg: Key(name, uniqueKey) for the token bucket and,
@@ -102,7 +107,7 @@ func (it *item) request(maxKeyLen int) (check.Request, error) {
 		return check.Request{}, fieldErr("lease", "%d bytes, more than the maximum %d", len(it.lease), maxKeyLen)
 	case it.hits < 0:
 		return check.Request{}, fieldErr("hits", "must not be negative, got %d", it.hits)
-	case it.algorithm < 0 || it.algorithm > int64(bucket.SmoothWarmingUp):
+	case it.algorithm < 0 || it.algorithm > maxAlgorithm:
 		return check.Request{}, fieldErr("algorithm", "unknown algorithm %d", it.algorithm)
 	case it.mode < 0 || it.mode > maxMode:
 		return check.Request{}, fieldErr("mode", "unknown mode %d", it.mode)
