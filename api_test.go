@@ -88,7 +88,7 @@ func TestGRPCBadItems(t *testing.T) {
 
 func TestGRPCBadCalls(t *testing.T) {
 	cfg := testConfig("solo")
-	cfg.MaxBatchItems = 3
+	cfg.API.MaxBatchItems = 3
 	n := startNode(t, cfg)
 	client := dial(t, n)
 	it := item1("api", "k", 10, ringlimitv1.Mode_MODE_LOCAL)
@@ -179,8 +179,8 @@ func TestHTTPBadItems(t *testing.T) {
 
 func TestHTTPBadRequests(t *testing.T) {
 	cfg := testConfig("solo")
-	cfg.MaxBodyBytes = 4096
-	cfg.MaxBatchItems = 3
+	cfg.API.MaxBodyBytes = 4096
+	cfg.API.MaxBatchItems = 3
 	n := startNode(t, cfg)
 	tests := []struct {
 		name        string
@@ -332,7 +332,7 @@ func (rawCodec) Name() string { return "proto" }
 
 func TestGRPCMalformedAndOversizedMessages(t *testing.T) {
 	cfg := testConfig("solo")
-	cfg.MaxRecvMsgBytes = 1 << 10
+	cfg.API.MaxRecvMsgBytes = 1 << 10
 	n := startNode(t, cfg)
 	cc, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

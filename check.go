@@ -63,7 +63,7 @@ func (n *Node) decide(ctx context.Context, reqs []check.Request, out []check.Res
 		p.release()
 		return errShuttingDown
 	}
-	if err := p.wait(ctx, n.cfg.CheckTimeout); err != nil {
+	if err := p.wait(ctx, n.cfg.API.CheckTimeout); err != nil {
 		return err // p is abandoned to the core
 	}
 	copy(out, p.resps)
@@ -91,7 +91,7 @@ func (p *pending) wait(ctx context.Context, timeout time.Duration) error {
 }
 
 // Check decides a batch of items, as the gRPC RateLimiter/Check method does
-// (but not bound by Config.GRPCRulesOnly): the embedding form of the public
+// (but not bound by Config.API.GRPCRulesOnly): the embedding form of the public
 // API (package api). Each invalid item is answered with STATUS_ERROR and a
 // message naming the field; the others are decided. The error, a gRPC
 // status error, is for the call as a whole: InvalidArgument for no items or

@@ -207,5 +207,5 @@ func TestJoinUnderConcurrentClients(t *testing.T) {
 // decision.
 func patientTimeouts(c *Config) {
 	c.Sync.RequestTimeout = 5 * time.Second
-	c.CheckTimeout = 20 * time.Second
+	c.API.CheckTimeout = 20 * time.Second
 }

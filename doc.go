@@ -14,8 +14,8 @@
 //
 //	cfg := ringlimit.DefaultConfig()
 //	cfg.Name = "node-a"
-//	cfg.Seeds = []string{"10.0.0.2:7946"}
-//	cfg.PeerSecret = secret // the cluster's: the peers authenticate with it
+//	cfg.Gossip.Seeds = []string{"10.0.0.2:7946"}
+//	cfg.Peer.Secret = secret // the cluster's: the peers authenticate with it
 //	n, err := ringlimit.Start(ctx, cfg)
 //	if err != nil { ... }
 //	defer n.Shutdown(context.Background()) // drain, hand off, leave

@@ -22,9 +22,9 @@ import (
 // watch them cut slow clients off.
 func hostileConfig() Config {
 	cfg := testConfig("hostile")
-	cfg.ReadHeaderTimeout = 500 * time.Millisecond // also the gRPC handshake's
-	cfg.ReadTimeout = time.Second
-	cfg.WriteTimeout = 5 * time.Second
+	cfg.API.ReadHeaderTimeout = 500 * time.Millisecond // also the gRPC handshake's
+	cfg.API.ReadTimeout = time.Second
+	cfg.API.WriteTimeout = 5 * time.Second
 	return cfg
 }
 
@@ -240,10 +240,10 @@ func testSlowClients(t *testing.T, n *Node) {
 		timeout    time.Duration
 		wantAnswer string // prefix of what the server wrote before closing
 	}{
-		{"HTTP headers", n.HTTPAddr(), []byte("POST /v1/check HTTP/1.1\r\nHost: x\r\n"), trickle, cfg.ReadHeaderTimeout, ""},
+		{"HTTP headers", n.HTTPAddr(), []byte("POST /v1/check HTTP/1.1\r\nHost: x\r\n"), trickle, cfg.API.ReadHeaderTimeout, ""},
 		{"HTTP body", n.HTTPAddr(), []byte("POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 440\r\n\r\n"),
-			[]byte(`{"items":[{"name":"` + strings.Repeat("a", 420) + `"}]}`), cfg.ReadTimeout, "HTTP/1.1 408"},
-		{"gRPC connection preface", n.GRPCAddr(), nil, []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + strings.Repeat("\x00", 400)), cfg.ReadHeaderTimeout, ""},
+			[]byte(`{"items":[{"name":"` + strings.Repeat("a", 420) + `"}]}`), cfg.API.ReadTimeout, "HTTP/1.1 408"},
+		{"gRPC connection preface", n.GRPCAddr(), nil, []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + strings.Repeat("\x00", 400)), cfg.API.ReadHeaderTimeout, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

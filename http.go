@@ -17,7 +17,7 @@ import (
 //	GET  /readyz     200 once joined, 503 before and while shutting down
 //	GET  /metrics    Prometheus metrics of this node
 //	*    /v1/nginx/auth nginx's auth_request endpoint (docs/middleware.md)
-//	GET  /debug/pprof/ Go's profiler, when Config.Pprof is set
+//	GET  /debug/pprof/ Go's profiler, when Config.API.Pprof is set
 func (n *Node) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", n.api.HTTP())
@@ -30,14 +30,14 @@ func (n *Node) handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.cfg.Registry, promhttp.HandlerOpts{
 		ErrorLog: slogPrinter{n.log}, Registry: n.cfg.Registry,
 	}))
-	if n.cfg.Pprof {
+	if n.cfg.API.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return api.HeaderLimit(n.cfg.MaxHeaderBytes, mux)
+	return api.HeaderLimit(n.cfg.API.MaxHeaderBytes, mux)
 }
 
 func (n *Node) httpReady(w http.ResponseWriter, _ *http.Request) {

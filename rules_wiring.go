@@ -22,19 +22,19 @@ import (
 	"github.com/ringlimit/ringlimit/rules"
 )
 
-// The rules file (Config.RulesPath) feeds three consumers: Envoy's rate
+// The rules file (Config.Rules.Path) feeds three consumers: Envoy's rate
 // limit service on the gRPC port, nginx's auth_request endpoint on the HTTP
 // port, and the rule field of public checks (package api). The node holds
 // one rules.Store; a poller of its own reads the
-// files every Config.RulesPollInterval (the Store starts no goroutine),
+// files every Config.Rules.PollInterval (the Store starts no goroutine),
 // and ReloadRules reads them on
 // demand (SIGHUP), both through reloadRules, which counts and logs each
 // outcome.
 
 // ErrNoRules is returned by ReloadRules when the node has no rules file.
-var ErrNoRules = errors.New("ringlimit: no rules file configured (Config.RulesPath, --rules)")
+var ErrNoRules = errors.New("ringlimit: no rules file configured (Config.Rules.Path, --rules)")
 
-// ruleSet is the rules of a node: a Store loaded from Config.RulesPath, or
+// ruleSet is the rules of a node: a Store loaded from Config.Rules.Path, or
 // none.
 type ruleSet struct {
 	store *rules.Store // nil without RulesPath
@@ -63,16 +63,16 @@ func (s *ruleSet) Rules() *rules.Set {
 // validateRules checks the rules settings of c.
 func (c Config) validateRules() error {
 	switch {
-	case c.RulesPollInterval < 0:
-		return configErr("RulesPollInterval", "must not be negative, got %v", c.RulesPollInterval)
-	case c.RulesPath == "" && c.NginxRule != "":
-		return configErr("NginxRule", "needs RulesPath (--rules)")
-	case c.RulesPath == "":
+	case c.Rules.PollInterval < 0:
+		return configErr("Rules.PollInterval", "must not be negative, got %v", c.Rules.PollInterval)
+	case c.Rules.Path == "" && c.Rules.NginxRule != "":
+		return configErr("Rules.NginxRule", "needs Rules.Path (--rules)")
+	case c.Rules.Path == "":
 		return nil
-	case !validHeaderName(c.NginxKeyHeader):
-		return configErr("NginxKeyHeader", "%q is not a header name", c.NginxKeyHeader)
-	case c.NginxRule == "" && !validHeaderName(c.NginxRuleHeader):
-		return configErr("NginxRuleHeader", "%q is not a header name (or set NginxRule)", c.NginxRuleHeader)
+	case !validHeaderName(c.Rules.NginxKeyHeader):
+		return configErr("Rules.NginxKeyHeader", "%q is not a header name", c.Rules.NginxKeyHeader)
+	case c.Rules.NginxRule == "" && !validHeaderName(c.Rules.NginxRuleHeader):
+		return configErr("Rules.NginxRuleHeader", "%q is not a header name (or set Rules.NginxRule)", c.Rules.NginxRuleHeader)
 	}
 	return nil
 }
@@ -102,11 +102,11 @@ func validHeaderName(s string) bool {
 func (n *Node) buildRules() error {
 	cfg := n.cfg
 	s := &ruleSet{log: n.log}
-	if cfg.RulesPath != "" {
-		sc := rules.StoreConfig{Path: cfg.RulesPath, OnReload: s.onReload}
+	if cfg.Rules.Path != "" {
+		sc := rules.StoreConfig{Path: cfg.Rules.Path, OnReload: s.onReload}
 		st, err := rules.NewStore(sc)
 		if err != nil {
-			return fmt.Errorf("ringlimit: rules %s:\n%w", cfg.RulesPath, err)
+			return fmt.Errorf("ringlimit: rules %s:\n%w", cfg.Rules.Path, err)
 		}
 		s.store = st
 	}
@@ -122,16 +122,16 @@ func (n *Node) buildRules() error {
 	if s.store == nil {
 		return nil
 	}
-	n.log.Info("rules loaded", "path", cfg.RulesPath, "rules", s.Rules().Len(), "domains", s.Rules().Domains())
-	if cfg.RulesPollInterval > 0 {
-		newTicker := cfg.RulesTicker
+	n.log.Info("rules loaded", "path", cfg.Rules.Path, "rules", s.Rules().Len(), "domains", s.Rules().Domains())
+	if cfg.Rules.PollInterval > 0 {
+		newTicker := cfg.Rules.Ticker
 		if newTicker == nil {
 			newTicker = func(d time.Duration) (<-chan time.Time, func()) {
 				t := time.NewTicker(d)
 				return t.C, t.Stop
 			}
 		}
-		tick, stopTicker := newTicker(cfg.RulesPollInterval)
+		tick, stopTicker := newTicker(cfg.Rules.PollInterval)
 		stop := n.stopTick
 		n.wg.Go(func() {
 			defer stopTicker()
@@ -220,11 +220,11 @@ func (n *Node) registerEnvoy(s *grpc.Server) error {
 		return nil
 	}
 	ec := envoy.DefaultConfig()
-	ec.Headers = n.cfg.EnvoyHeaders
+	ec.Headers = n.cfg.Rules.EnvoyHeaders
 	ec.Clock = n.clock
 	ec.MaxKeyLen = n.cfg.syncConfig().MaxKeyLen
-	ec.AllowBadKeys = n.cfg.EnvoyAllowBadKeys
-	ec.OnBadKey = func(err error) { n.bad.note(frontEnvoy, n.cfg.EnvoyAllowBadKeys, err) }
+	ec.AllowBadKeys = n.cfg.Rules.EnvoyAllowBadKeys
+	ec.OnBadKey = func(err error) { n.bad.note(frontEnvoy, n.cfg.Rules.EnvoyAllowBadKeys, err) }
 	srv, err := envoy.New(n.Checker(), n.rules, ec)
 	if err != nil {
 		return fmt.Errorf("ringlimit: envoy: %w", err)
@@ -256,23 +256,23 @@ func (n *Node) nginxAuth() (http.Handler, error) {
 	c := n.cfg
 	o := middleware.Options{
 		Rules:      n.rules,
-		Rule:       c.NginxRule,
-		Key:        middleware.FromHeader(c.NginxKeyHeader),
-		FailClosed: c.NginxFailClosed,
+		Rule:       c.Rules.NginxRule,
+		Key:        middleware.FromHeader(c.Rules.NginxKeyHeader),
+		FailClosed: c.Rules.NginxFailClosed,
 		Clock:      n.clock,
-		MaxKeyLen:  c.MaxKeyLen,
+		MaxKeyLen:  c.API.MaxKeyLen,
 		// A key the node cannot take (the rule's name and it together over
 		// MaxKeyLen) is a bad key too: the checker refuses it.
-		AllowBadKeys: c.NginxAllowBadKeys,
+		AllowBadKeys: c.Rules.NginxAllowBadKeys,
 		OnBadKey: func(_ *http.Request, err error) {
-			n.bad.note(frontNginx, c.NginxAllowBadKeys, err)
+			n.bad.note(frontNginx, c.Rules.NginxAllowBadKeys, err)
 		},
 		OnError: func(r *http.Request, err error) {
 			n.log.Debug("nginx auth: check failed", "uri", r.Header.Get("X-Original-URI"), "err", err)
 		},
 	}
-	if c.NginxRule == "" {
-		o.RuleOf = middleware.RuleFromHeader(c.NginxRuleHeader)
+	if c.Rules.NginxRule == "" {
+		o.RuleOf = middleware.RuleFromHeader(c.Rules.NginxRuleHeader)
 	}
 	h, err := middleware.AuthRequest(n.Checker(), o)
 	if err != nil {
@@ -302,7 +302,7 @@ func (n *Node) Checker() Checker { return Checker{n} }
 // request the core rejects (an empty or too long key, an invalid limit) is
 // answered with its error. The error is for the batch: a gRPC status error,
 // Unavailable while shutting down, DeadlineExceeded or Canceled when ctx
-// ends (or Config.CheckTimeout passes) before the core answered.
+// ends (or Config.API.CheckTimeout passes) before the core answered.
 func (c Checker) Check(ctx context.Context, reqs []check.Request) ([]check.Response, error) {
 	n := c.n
 	out := make([]check.Response, len(reqs))

@@ -273,9 +273,9 @@ func TestParameterAttacks(t *testing.T) {
 func TestRulesOnlyListeners(t *testing.T) {
 	cfg := testConfig("solo")
 	cfg.Clock = fixedClock{}
-	cfg.RulesPath = writeRules(t, t.TempDir(), testRulesYAML)
-	cfg.RulesPollInterval = 0
-	cfg.HTTPRulesOnly, cfg.GRPCRulesOnly = true, true
+	cfg.Rules.Path = writeRules(t, t.TempDir(), testRulesYAML)
+	cfg.Rules.PollInterval = 0
+	cfg.API.HTTPRulesOnly, cfg.API.GRPCRulesOnly = true, true
 	n := startNode(t, cfg)
 	waitMembers(t, []*Node{n}, []string{"solo"})
 	c := dial(t, n)

@@ -21,11 +21,11 @@ import (
 func startNode() (*ringlimit.Node, func()) {
 	cfg := ringlimit.DefaultConfig()
 	cfg.Name = "node-a"
-	cfg.GRPCAddr = "127.0.0.1:0"
-	cfg.HTTPAddr = "127.0.0.1:0"
-	cfg.GossipAddr = "127.0.0.1:0"
-	cfg.GossipProfile = ringlimit.GossipLocal
-	cfg.PeerSecret = []byte("an example secret, 32 bytes long") // every node of the cluster has it
+	cfg.API.GRPCAddr = "127.0.0.1:0"
+	cfg.API.HTTPAddr = "127.0.0.1:0"
+	cfg.Gossip.Addr = "127.0.0.1:0"
+	cfg.Gossip.Profile = ringlimit.GossipLocal
+	cfg.Peer.Secret = []byte("an example secret, 32 bytes long") // every node of the cluster has it
 	n, err := ringlimit.Start(context.Background(), cfg)
 	if err != nil {
 		log.Fatal(err)

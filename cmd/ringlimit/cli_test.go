@@ -277,9 +277,9 @@ func startNode(t *testing.T, configure ...func(*ringlimit.Config)) *ringlimit.No
 	t.Helper()
 	cfg := ringlimit.DefaultConfig()
 	cfg.Name = "n1"
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.GossipProfile = ringlimit.GossipLocal
-	cfg.PeerSecret = []byte("ringlimit test cluster secret, 32")
+	cfg.API.GRPCAddr, cfg.API.HTTPAddr, cfg.Gossip.Addr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Gossip.Profile = ringlimit.GossipLocal
+	cfg.Peer.Secret = []byte("ringlimit test cluster secret, 32")
 	for _, c := range configure {
 		c(&cfg)
 	}
