@@ -114,6 +114,7 @@ func New(cfg Config, b Backend, obs Observer) (*Server, error) {
 	return &Server{cfg: cfg, b: b, obs: obs}, nil
 }
 
+// nopObserver is the Observer of a Server given none.
 type nopObserver struct{}
 
 func (nopObserver) Decision(int64, int64, *check.Response) {}
