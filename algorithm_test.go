@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestZeroAlgorithmIsTokenBucket: through the Go API, a limit with no
@@ -18,13 +19,13 @@ import (
 func TestZeroAlgorithmIsTokenBucket(t *testing.T) {
 	n := startNode(t, testConfig("solo"))
 	waitMembers(t, []*Node{n}, []string{"solo"})
-	for _, mode := range []rlsync.Mode{rlsync.ModeLocal, rlsync.ModeOwner, rlsync.ModeCached, rlsync.ModeLeased} {
-		key := Key("zero", mode.String())
-		req := rlsync.Request{Key: key, Hits: 1, Limit: bucket.Limit{Limit: 3, Period: time.Minute}, Mode: mode}
+	for _, mode := range []check.Mode{check.ModeLocal, check.ModeOwner, check.ModeCached, check.ModeLeased} {
+		key := api.Key("zero", mode.String())
+		req := check.Request{Key: key, Hits: 1, Limit: bucket.Limit{Limit: 3, Period: time.Minute}, Mode: mode}
 		explicit := req
 		explicit.Limit.Algorithm = bucket.TokenBucket
-		for i, r := range []rlsync.Request{req, req, explicit, req} {
-			resps, err := n.Checker().Check(t.Context(), []rlsync.Request{r})
+		for i, r := range []check.Request{req, req, explicit, req} {
+			resps, err := n.Checker().Check(t.Context(), []check.Request{r})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,11 +55,11 @@ func TestConcurrencyLeaseIsDecidedByTheOwner(t *testing.T) {
 	} {
 		body := `{"items":[{` + tc.extra + `"name":"conc","unique_key":"k","limit":2,"period":"1m","algorithm":"concurrency","mode":"` + tc.mode + `"}]}`
 		code, b := post(t, n, "application/json", []byte(body))
-		var got jsonCheckResponse
+		var got api.JSONCheckResponse
 		if err := json.Unmarshal(b, &got); code != http.StatusOK || err != nil || len(got.Items) != 1 {
 			t.Fatalf("%s: HTTP %d %s (%v)", body, code, b, err)
 		}
-		if r := got.Items[0]; r.Status == statusError || r.Mode != tc.wantMode {
+		if r := got.Items[0]; r.Status == check.StatusError.String() || r.Mode != tc.wantMode {
 			t.Errorf("%s: status %s (%s), mode %q; want mode %q", body, r.Status, r.Error, r.Mode, tc.wantMode)
 		}
 	}

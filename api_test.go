@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
@@ -86,7 +88,7 @@ func TestGRPCBadItems(t *testing.T) {
 
 func TestGRPCBadCalls(t *testing.T) {
 	cfg := testConfig("solo")
-	cfg.MaxBatchItems = 3
+	cfg.API.MaxBatchItems = 3
 	n := startNode(t, cfg)
 	client := dial(t, n)
 	it := item1("api", "k", 10, ringlimitv1.Mode_MODE_LOCAL)
@@ -159,15 +161,15 @@ func TestHTTPBadItems(t *testing.T) {
 			if code != http.StatusOK {
 				t.Fatalf("HTTP %d %s; want 200 with per-item errors", code, body)
 			}
-			var resp jsonCheckResponse
+			var resp api.JSONCheckResponse
 			if err := json.Unmarshal(body, &resp); err != nil {
 				t.Fatal(err)
 			}
-			if got := resp.Items[1]; got.Status != statusError || !strings.HasPrefix(got.Error, tt.wantErr) {
+			if got := resp.Items[1]; got.Status != check.StatusError.String() || !strings.HasPrefix(got.Error, tt.wantErr) {
 				t.Errorf("bad item: %+v; want status error and %q...", got, tt.wantErr)
 			}
 			for _, i := range []int{0, 2} {
-				if got := resp.Items[i]; got.Status != statusUnderLimit {
+				if got := resp.Items[i]; got.Status != check.StatusUnderLimit.String() {
 					t.Errorf("good item %d: %+v; want under_limit", i, got)
 				}
 			}
@@ -177,8 +179,8 @@ func TestHTTPBadItems(t *testing.T) {
 
 func TestHTTPBadRequests(t *testing.T) {
 	cfg := testConfig("solo")
-	cfg.MaxBodyBytes = 4096
-	cfg.MaxBatchItems = 3
+	cfg.API.MaxBodyBytes = 4096
+	cfg.API.MaxBatchItems = 3
 	n := startNode(t, cfg)
 	tests := []struct {
 		name        string
@@ -214,7 +216,7 @@ func TestHTTPBadRequests(t *testing.T) {
 			if tt.wantMsg == "" {
 				return
 			}
-			var e jsonError
+			var e api.JSONError
 			if err := json.Unmarshal(body, &e); err != nil {
 				t.Fatalf("error body %q is not JSON: %v", body, err)
 			}
@@ -259,12 +261,12 @@ func TestGuavaOptionsReachTheBucket(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("HTTP %d %s", code, out)
 	}
-	var jr jsonCheckResponse
+	var jr api.JSONCheckResponse
 	if err := json.Unmarshal(out, &jr); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []int64{5, 13} {
-		if got := jr.Items[i]; got.Status != statusUnderLimit || got.Limit != want {
+		if got := jr.Items[i]; got.Status != check.StatusUnderLimit.String() || got.Limit != want {
 			t.Errorf("JSON item %d: %+v, want under limit, limit %d", i, got, want)
 		}
 	}
@@ -280,7 +282,7 @@ func TestHTTPCheckAndStatusEndpoints(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("HTTP %d %s", code, body)
 		}
-		var resp jsonCheckResponse
+		var resp api.JSONCheckResponse
 		if err := json.Unmarshal(body, &resp); err != nil {
 			t.Fatal(err)
 		}
@@ -290,7 +292,7 @@ func TestHTTPCheckAndStatusEndpoints(t *testing.T) {
 			t.Errorf("answer %+v (node %q): want owner solo, limit 2, a reset time", r, resp.Node)
 		}
 	}
-	if want := []string{statusUnderLimit, statusUnderLimit, statusOverLimit}; strings.Join(got, ",") != strings.Join(want, ",") {
+	if want := []string{check.StatusUnderLimit.String(), check.StatusUnderLimit.String(), check.StatusOverLimit.String()}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
 
@@ -330,7 +332,7 @@ func (rawCodec) Name() string { return "proto" }
 
 func TestGRPCMalformedAndOversizedMessages(t *testing.T) {
 	cfg := testConfig("solo")
-	cfg.MaxRecvMsgBytes = 1 << 10
+	cfg.API.MaxRecvMsgBytes = 1 << 10
 	n := startNode(t, cfg)
 	cc, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -371,16 +373,16 @@ func TestHitsDefault(t *testing.T) {
 			wantStatus    string
 			wantRemaining int64
 		}{
-			{"", statusUnderLimit, 1},
-			{`"hits":0,`, statusUnderLimit, 1}, // a peek takes nothing
-			{`"hits":null,`, statusUnderLimit, 0},
-			{"", statusOverLimit, 0},
-			{`"hits":0,`, statusUnderLimit, 0},
+			{"", check.StatusUnderLimit.String(), 1},
+			{`"hits":0,`, check.StatusUnderLimit.String(), 1}, // a peek takes nothing
+			{`"hits":null,`, check.StatusUnderLimit.String(), 0},
+			{"", check.StatusOverLimit.String(), 0},
+			{`"hits":0,`, check.StatusUnderLimit.String(), 0},
 		}
 		for i, s := range steps {
 			body := `{"items":[{` + s.hits + `"name":"hits","unique_key":"json","limit":2,"period":"1h","mode":"owner"}]}`
 			code, b := post(t, n, "application/json", []byte(body))
-			var got jsonCheckResponse
+			var got api.JSONCheckResponse
 			if err := json.Unmarshal(b, &got); code != http.StatusOK || err != nil || len(got.Items) != 1 {
 				t.Fatalf("step %d %s: HTTP %d %s (%v)", i, body, code, b, err)
 			}

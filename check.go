@@ -9,17 +9,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
+	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
-// pending is the core's view of one public call: the valid items as core
-// requests, the slots for their answers and the channel done signals. It is
-// pooled; a call abandoned on timeout is not returned to the pool, since the
-// core may still write into it.
+// pending is the core's view of one call: its requests, the slots for their
+// answers and the channel done signals. It is pooled; a call abandoned on
+// timeout is not returned to the pool, since the core may still write into
+// it.
 type pending struct {
-	idx   []int // idx[j] is the item index of reqs[j]
-	reqs  []rlsync.Request
-	resps []rlsync.Response
+	reqs  []check.Request
+	resps []check.Response
 	done  chan struct{} // buffered 1: signal never blocks
 	fn    func()        // p.signal, bound once
 }
@@ -35,49 +35,38 @@ var pendingPool = sync.Pool{New: func() any {
 func (p *pending) release() {
 	clear(p.reqs) // drop the keys
 	clear(p.resps)
-	p.idx, p.reqs, p.resps = p.idx[:0], p.reqs[:0], p.resps[:0]
+	p.reqs, p.resps = p.reqs[:0], p.resps[:0]
 	pendingPool.Put(p)
 }
 
 // errShuttingDown is returned to calls that arrive after Shutdown began.
 var errShuttingDown = status.Error(codes.Unavailable, "ringlimit: node is shutting down")
 
-// check decides items, writing the answer to items[i] into out[i]. Invalid
-// items are answered with their FieldError and do not reach the core. The
-// error is a gRPC status error for the call as a whole: Unavailable while
-// shutting down, DeadlineExceeded or Canceled when ctx ends (or CheckTimeout
-// passes) before the core answered.
-func (n *Node) check(ctx context.Context, items []item, out []rlsync.Response) error {
+// decide hands reqs to the core, through the driver's one order, and waits
+// for the answers, which it writes to out[i]: the node's one path to its
+// core, for the public APIs and the Checker alike. The error is a gRPC
+// status error for the batch as a whole: Unavailable while shutting down,
+// DeadlineExceeded or Canceled when ctx ends (or CheckTimeout passes)
+// before the core answered.
+func (n *Node) decide(ctx context.Context, reqs []check.Request, out []check.Response) error {
 	if !n.gate.enter() {
 		return errShuttingDown
 	}
 	defer n.gate.leave()
-
-	p := pendingPool.Get().(*pending)
-	for i := range items {
-		r, err := items[i].request(n.cfg.MaxKeyLen)
-		if err != nil {
-			out[i] = rlsync.Response{Err: err}
-			continue
-		}
-		p.idx = append(p.idx, i)
-		p.reqs = append(p.reqs, r)
-	}
-	if len(p.reqs) == 0 {
-		p.release()
+	if len(reqs) == 0 {
 		return nil
 	}
-	p.resps = append(p.resps[:0], make([]rlsync.Response, len(p.reqs))...)
+	p := pendingPool.Get().(*pending)
+	p.reqs = append(p.reqs, reqs...)
+	p.resps = append(p.resps[:0], make([]check.Response, len(reqs))...)
 	if err := n.drv.Check(p.reqs, p.resps, p.fn); err != nil {
 		p.release()
 		return errShuttingDown
 	}
-	if err := p.wait(ctx, n.cfg.CheckTimeout); err != nil {
+	if err := p.wait(ctx, n.cfg.API.CheckTimeout); err != nil {
 		return err // p is abandoned to the core
 	}
-	for j, i := range p.idx {
-		out[i] = p.resps[j]
-	}
+	copy(out, p.resps)
 	p.release()
 	return nil
 }
@@ -101,16 +90,28 @@ func (p *pending) wait(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// checkBatch validates the size of a call: the only whole-call input error.
-func (n *Node) checkBatch(items int) error {
-	switch {
-	case items == 0:
-		return status.Error(codes.InvalidArgument, "items: must not be empty")
-	case items > n.cfg.MaxBatchItems:
-		return status.Error(codes.InvalidArgument,
-			fmt.Sprintf("items: %d items, more than the maximum %d", items, n.cfg.MaxBatchItems))
+// Check decides a batch of items, as the gRPC RateLimiter/Check method does
+// (but not bound by Config.API.GRPCRulesOnly): the embedding form of the public
+// API (package api). Each invalid item is answered with STATUS_ERROR and a
+// message naming the field; the others are decided. The error, a gRPC
+// status error, is for the call as a whole: InvalidArgument for no items or
+// too many, Unavailable while shutting down, DeadlineExceeded or Canceled
+// when ctx ends first. Check is safe for concurrent use.
+func (n *Node) Check(ctx context.Context, req *ringlimitv1.CheckRequest) (*ringlimitv1.CheckResponse, error) {
+	return n.api.Check(ctx, req)
+}
+
+// decider is the public API's Backend: decide, with the decisions counted
+// by the API itself (the Checker counts its own).
+type decider struct{ n *Node }
+
+// Check implements api.Backend.
+func (d decider) Check(ctx context.Context, reqs []check.Request) ([]check.Response, error) {
+	out := make([]check.Response, len(reqs))
+	if err := d.n.decide(ctx, reqs, out); err != nil {
+		return nil, err
 	}
-	return nil
+	return out, nil
 }
 
 // gate counts calls in flight and, once closed, admits no more, so that

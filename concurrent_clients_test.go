@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ringlimit/ringlimit/api"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -140,7 +141,7 @@ func TestJoinUnderConcurrentClients(t *testing.T) {
 		found := 0
 		for i := 0; found < keysPerMode && i < 100000; i++ {
 			k := fmt.Sprintf("join-%v-%d", m.mode, i)
-			if o, _ := future.Owner(Key("join", k)); o != "n4" {
+			if o, _ := future.Owner(api.Key("join", k)); o != "n4" {
 				continue
 			}
 			found++
@@ -206,5 +207,5 @@ func TestJoinUnderConcurrentClients(t *testing.T) {
 // decision.
 func patientTimeouts(c *Config) {
 	c.Sync.RequestTimeout = 5 * time.Second
-	c.CheckTimeout = 20 * time.Second
+	c.API.CheckTimeout = 20 * time.Second
 }

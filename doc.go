@@ -7,14 +7,15 @@
 // HTTP/JSON twin POST /v1/check, with /healthz, /readyz, /v1/cluster and
 // /metrics), finds the other nodes by gossip (package peer over
 // hashicorp/memberlist), carries the coordination messages between them over
-// gRPC (package peer), and drives the coordination core (package sync) from a
-// ticker. The core decides; this package decodes, validates, wires and
-// reports.
+// gRPC (package peer), and drives the coordination core (package sync)
+// through peer.Driver, which applies every input in one order. The core
+// decides; package api decodes and validates the public API's calls; this
+// package starts, wires, reports and stops.
 //
 //	cfg := ringlimit.DefaultConfig()
 //	cfg.Name = "node-a"
-//	cfg.Seeds = []string{"10.0.0.2:7946"}
-//	cfg.PeerSecret = secret // the cluster's: the peers authenticate with it
+//	cfg.Gossip.Seeds = []string{"10.0.0.2:7946"}
+//	cfg.Peer.Secret = secret // the cluster's: the peers authenticate with it
 //	n, err := ringlimit.Start(ctx, cfg)
 //	if err != nil { ... }
 //	defer n.Shutdown(context.Background()) // drain, hand off, leave

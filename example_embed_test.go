@@ -15,7 +15,7 @@ import (
 
 // waitMembers waits until n's ring holds want members: Start returns before
 // the node's first membership reaches its core (a check that comes in
-// between is answered "sync: no members"), and a joining node learns of the
+// between is answered "check: no members"), and a joining node learns of the
 // others by gossip.
 func waitMembers(n *ringlimit.Node, want int) {
 	tick := time.NewTicker(time.Millisecond)
@@ -42,7 +42,7 @@ func stop(n *ringlimit.Node) {
 
 // clusterSecret is the secret the nodes of one cluster share: 32 random bytes
 // given to every node (from a secret store; made up here), from which they
-// authenticate each other (Config.PeerSecret).
+// authenticate each other (Config.Peer.Secret).
 var clusterSecret = []byte("an example secret, 32 bytes long")
 
 // A program embeds a node and asks it directly, with no network hop: the
@@ -50,11 +50,11 @@ var clusterSecret = []byte("an example secret, 32 bytes long")
 func ExampleStart() {
 	cfg := ringlimit.DefaultConfig()
 	cfg.Name = "embedded"
-	cfg.GRPCAddr = "127.0.0.1:0" // port 0: the system picks; see n.GRPCAddr()
-	cfg.HTTPAddr = "127.0.0.1:0"
-	cfg.GossipAddr = "127.0.0.1:0"
-	cfg.PeerSecret = clusterSecret // what the cluster's nodes authenticate each other with
-	// cfg.Seeds = []string{"ringlimit-headless:7946"} would join an
+	cfg.API.GRPCAddr = "127.0.0.1:0" // port 0: the system picks; see n.GRPCAddr()
+	cfg.API.HTTPAddr = "127.0.0.1:0"
+	cfg.Gossip.Addr = "127.0.0.1:0"
+	cfg.Peer.Secret = clusterSecret // what the cluster's nodes authenticate each other with
+	// cfg.Gossip.Seeds = []string{"ringlimit-headless:7946"} would join an
 	// existing cluster of sidecars or standalone nodes.
 	n, err := ringlimit.Start(context.Background(), cfg)
 	if err != nil {
@@ -91,10 +91,10 @@ func ExampleStart_cluster() {
 	start := func(name string, seeds ...string) *ringlimit.Node {
 		cfg := ringlimit.DefaultConfig()
 		cfg.Name = name
-		cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "", "127.0.0.1:0"
-		cfg.GossipProfile = ringlimit.GossipLocal // nodes on one host
-		cfg.Seeds = seeds
-		cfg.PeerSecret = clusterSecret
+		cfg.API.GRPCAddr, cfg.API.HTTPAddr, cfg.Gossip.Addr = "127.0.0.1:0", "", "127.0.0.1:0"
+		cfg.Gossip.Profile = ringlimit.GossipLocal // nodes on one host
+		cfg.Gossip.Seeds = seeds
+		cfg.Peer.Secret = clusterSecret
 		n, err := ringlimit.Start(context.Background(), cfg)
 		if err != nil {
 			log.Fatal(err)

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
@@ -52,18 +54,18 @@ func grpcOutcome(resp *ringlimitv1.CheckResponse, err error) outcome {
 // httpOutcome is the outcome of an HTTP answer (code, body).
 func httpOutcome(code int, body []byte) outcome {
 	if code != http.StatusOK {
-		var e jsonError
+		var e api.JSONError
 		if err := json.Unmarshal(body, &e); err != nil {
 			e.Error = string(body)
 		}
 		return outcome{fmt.Sprintf("http %d", code), e.Error}
 	}
-	var resp jsonCheckResponse
+	var resp api.JSONCheckResponse
 	if err := json.Unmarshal(body, &resp); err != nil || len(resp.Items) == 0 {
 		return outcome{"http 200", "undecodable answer: " + string(body)}
 	}
 	r := resp.Items[0]
-	if r.Status == statusOverLimit && (r.Remaining < 0 || r.Remaining > r.Limit) {
+	if r.Status == check.StatusOverLimit.String() && (r.Remaining < 0 || r.Remaining > r.Limit) {
 		return outcome{"item over_limit", fmt.Sprintf("remaining %d out of [0, %d]", r.Remaining, r.Limit)}
 	}
 	return outcome{"item " + r.Status, r.Error}

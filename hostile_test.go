@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
@@ -21,9 +22,9 @@ import (
 // watch them cut slow clients off.
 func hostileConfig() Config {
 	cfg := testConfig("hostile")
-	cfg.ReadHeaderTimeout = 500 * time.Millisecond // also the gRPC handshake's
-	cfg.ReadTimeout = time.Second
-	cfg.WriteTimeout = 5 * time.Second
+	cfg.API.ReadHeaderTimeout = 500 * time.Millisecond // also the gRPC handshake's
+	cfg.API.ReadTimeout = time.Second
+	cfg.API.WriteTimeout = 5 * time.Second
 	return cfg
 }
 
@@ -95,7 +96,7 @@ func TestHostileInput(t *testing.T) {
 		{"gRPC: algorithm MaxInt32", g(func(i *ringlimitv1.CheckItem) { i.Algorithm = math.MaxInt32 }),
 			outcome{"item error", "algorithm: unknown algorithm 2147483647"}},
 		{"gRPC: mode MinInt32", g(func(i *ringlimitv1.CheckItem) { i.Mode = math.MinInt32 }), outcome{"item error", "mode: unknown mode -2147483648"}},
-		{"gRPC: policy one past the last", g(func(i *ringlimitv1.CheckItem) { i.Policy = ringlimitv1.Policy(maxPolicy + 1) }),
+		{"gRPC: policy one past the last", g(func(i *ringlimitv1.CheckItem) { i.Policy = ringlimitv1.Policy(check.PolicyLocalShare + 1) }),
 			outcome{"item error", "policy: unknown policy 4"}},
 		{"gRPC: sliding log over its memory cap", g(func(i *ringlimitv1.CheckItem) {
 			i.Algorithm, i.Limit = ringlimitv1.Algorithm_ALGORITHM_SLIDING_LOG, 1e12
@@ -239,10 +240,10 @@ func testSlowClients(t *testing.T, n *Node) {
 		timeout    time.Duration
 		wantAnswer string // prefix of what the server wrote before closing
 	}{
-		{"HTTP headers", n.HTTPAddr(), []byte("POST /v1/check HTTP/1.1\r\nHost: x\r\n"), trickle, cfg.ReadHeaderTimeout, ""},
+		{"HTTP headers", n.HTTPAddr(), []byte("POST /v1/check HTTP/1.1\r\nHost: x\r\n"), trickle, cfg.API.ReadHeaderTimeout, ""},
 		{"HTTP body", n.HTTPAddr(), []byte("POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 440\r\n\r\n"),
-			[]byte(`{"items":[{"name":"` + strings.Repeat("a", 420) + `"}]}`), cfg.ReadTimeout, "HTTP/1.1 408"},
-		{"gRPC connection preface", n.GRPCAddr(), nil, []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + strings.Repeat("\x00", 400)), cfg.ReadHeaderTimeout, ""},
+			[]byte(`{"items":[{"name":"` + strings.Repeat("a", 420) + `"}]}`), cfg.API.ReadTimeout, "HTTP/1.1 408"},
+		{"gRPC connection preface", n.GRPCAddr(), nil, []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + strings.Repeat("\x00", 400)), cfg.API.ReadHeaderTimeout, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

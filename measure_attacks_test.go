@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -94,7 +95,7 @@ func TestMeasureAttacks(t *testing.T) {
 	it := measureItem("atk", k, 0, time.Hour, 1, ringlimitv1.Mode_MODE_OWNER)
 	t.Logf("spend: %d of 100 admitted", measureCount(t, n1, it, 100))
 	env := &peerv1.Envelope{From: "n2", To: "n1", Incarnation: n2.cfg.Sync.Incarnation, Body: &peerv1.Envelope_Flush{Flush: &peerv1.Flush{
-		Seq: 1 << 40, Items: []*peerv1.FlushItem{{Key: Key("atk", k), LeaseReturn: 100,
+		Seq: 1 << 40, Items: []*peerv1.FlushItem{{Key: api.Key("atk", k), LeaseReturn: 100,
 			Limit: &peerv1.Limit{Algorithm: uint32(bucket.TokenBucket), Limit: 100, PeriodNs: int64(time.Hour)}}}}}}
 	lease := []string{"ringlimit_lease_tokens_refused_total", "ringlimit_lease_tokens_returned_total"}
 	for _, f := range forge(t, n1) {
@@ -170,7 +171,7 @@ func TestMeasureAttacks(t *testing.T) {
 	var owners []string
 	for _, key := range []string{`\udc00`, `\udc01`} {
 		code, b := post(t, n, "application/json", []byte(`{"items":[{"name":"sur","unique_key":"`+key+`","hits":1,"limit":1,"period":"1h","mode":"local"}]}`))
-		var r jsonCheckResponse
+		var r api.JSONCheckResponse
 		_ = json.Unmarshal(b, &r)
 		st := ""
 		if len(r.Items) > 0 {

@@ -8,14 +8,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	rlsync "github.com/ringlimit/ringlimit/sync"
-)
-
-// The APIs a call arrives by, as metric labels.
-const (
-	apiGRPC = 0
-	apiHTTP = 1
 )
 
 // metrics are a node's Prometheus metrics, registered on Config.Registry.
@@ -25,7 +21,7 @@ type metrics struct {
 	// cells caches decisions' children by [algorithm][mode][status], so the
 	// request path does no label lookup. Algorithm 0 is "invalid"; mode 0 is
 	// "default" (not decided).
-	cells        [int(bucket.SmoothWarmingUp) + 1][maxMode + 1][3]lazyCounter
+	cells        [int(bucket.SmoothWarmingUp) + 1][check.ModeLeased + 1][3]lazyCounter
 	batchItems   [2]prometheus.Observer
 	callDuration [2]prometheus.Observer
 }
@@ -35,9 +31,7 @@ type lazyCounter struct {
 	c    prometheus.Counter
 }
 
-var apiNames = [2]string{apiGRPC: "grpc", apiHTTP: "http"}
-
-var statusLabels = [3]string{statusUnderLimit, statusOverLimit, statusError}
+var statusLabels = [3]string{check.StatusUnderLimit.String(), check.StatusOverLimit.String(), check.StatusError.String()}
 
 // newMetrics registers the node's metrics on reg. core's counters and the
 // cluster's member count are read at scrape time.
@@ -58,9 +52,9 @@ func newMetrics(reg prometheus.Registerer, core *rlsync.Metrics, members func() 
 		Help:    "Time to answer a public Check call, from decoding to the last answer, by API.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50us .. 1.6s
 	}, []string{"api"})
-	for api, name := range apiNames {
-		m.batchItems[api] = batch.WithLabelValues(name)
-		m.callDuration[api] = dur.WithLabelValues(name)
+	for _, a := range []api.API{api.GRPC, api.HTTP} {
+		m.batchItems[a] = batch.WithLabelValues(a.String())
+		m.callDuration[a] = dur.WithLabelValues(a.String())
 	}
 	cs := []prometheus.Collector{m.decisions, batch, dur,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -200,14 +194,14 @@ func (c coreDecisions) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			ch <- prometheus.MustNewConstMetric(coreDecisionsDesc, prometheus.CounterValue, float64(v),
-				rlsync.Mode(mode).String(), outcomeLabels[outcome])
+				check.Mode(mode).String(), outcomeLabels[outcome])
 		}
 	}
 }
 
-// decision counts one answered item.
-func (m *metrics) decision(it *item, r *rlsync.Response) {
-	alg := it.algorithm
+// Decision counts one answered item (api.Observer).
+func (m *metrics) Decision(alg, reqMode int64, r *check.Response) {
+	const maxMode = int64(check.ModeLeased)
 	switch {
 	case alg == 0:
 		alg = int64(bucket.TokenBucket)
@@ -215,8 +209,8 @@ func (m *metrics) decision(it *item, r *rlsync.Response) {
 		alg = 0
 	}
 	mode := int64(r.Mode)
-	if mode == 0 && it.mode >= 0 && it.mode <= maxMode {
-		mode = it.mode
+	if mode == 0 && reqMode >= 0 && reqMode <= maxMode {
+		mode = reqMode
 	}
 	if mode < 0 || mode > maxMode {
 		mode = 0
@@ -234,15 +228,15 @@ func (m *metrics) decision(it *item, r *rlsync.Response) {
 		if alg != 0 {
 			algName = bucket.Algorithm(alg).String()
 		}
-		cell.c = m.decisions.WithLabelValues(algName, rlsync.Mode(mode).String(), statusLabels[st])
+		cell.c = m.decisions.WithLabelValues(algName, check.Mode(mode).String(), statusLabels[st])
 	})
 	cell.c.Inc()
 }
 
-// call records one public call.
-func (m *metrics) call(api, items int, d time.Duration) {
-	m.batchItems[api].Observe(float64(items))
-	m.callDuration[api].Observe(d.Seconds())
+// Call records one public call (api.Observer).
+func (m *metrics) Call(a api.API, items int, d time.Duration) {
+	m.batchItems[a].Observe(float64(items))
+	m.callDuration[a].Observe(d.Seconds())
 }
 
 // slogPrinter adapts a *slog.Logger to promhttp's error logger.

@@ -20,8 +20,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/peer"
 	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/rules"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
@@ -43,7 +45,8 @@ type Node struct {
 	tr      *peer.Transport
 	cl      *peer.Cluster
 	metrics *metrics
-	gate    *gate // public calls in flight
+	api     *api.Server // the public check API, over decide
+	gate    *gate       // calls in flight
 	rules   *ruleSet
 	bad     *badKeys // the front ends' requests with bad keys
 
@@ -138,20 +141,20 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return n, fmt.Errorf("ringlimit: no membership from gossip within %v", firstMembershipTimeout)
 	}
 	n.log.Info("node started", "grpc", n.grpcAddr, "http", n.httpAd, "peer", n.peerAddr, "gossip", n.cl.GossipAddr(),
-		"seeds", cfg.Seeds, "mode", cfg.Sync.Mode.String(), "policy", cfg.Sync.Policy.String(),
-		"tls", cfg.TLS.Enabled(), "peer_auth", cfg.peerAuth(), "gossip_encrypted", len(cfg.GossipKey) > 0)
+		"seeds", cfg.Gossip.Seeds, "mode", cfg.Sync.Mode.String(), "policy", cfg.Sync.Policy.String(),
+		"tls", cfg.API.TLS.Enabled(), "peer_auth", cfg.peerAuth(), "gossip_encrypted", len(cfg.Gossip.Key) > 0)
 	n.warnExposure()
 	return n, nil
 }
 
 // warnInsecurePeers is the warning of a node whose peers do not
 // authenticate, logged at start and shown in /v1/cluster.
-const warnInsecurePeers = "peers are not authenticated (InsecurePeers): whoever reaches the peer port can move any limit"
+const warnInsecurePeers = "peers are not authenticated (Peer.Insecure): whoever reaches the peer port can move any limit"
 
 // warnExposure logs a warning for each port bound beyond loopback without
 // protection. docs/security.md says what to expose.
 func (n *Node) warnExposure() {
-	if !n.cfg.TLS.Enabled() {
+	if !n.cfg.API.TLS.Enabled() {
 		for _, a := range []string{n.grpcAddr, n.httpAd} {
 			if a != "" && !isLoopback(a) {
 				n.log.Warn("public API beyond loopback without TLS: expose it to the application tier only", "addr", a)
@@ -161,10 +164,10 @@ func (n *Node) warnExposure() {
 	if n.mtls == nil {
 		n.log.Warn(warnInsecurePeers, "addr", n.peerAddr)
 	}
-	if len(n.cfg.GossipKey) == 0 && !isLoopback(n.cfg.GossipAddr) {
-		n.log.Warn("gossip beyond loopback without encryption: set a gossip key", "addr", n.cfg.GossipAddr)
+	if len(n.cfg.Gossip.Key) == 0 && !isLoopback(n.cfg.Gossip.Addr) {
+		n.log.Warn("gossip beyond loopback without encryption: set a gossip key", "addr", n.cfg.Gossip.Addr)
 	}
-	if n.cfg.Pprof && n.httpAd != "" && !isLoopback(n.httpAd) {
+	if n.cfg.API.Pprof && n.httpAd != "" && !isLoopback(n.httpAd) {
 		n.log.Warn("profiler served beyond loopback", "addr", n.httpAd)
 	}
 }
@@ -196,14 +199,14 @@ func (c Config) withDefaults() (Config, error) {
 // listen binds the gRPC, peer and HTTP ports.
 func (n *Node) listen() error {
 	var lc net.ListenConfig
-	ln, err := lc.Listen(context.Background(), "tcp", n.cfg.GRPCAddr)
+	ln, err := lc.Listen(context.Background(), "tcp", n.cfg.API.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("ringlimit: gRPC listener: %w", err)
 	}
 	n.grpcLn, n.grpcAddr = ln, ln.Addr().String()
-	peerAddr := n.cfg.PeerAddr
+	peerAddr := n.cfg.Peer.Addr
 	if peerAddr == "" {
-		host, _, _ := net.SplitHostPort(n.cfg.GRPCAddr)
+		host, _, _ := net.SplitHostPort(n.cfg.API.GRPCAddr)
 		peerAddr = net.JoinHostPort(host, "0")
 	}
 	ln, err = lc.Listen(context.Background(), "tcp", peerAddr)
@@ -211,10 +214,10 @@ func (n *Node) listen() error {
 		return fmt.Errorf("ringlimit: peer listener: %w", err)
 	}
 	n.peerLn, n.peerAddr = ln, ln.Addr().String()
-	if n.cfg.HTTPAddr == "" {
+	if n.cfg.API.HTTPAddr == "" {
 		return nil
 	}
-	ln, err = lc.Listen(context.Background(), "tcp", n.cfg.HTTPAddr)
+	ln, err = lc.Listen(context.Background(), "tcp", n.cfg.API.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("ringlimit: HTTP listener: %w", err)
 	}
@@ -228,7 +231,7 @@ func (n *Node) listen() error {
 func (n *Node) build() error {
 	cfg := n.cfg
 	var err error
-	if n.tlsCfg, err = cfg.TLS.serverTLS(); err != nil {
+	if n.tlsCfg, err = cfg.API.TLS.serverTLS(); err != nil {
 		return err
 	}
 	if n.mtls, err = cfg.mutualTLS(n.clock.Now()); err != nil {
@@ -266,6 +269,12 @@ func (n *Node) build() error {
 	if err := n.buildRules(); err != nil {
 		return err
 	}
+	ac := cfg.apiConfig()
+	ac.Rules = func() (*rules.Set, bool) { return n.rules.Rules(), n.rules.store != nil }
+	n.api, err = api.New(ac, decider{n}, n.metrics)
+	if err != nil {
+		return fmt.Errorf("ringlimit: %w", err)
+	}
 	opts := n.grpcOptions()
 	if n.tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tlsCfg.Clone())))
@@ -283,11 +292,11 @@ func (n *Node) build() error {
 	if n.httpLn != nil {
 		n.httpSrv = &http.Server{
 			Handler:           n.handler(),
-			ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-			ReadTimeout:       cfg.ReadTimeout,
-			WriteTimeout:      cfg.WriteTimeout,
-			IdleTimeout:       cfg.IdleTimeout,
-			MaxHeaderBytes:    cfg.MaxHeaderBytes,
+			ReadHeaderTimeout: cfg.API.ReadHeaderTimeout,
+			ReadTimeout:       cfg.API.ReadTimeout,
+			WriteTimeout:      cfg.API.WriteTimeout,
+			IdleTimeout:       cfg.API.IdleTimeout,
+			MaxHeaderBytes:    cfg.API.MaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 		}
 		if n.tlsCfg != nil {
@@ -301,7 +310,7 @@ func (n *Node) build() error {
 // RateLimiter and Envoy's RateLimitService v3. The peer service is
 // registered by build on the peer port's server, never here.
 func (n *Node) registerGRPC(s *grpc.Server) error {
-	s.RegisterService(&rateLimiterDesc, grpcAPI{n: n})
+	n.api.Register(s)
 	return n.registerEnvoy(s)
 }
 
@@ -320,17 +329,17 @@ const (
 func (n *Node) grpcOptions() []grpc.ServerOption {
 	c := n.cfg
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(newServerCodec()),
-		grpc.MaxRecvMsgSize(c.MaxRecvMsgBytes),
+		grpc.ForceServerCodecV2(api.Codec()),
+		grpc.MaxRecvMsgSize(c.API.MaxRecvMsgBytes),
 		grpc.NumStreamWorkers(64),
-		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
-		grpc.MaxHeaderListSize(uint32(min(int64(c.MaxHeaderBytes), math.MaxUint32))),
-		grpc.ConnectionTimeout(c.ReadHeaderTimeout),
+		grpc.MaxConcurrentStreams(c.API.MaxConcurrentStreams),
+		grpc.MaxHeaderListSize(uint32(min(int64(c.API.MaxHeaderBytes), math.MaxUint32))),
+		grpc.ConnectionTimeout(c.API.ReadHeaderTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle:     c.IdleTimeout,
-			MaxConnectionAge:      c.MaxConnectionAge,
-			MaxConnectionAgeGrace: c.CheckTimeout,
+			MaxConnectionIdle:     c.API.IdleTimeout,
+			MaxConnectionAge:      c.API.MaxConnectionAge,
+			MaxConnectionAgeGrace: c.API.CheckTimeout,
 			Time:                  keepaliveTime,
 			Timeout:               keepaliveTimeout,
 		}),
@@ -418,7 +427,7 @@ func (n *Node) onMembers(ms []peer.Member) {
 	}
 	if len(standIns) > 0 {
 		n.log.Warn("not in a cluster yet: every key goes by the partition policy, degraded, until a seed answers",
-			"members", names, "seeds", n.cfg.Seeds)
+			"members", names, "seeds", n.cfg.Gossip.Seeds)
 		return
 	}
 	if q.Minority {
@@ -440,7 +449,7 @@ func (n *Node) standIns() []string {
 	default:
 	}
 	var out []string
-	for _, s := range n.cfg.Seeds {
+	for _, s := range n.cfg.Gossip.Seeds {
 		if s != "" && s != n.cl.GossipAddr() {
 			out = append(out, "seed "+s)
 		}
@@ -480,7 +489,7 @@ func (n *Node) WaitReady(ctx context.Context) error {
 func (n *Node) GRPCAddr() string { return n.grpcAddr }
 
 // PeerAddr returns the bound address where the other nodes reach this one
-// (Config.PeerAddr's).
+// (Config.Peer.Addr's).
 func (n *Node) PeerAddr() string { return n.peerAddr }
 
 // HTTPAddr returns the address the HTTP server is bound to, or "" when HTTP
@@ -516,7 +525,7 @@ func (n *Node) notReady() string {
 // Owner returns the node that owns the bucket of (name, uniqueKey) in this
 // node's current ring.
 func (n *Node) Owner(name, uniqueKey string) (string, error) {
-	return n.ring.Load().Owner(Key(name, uniqueKey))
+	return n.ring.Load().Owner(api.Key(name, uniqueKey))
 }
 
 // Members returns the names of the live members this node's ring holds,

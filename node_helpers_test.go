@@ -27,14 +27,14 @@ var testPeerSecret = []byte("ringlimit test cluster secret, 32")
 func testConfig(name string, seeds ...string) Config {
 	c := DefaultConfig()
 	c.Name = name
-	c.GRPCAddr = "127.0.0.1:0"
-	c.HTTPAddr = "127.0.0.1:0"
-	c.GossipAddr = "127.0.0.1:0"
-	c.GossipProfile = GossipLocal
-	c.PeerSecret = testPeerSecret
-	c.Seeds = seeds
-	c.HandoffTimeout = 2 * time.Second
-	c.LeaveTimeout = time.Second
+	c.API.GRPCAddr = "127.0.0.1:0"
+	c.API.HTTPAddr = "127.0.0.1:0"
+	c.Gossip.Addr = "127.0.0.1:0"
+	c.Gossip.Profile = GossipLocal
+	c.Peer.Secret = testPeerSecret
+	c.Gossip.Seeds = seeds
+	c.Shutdown.HandoffTimeout = 2 * time.Second
+	c.Shutdown.LeaveTimeout = time.Second
 	if testing.Verbose() {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}

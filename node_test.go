@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +13,27 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
+	rlsync "github.com/ringlimit/ringlimit/sync"
 )
+
+// TestSyncConfigChangesOnlyWhatTheNodeDerives: the core gets every field
+// of Config.Sync as set, and Self and MaxKeyLen from Name and MaxKeyLen.
+func TestSyncConfigChangesOnlyWhatTheNodeDerives(t *testing.T) {
+	c := DefaultConfig()
+	c.Name, c.API.MaxKeyLen = "n7", 200
+	c.Sync.Mode, c.Sync.FlushInterval, c.Sync.RequestTimeout = check.ModeOwner, 7*time.Millisecond, 300*time.Millisecond
+	c.Sync.Incarnation = 42
+	got := c.syncConfig()
+	if got.Self != "n7" || got.MaxKeyLen != 203 {
+		t.Errorf("core Self %q, MaxKeyLen %d; want n7, 203", got.Self, got.MaxKeyLen)
+	}
+	got.Self, got.MaxKeyLen = c.Sync.Self, c.Sync.MaxKeyLen
+	if !reflect.DeepEqual(got, c.Sync) {
+		t.Errorf("the core's config differs from Config.Sync beyond Self and MaxKeyLen:\n got %+v\nwant %+v", got, c.Sync)
+	}
+}
 
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
@@ -22,27 +42,33 @@ func TestConfigValidate(t *testing.T) {
 		wantErr string // "" for valid
 	}{
 		{"default", func(*Config) {}, ""},
-		{"HTTP disabled", func(c *Config) { c.HTTPAddr = "" }, ""},
+		{"HTTP disabled", func(c *Config) { c.API.HTTPAddr = "" }, ""},
 		{"no name is filled in by Start", func(c *Config) { c.Name = "" }, ""},
-		{"bad gRPC address", func(c *Config) { c.GRPCAddr = "7101" }, "GRPCAddr"},
-		{"no gossip address", func(c *Config) { c.GossipAddr = "" }, "GossipAddr"},
-		{"bad advertise address", func(c *Config) { c.GossipAdvertiseAddr = "host" }, "GossipAdvertiseAddr"},
-		{"bad seed", func(c *Config) { c.Seeds = []string{"10.0.0.1"} }, "Seeds"},
-		{"bad profile", func(c *Config) { c.GossipProfile = "wan" }, "GossipProfile"},
-		{"bad gossip key", func(c *Config) { c.GossipKey = []byte("short") }, "GossipKey"},
-		{"zero key length", func(c *Config) { c.MaxKeyLen = 0 }, "MaxKeyLen"},
-		{"zero batch", func(c *Config) { c.MaxBatchItems = 0 }, "MaxBatchItems"},
-		{"zero body", func(c *Config) { c.MaxBodyBytes = 0 }, "MaxBodyBytes"},
-		{"zero timeout", func(c *Config) { c.WriteTimeout = 0 }, "WriteTimeout"},
-		{"zero check timeout", func(c *Config) { c.CheckTimeout = 0 }, "CheckTimeout"},
-		{"check timeout within request timeout", func(c *Config) { c.CheckTimeout = c.Sync.RequestTimeout }, "CheckTimeout"},
+		{"bad gRPC address", func(c *Config) { c.API.GRPCAddr = "7101" }, "GRPCAddr"},
+		{"no gossip address", func(c *Config) { c.Gossip.Addr = "" }, "Gossip.Addr"},
+		{"bad advertise address", func(c *Config) { c.Gossip.AdvertiseAddr = "host" }, "Gossip.AdvertiseAddr"},
+		{"bad seed", func(c *Config) { c.Gossip.Seeds = []string{"10.0.0.1"} }, "Gossip.Seeds"},
+		{"bad profile", func(c *Config) { c.Gossip.Profile = "wan" }, "Gossip.Profile"},
+		{"bad gossip key", func(c *Config) { c.Gossip.Key = []byte("short") }, "Gossip.Key"},
+		{"zero key length", func(c *Config) { c.API.MaxKeyLen = 0 }, "MaxKeyLen"},
+		{"zero batch", func(c *Config) { c.API.MaxBatchItems = 0 }, "MaxBatchItems"},
+		{"zero body", func(c *Config) { c.API.MaxBodyBytes = 0 }, "MaxBodyBytes"},
+		{"zero timeout", func(c *Config) { c.API.WriteTimeout = 0 }, "WriteTimeout"},
+		{"zero check timeout", func(c *Config) { c.API.CheckTimeout = 0 }, "CheckTimeout"},
+		{"check timeout within request timeout", func(c *Config) { c.API.CheckTimeout = c.Sync.RequestTimeout }, "CheckTimeout"},
 		{"bad core config", func(c *Config) { c.Sync.FlushInterval = 0 }, "Sync"},
+		// The node derives these from its own fields: a different value is
+		// refused, never silently overwritten.
+		{"core name other than Name", func(c *Config) { c.Sync.Self = "other" }, "Sync.Self"},
+		{"core name equal to Name", func(c *Config) { c.Sync.Self = "n" }, ""},
+		{"core key bound of its own", func(c *Config) { c.Sync.MaxKeyLen = rlsync.DefaultConfig().MaxKeyLen }, "Sync.MaxKeyLen"},
+		{"core key bound as derived", func(c *Config) { c.API.MaxKeyLen, c.Sync.MaxKeyLen = 100, 103 }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
 			c.Name = "n"
-			c.PeerSecret = testPeerSecret
+			c.Peer.Secret = testPeerSecret
 			tt.edit(&c)
 			err := c.Validate()
 			switch {
@@ -55,27 +81,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestKeyIsInjective(t *testing.T) {
-	// Pairs with a NUL-free name; ("a\x00b", "c") would collide with the
-	// first, which is why validation rejects names with a NUL byte.
-	pairs := [][2]string{{"a", "b\x00c"}, {"ab", "c"}, {"a", "bc"}, {"", "abc"}}
-	seen := map[string][2]string{}
-	for _, p := range pairs {
-		k := Key(p[0], p[1])
-		if q, dup := seen[k]; dup {
-			t.Errorf("Key(%q) == Key(%q)", p, q)
-		}
-		seen[k] = p
-	}
-	it := item{name: "a\x00b", uniqueKey: "c", limit: 1, period: time.Second}
-	if _, err := it.request(1024); err == nil {
-		t.Error("a name with a NUL byte was accepted")
-	}
-}
-
 func TestStartRejectsBadConfig(t *testing.T) {
 	cfg := testConfig("bad")
-	cfg.MaxBatchItems = -1
+	cfg.API.MaxBatchItems = -1
 	if n, err := Start(t.Context(), cfg); err == nil || !errors.Is(err, ErrConfig) {
 		t.Errorf("Start = %v, %v; want an ErrConfig", n, err)
 	}
@@ -88,7 +96,7 @@ func TestStartFailsCleanlyWhenAPortIsTaken(t *testing.T) {
 	}
 	defer ln.Close()
 	cfg := testConfig("clash")
-	cfg.HTTPAddr = ln.Addr().String()
+	cfg.API.HTTPAddr = ln.Addr().String()
 	n, err := Start(t.Context(), cfg)
 	if err == nil || n != nil {
 		t.Fatalf("Start = %v, %v; want an error and no node", n, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,25 +15,26 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/envoy"
 	"github.com/ringlimit/ringlimit/middleware"
 	"github.com/ringlimit/ringlimit/rules"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
-// The rules file (Config.RulesPath) feeds three consumers: Envoy's rate
+// The rules file (Config.Rules.Path) feeds three consumers: Envoy's rate
 // limit service on the gRPC port, nginx's auth_request endpoint on the HTTP
-// port, and the rule field of public checks. The node holds one
-// rules.Store; a poller of its own (rather than the Store's) reads the
-// files every Config.RulesPollInterval, and ReloadRules reads them on
+// port, and the rule field of public checks (package api). The node holds
+// one rules.Store; a poller of its own reads the
+// files every Config.Rules.PollInterval (the Store starts no goroutine),
+// and ReloadRules reads them on
 // demand (SIGHUP), both through reloadRules, which counts and logs each
 // outcome.
 
 // ErrNoRules is returned by ReloadRules when the node has no rules file.
-var ErrNoRules = errors.New("ringlimit: no rules file configured (Config.RulesPath, --rules)")
+var ErrNoRules = errors.New("ringlimit: no rules file configured (Config.Rules.Path, --rules)")
 
-// ruleSet is the rules of a node: a Store loaded from Config.RulesPath, or
+// ruleSet is the rules of a node: a Store loaded from Config.Rules.Path, or
 // none.
 type ruleSet struct {
 	store *rules.Store // nil without RulesPath
@@ -63,16 +63,16 @@ func (s *ruleSet) Rules() *rules.Set {
 // validateRules checks the rules settings of c.
 func (c Config) validateRules() error {
 	switch {
-	case c.RulesPollInterval < 0:
-		return configErr("RulesPollInterval", "must not be negative, got %v", c.RulesPollInterval)
-	case c.RulesPath == "" && c.NginxRule != "":
-		return configErr("NginxRule", "needs RulesPath (--rules)")
-	case c.RulesPath == "":
+	case c.Rules.PollInterval < 0:
+		return configErr("Rules.PollInterval", "must not be negative, got %v", c.Rules.PollInterval)
+	case c.Rules.Path == "" && c.Rules.NginxRule != "":
+		return configErr("Rules.NginxRule", "needs Rules.Path (--rules)")
+	case c.Rules.Path == "":
 		return nil
-	case !validHeaderName(c.NginxKeyHeader):
-		return configErr("NginxKeyHeader", "%q is not a header name", c.NginxKeyHeader)
-	case c.NginxRule == "" && !validHeaderName(c.NginxRuleHeader):
-		return configErr("NginxRuleHeader", "%q is not a header name (or set NginxRule)", c.NginxRuleHeader)
+	case !validHeaderName(c.Rules.NginxKeyHeader):
+		return configErr("Rules.NginxKeyHeader", "%q is not a header name", c.Rules.NginxKeyHeader)
+	case c.Rules.NginxRule == "" && !validHeaderName(c.Rules.NginxRuleHeader):
+		return configErr("Rules.NginxRuleHeader", "%q is not a header name (or set Rules.NginxRule)", c.Rules.NginxRuleHeader)
 	}
 	return nil
 }
@@ -102,11 +102,11 @@ func validHeaderName(s string) bool {
 func (n *Node) buildRules() error {
 	cfg := n.cfg
 	s := &ruleSet{log: n.log}
-	if cfg.RulesPath != "" {
-		sc := rules.StoreConfig{Path: cfg.RulesPath, OnReload: s.onReload}
+	if cfg.Rules.Path != "" {
+		sc := rules.StoreConfig{Path: cfg.Rules.Path, OnReload: s.onReload}
 		st, err := rules.NewStore(sc)
 		if err != nil {
-			return fmt.Errorf("ringlimit: rules %s:\n%w", cfg.RulesPath, err)
+			return fmt.Errorf("ringlimit: rules %s:\n%w", cfg.Rules.Path, err)
 		}
 		s.store = st
 	}
@@ -122,16 +122,16 @@ func (n *Node) buildRules() error {
 	if s.store == nil {
 		return nil
 	}
-	n.log.Info("rules loaded", "path", cfg.RulesPath, "rules", s.Rules().Len(), "domains", s.Rules().Domains())
-	if cfg.RulesPollInterval > 0 {
-		newTicker := cfg.RulesTicker
+	n.log.Info("rules loaded", "path", cfg.Rules.Path, "rules", s.Rules().Len(), "domains", s.Rules().Domains())
+	if cfg.Rules.PollInterval > 0 {
+		newTicker := cfg.Rules.Ticker
 		if newTicker == nil {
 			newTicker = func(d time.Duration) (<-chan time.Time, func()) {
 				t := time.NewTicker(d)
 				return t.C, t.Stop
 			}
 		}
-		tick, stopTicker := newTicker(cfg.RulesPollInterval)
+		tick, stopTicker := newTicker(cfg.Rules.PollInterval)
 		stop := n.stopTick
 		n.wg.Go(func() {
 			defer stopTicker()
@@ -216,20 +216,20 @@ func (n *Node) Rules() *rules.Set { return n.rules.Rules() }
 // FailedPrecondition saying so.
 func (n *Node) registerEnvoy(s *grpc.Server) error {
 	if n.rules.store == nil {
-		s.RegisterService(&envoyDesc, noRulesEnvoy{})
+		api.RegisterEnvoy(s, noRulesEnvoy{})
 		return nil
 	}
 	ec := envoy.DefaultConfig()
-	ec.Headers = n.cfg.EnvoyHeaders
+	ec.Headers = n.cfg.Rules.EnvoyHeaders
 	ec.Clock = n.clock
 	ec.MaxKeyLen = n.cfg.syncConfig().MaxKeyLen
-	ec.AllowBadKeys = n.cfg.EnvoyAllowBadKeys
-	ec.OnBadKey = func(err error) { n.bad.note(frontEnvoy, n.cfg.EnvoyAllowBadKeys, err) }
+	ec.AllowBadKeys = n.cfg.Rules.EnvoyAllowBadKeys
+	ec.OnBadKey = func(err error) { n.bad.note(frontEnvoy, n.cfg.Rules.EnvoyAllowBadKeys, err) }
 	srv, err := envoy.New(n.Checker(), n.rules, ec)
 	if err != nil {
 		return fmt.Errorf("ringlimit: envoy: %w", err)
 	}
-	s.RegisterService(&envoyDesc, srv)
+	api.RegisterEnvoy(s, srv)
 	return nil
 }
 
@@ -250,29 +250,29 @@ func (noRulesEnvoy) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*
 func (n *Node) nginxAuth() (http.Handler, error) {
 	if n.rules.store == nil {
 		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			httpError(w, http.StatusNotFound, "no rules file configured (--rules): /v1/nginx/auth checks rules")
+			api.WriteError(w, http.StatusNotFound, "no rules file configured (--rules): /v1/nginx/auth checks rules")
 		}), nil
 	}
 	c := n.cfg
 	o := middleware.Options{
 		Rules:      n.rules,
-		Rule:       c.NginxRule,
-		Key:        middleware.FromHeader(c.NginxKeyHeader),
-		FailClosed: c.NginxFailClosed,
+		Rule:       c.Rules.NginxRule,
+		Key:        middleware.FromHeader(c.Rules.NginxKeyHeader),
+		FailClosed: c.Rules.NginxFailClosed,
 		Clock:      n.clock,
-		MaxKeyLen:  c.MaxKeyLen,
+		MaxKeyLen:  c.API.MaxKeyLen,
 		// A key the node cannot take (the rule's name and it together over
 		// MaxKeyLen) is a bad key too: the checker refuses it.
-		AllowBadKeys: c.NginxAllowBadKeys,
+		AllowBadKeys: c.Rules.NginxAllowBadKeys,
 		OnBadKey: func(_ *http.Request, err error) {
-			n.bad.note(frontNginx, c.NginxAllowBadKeys, err)
+			n.bad.note(frontNginx, c.Rules.NginxAllowBadKeys, err)
 		},
 		OnError: func(r *http.Request, err error) {
 			n.log.Debug("nginx auth: check failed", "uri", r.Header.Get("X-Original-URI"), "err", err)
 		},
 	}
-	if c.NginxRule == "" {
-		o.RuleOf = middleware.RuleFromHeader(c.NginxRuleHeader)
+	if c.Rules.NginxRule == "" {
+		o.RuleOf = middleware.RuleFromHeader(c.Rules.NginxRuleHeader)
 	}
 	h, err := middleware.AuthRequest(n.Checker(), o)
 	if err != nil {
@@ -302,182 +302,15 @@ func (n *Node) Checker() Checker { return Checker{n} }
 // request the core rejects (an empty or too long key, an invalid limit) is
 // answered with its error. The error is for the batch: a gRPC status error,
 // Unavailable while shutting down, DeadlineExceeded or Canceled when ctx
-// ends (or Config.CheckTimeout passes) before the core answered.
-func (c Checker) Check(ctx context.Context, reqs []rlsync.Request) ([]rlsync.Response, error) {
+// ends (or Config.API.CheckTimeout passes) before the core answered.
+func (c Checker) Check(ctx context.Context, reqs []check.Request) ([]check.Response, error) {
 	n := c.n
-	if !n.gate.enter() {
-		return nil, errShuttingDown
+	out := make([]check.Response, len(reqs))
+	if err := n.decide(ctx, reqs, out); err != nil {
+		return nil, err
 	}
-	defer n.gate.leave()
-	out := make([]rlsync.Response, len(reqs))
-	if len(reqs) == 0 {
-		return out, nil
-	}
-	p := pendingPool.Get().(*pending)
-	p.reqs = append(p.reqs, reqs...)
-	p.resps = append(p.resps[:0], make([]rlsync.Response, len(reqs))...)
-	if err := n.drv.Check(p.reqs, p.resps, p.fn); err != nil {
-		p.release()
-		return nil, errShuttingDown
-	}
-	if err := p.wait(ctx, n.cfg.CheckTimeout); err != nil {
-		return nil, err // p is abandoned to the core
-	}
-	copy(out, p.resps)
-	p.release()
 	for i := range out {
-		it := item{algorithm: int64(reqs[i].Limit.Algorithm), mode: int64(reqs[i].Mode)}
-		n.metrics.decision(&it, &out[i])
+		n.metrics.Decision(int64(reqs[i].Limit.Algorithm), int64(reqs[i].Mode), &out[i])
 	}
 	return out, nil
-}
-
-// errDecidedByRule marks an item answered by its rule alone (unlimited, or
-// denying all): n.check skips it, and applyRuleAnswers writes its answer.
-var errDecidedByRule = errors.New("ringlimit: decided by the rule")
-
-// ruleAnswer is what naming a rule changes in the answer to one item.
-type ruleAnswer struct {
-	idx    int
-	preset *rlsync.Response // the answer, for a rule that needs no bucket
-	shadow bool             // a shadow_mode rule: report over-limit answers as allowed
-}
-
-// resolveRules applies the rule named by each item that names one (see
-// item.applyRule) and returns what the answers need afterwards (nil when
-// no item names a rule). An item whose name is a rule's name is checked
-// against that rule's bucket with the rule's limit, whatever limit it sets
-// (a check cannot reconfigure the bucket of an nginx or Envoy rule). With
-// rulesOnly, an item that names no rule is answered with an error.
-func (n *Node) resolveRules(items []item, rulesOnly bool) []ruleAnswer {
-	var out []ruleAnswer
-	var set *rules.Set
-	if n.rules.store != nil {
-		set = n.rules.Rules() // one version of the rules for the whole call
-	}
-	for i := range items {
-		it := &items[i]
-		if it.rule == "" && it.name != "" && set != nil {
-			if _, ok := set.Lookup(it.name); ok {
-				it.rule, it.name = it.name, ""
-				it.limit, it.period, it.burst, it.algorithm = 0, 0, 0, 0
-				it.maxWait, it.minGap, it.countRejected, it.warmUp = 0, 0, false, 0
-			}
-		}
-		if it.rule == "" {
-			if rulesOnly && it.err == nil {
-				it.err = fieldErr("rule", "this listener takes only checks that name a rule (rules only): the limit is not the caller's to choose")
-			}
-			continue
-		}
-		if set == nil {
-			set = n.rules.Rules()
-		}
-		if a := items[i].applyRule(set, n.rules.store != nil, n.cfg.MaxKeyLen); a.preset != nil || a.shadow {
-			a.idx = i
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// applyRuleAnswers writes the answers of rules into out.
-func applyRuleAnswers(ans []ruleAnswer, out []rlsync.Response) {
-	for _, a := range ans {
-		switch r := &out[a.idx]; {
-		case a.preset != nil:
-			*r = *a.preset
-		case a.shadow && r.Err == nil:
-			r.Allowed = true
-		}
-	}
-}
-
-// limitField returns the name of the first limit field it sets, or "".
-func (it *item) limitField() string {
-	switch {
-	case it.limit != 0:
-		return "limit"
-	case it.period != 0:
-		return "period"
-	case it.burst != 0:
-		return "burst"
-	case it.algorithm != 0:
-		return "algorithm"
-	case it.maxWait != 0:
-		return "max_wait"
-	case it.minGap != 0:
-		return "min_gap"
-	case it.countRejected:
-		return "count_rejected"
-	case it.warmUp != 0:
-		return "warm_up"
-	case it.maxBurstSeconds != 0:
-		return "max_burst_seconds"
-	case it.coldFactor != 0:
-		return "cold_factor"
-	}
-	return ""
-}
-
-// applyRule fills in the limit of an item that names a rule of set, or
-// records why it cannot in it.err. The item must not also set a limit
-// field or a name (an error naming the field, not an override: a check that
-// asks for two limits at once is a mistake); its mode and policy, when set,
-// override the rule's. The bucket is (rule name, unique_key), the one the
-// middleware and the nginx endpoint use for the same rule. A rule that
-// admits or denies everything needs no bucket: its answer is returned as
-// the preset. haveRules tells an empty set from no rules file, for the
-// message.
-func (it *item) applyRule(set *rules.Set, haveRules bool, maxKeyLen int) ruleAnswer {
-	if it.err != nil {
-		return ruleAnswer{}
-	}
-	if f := it.limitField(); f != "" {
-		it.err = fieldErr(f, "must not be set with rule: the rule %q sets the limit", it.rule)
-		return ruleAnswer{}
-	}
-	if it.name != "" {
-		it.err = fieldErr("name", "must be empty with rule: the bucket is (rule, unique_key)")
-		return ruleAnswer{}
-	}
-	r, ok := set.Lookup(it.rule)
-	switch {
-	case !ok && !haveRules:
-		it.err = fieldErr("rule", "unknown rule %q: the node has no rules file (--rules)", it.rule)
-		return ruleAnswer{}
-	case !ok:
-		it.err = fieldErr("rule", "unknown rule %q", it.rule)
-		return ruleAnswer{}
-	}
-	it.name, it.ruleBucket = r.Name, true
-	if it.mode == 0 {
-		it.mode = int64(r.Mode)
-	}
-	if it.policy == 0 {
-		it.policy = int64(r.Policy)
-	}
-	if r.Unlimited || r.DeniesAll() {
-		// Validate the rest of the item as a checked one would be.
-		probe := *it
-		probe.limit, probe.period, probe.algorithm = 1, time.Second, int64(bucket.TokenBucket)
-		if _, err := probe.request(maxKeyLen); err != nil {
-			it.err = err
-			return ruleAnswer{}
-		}
-		it.err = errDecidedByRule
-		it.algorithm = int64(bucket.TokenBucket) // for the metrics' label
-		preset := &rlsync.Response{Mode: rlsync.Mode(it.mode)}
-		if r.Unlimited {
-			preset.Allowed, preset.Remaining = true, math.MaxInt64
-		} else {
-			preset.RetryAfter = bucket.MaxRetry
-		}
-		return ruleAnswer{preset: preset}
-	}
-	l := r.Limit
-	it.limit, it.period, it.burst, it.algorithm = l.Limit, l.Period, l.Burst, int64(l.Algorithm)
-	it.maxWait, it.minGap, it.countRejected, it.warmUp = l.MaxWait, l.MinGap, l.CountRejected, l.WarmUp
-	it.maxBurstSeconds, it.coldFactor = float64(l.MaxBurstMillis)/1000, float64(l.ColdFactorMilli)/1000
-	return ruleAnswer{shadow: r.Shadow}
 }

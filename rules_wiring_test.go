@@ -19,9 +19,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ringlimit/ringlimit/api"
+	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 	"github.com/ringlimit/ringlimit/rules"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 // fixedClock reads one instant: buckets neither refill nor roll over
@@ -64,11 +65,11 @@ func rulesNode(t *testing.T, path string, tick chan time.Time) *Node {
 	t.Helper()
 	cfg := testConfig("solo")
 	cfg.Clock = fixedClock{}
-	cfg.RulesPath = path
-	cfg.RulesPollInterval = 0
+	cfg.Rules.Path = path
+	cfg.Rules.PollInterval = 0
 	if tick != nil {
-		cfg.RulesPollInterval = time.Second
-		cfg.RulesTicker = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
+		cfg.Rules.PollInterval = time.Second
+		cfg.Rules.Ticker = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
 	}
 	n := startNode(t, cfg)
 	waitMembers(t, []*Node{n}, []string{"solo"})
@@ -133,7 +134,7 @@ descriptors:
     rate_limit: {unit: sec, requests_per_unit: 3}
 `)
 	cfg := testConfig("solo")
-	cfg.RulesPath = path
+	cfg.Rules.Path = path
 	n, err := Start(t.Context(), cfg)
 	if err == nil {
 		n.Close()
@@ -147,7 +148,7 @@ descriptors:
 		t.Errorf("error %q: want %q and the unknown unit", err, want)
 	}
 
-	cfg.RulesPath = filepath.Join(t.TempDir(), "missing.yaml")
+	cfg.Rules.Path = filepath.Join(t.TempDir(), "missing.yaml")
 	if n, err := Start(t.Context(), cfg); err == nil {
 		n.Close()
 		t.Fatal("Start succeeded with a missing rules file")
@@ -160,10 +161,10 @@ func TestRulesConfigValidate(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		{"negative poll", func(c *Config) { c.RulesPath = "r.yaml"; c.RulesPollInterval = -time.Second }, "RulesPollInterval"},
-		{"nginx rule without rules", func(c *Config) { c.NginxRule = "nginx/per_ip" }, "NginxRule: needs RulesPath"},
-		{"bad key header", func(c *Config) { c.RulesPath = "r.yaml"; c.NginxKeyHeader = "X Real IP" }, "NginxKeyHeader"},
-		{"empty rule header", func(c *Config) { c.RulesPath = "r.yaml"; c.NginxRuleHeader = "" }, "NginxRuleHeader"},
+		{"negative poll", func(c *Config) { c.Rules.Path = "r.yaml"; c.Rules.PollInterval = -time.Second }, "Rules.PollInterval"},
+		{"nginx rule without rules", func(c *Config) { c.Rules.NginxRule = "nginx/per_ip" }, "Rules.NginxRule: needs Rules.Path"},
+		{"bad key header", func(c *Config) { c.Rules.Path = "r.yaml"; c.Rules.NginxKeyHeader = "X Real IP" }, "Rules.NginxKeyHeader"},
+		{"empty rule header", func(c *Config) { c.Rules.Path = "r.yaml"; c.Rules.NginxRuleHeader = "" }, "Rules.NginxRuleHeader"},
 	} {
 		c := testConfig("x")
 		tc.edit(&c)
@@ -173,7 +174,7 @@ func TestRulesConfigValidate(t *testing.T) {
 		}
 	}
 	c := testConfig("x")
-	c.RulesPath, c.NginxRule, c.NginxRuleHeader = "r.yaml", "nginx/per_ip", "" // the header is unused
+	c.Rules.Path, c.Rules.NginxRule, c.Rules.NginxRuleHeader = "r.yaml", "nginx/per_ip", "" // the header is unused
 	if err := c.Validate(); err != nil {
 		t.Errorf("a fixed nginx rule without a rule header: %v", err)
 	}
@@ -441,8 +442,8 @@ func TestNginxAuthEndpoint(t *testing.T) {
 	// A node with a fixed rule, a key header of its own and fail-closed.
 	cfg := testConfig("solo2")
 	cfg.Clock = fixedClock{}
-	cfg.RulesPath = writeRules(t, t.TempDir(), testRulesYAML)
-	cfg.NginxRule, cfg.NginxKeyHeader, cfg.NginxFailClosed = "edge/remote_address", "X-Client", true
+	cfg.Rules.Path = writeRules(t, t.TempDir(), testRulesYAML)
+	cfg.Rules.NginxRule, cfg.Rules.NginxKeyHeader, cfg.Rules.NginxFailClosed = "edge/remote_address", "X-Client", true
 	n2 := startNode(t, cfg)
 	waitMembers(t, []*Node{n2}, []string{"solo2"})
 	if resp, _ := nginxAuth(t, n2, "X-Client: a", "X-Ringlimit-Rule: api/open"); resp.StatusCode != http.StatusNoContent ||
@@ -465,7 +466,7 @@ func TestNginxAuthWithoutRules(t *testing.T) {
 func TestNodeCheckerServesMiddleware(t *testing.T) {
 	n := rulesNode(t, writeRules(t, t.TempDir(), testRulesYAML), nil)
 	r, _ := n.Rules().Lookup("api/per_user")
-	resps, err := n.Checker().Check(t.Context(), []rlsync.Request{r.Request(Key(r.Name, "zed"), 1), r.Request("", 1)})
+	resps, err := n.Checker().Check(t.Context(), []check.Request{r.Request(api.Key(r.Name, "zed"), 1), r.Request("", 1)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,33 +42,33 @@ func (f PeerTLSFiles) Enabled() bool { return f.CertFile != "" || f.KeyFile != "
 
 // validateSecurity checks the TLS, peer port and sidecar fields.
 func (c Config) validateSecurity() error {
-	if err := checkAddr("PeerAddr", c.PeerAddr, true); err != nil {
+	if err := checkAddr("Peer.Addr", c.Peer.Addr, true); err != nil {
 		return err
 	}
-	if c.TLS.Enabled() {
-		if c.TLS.CertFile == "" || c.TLS.KeyFile == "" {
-			return configErr("TLS", "needs both CertFile and KeyFile")
+	if c.API.TLS.Enabled() {
+		if c.API.TLS.CertFile == "" || c.API.TLS.KeyFile == "" {
+			return configErr("API.TLS", "needs both CertFile and KeyFile")
 		}
-	} else if c.TLS.ClientCAFile != "" {
-		return configErr("TLS", "ClientCAFile without a server certificate (CertFile, KeyFile)")
+	} else if c.API.TLS.ClientCAFile != "" {
+		return configErr("API.TLS", "ClientCAFile without a server certificate (CertFile, KeyFile)")
 	}
-	if c.PeerTLS.Enabled() {
+	if c.Peer.TLS.Enabled() {
 		switch {
-		case c.PeerTLS.CertFile == "" || c.PeerTLS.KeyFile == "" || c.PeerTLS.CAFile == "":
-			return configErr("PeerTLS", "needs CertFile, KeyFile and CAFile")
+		case c.Peer.TLS.CertFile == "" || c.Peer.TLS.KeyFile == "" || c.Peer.TLS.CAFile == "":
+			return configErr("Peer.TLS", "needs CertFile, KeyFile and CAFile")
 		}
 	}
 	if err := c.validatePeerAuth(); err != nil {
 		return err
 	}
 	if c.Sidecar {
-		for _, a := range []struct{ field, addr string }{{"GRPCAddr", c.GRPCAddr}, {"HTTPAddr", c.HTTPAddr}} {
+		for _, a := range []struct{ field, addr string }{{"API.GRPCAddr", c.API.GRPCAddr}, {"API.HTTPAddr", c.API.HTTPAddr}} {
 			if a.addr != "" && !isLoopback(a.addr) {
 				return configErr(a.field, "%q: in sidecar mode the public API binds to a loopback address (127.0.0.1, ::1 or localhost)", a.addr)
 			}
 		}
-		if !isLoopback(c.GossipAddr) && c.PeerAddr == "" {
-			return configErr("PeerAddr", "in sidecar mode, with gossip on %q, the peers need a port of their own: the public gRPC port is on loopback", c.GossipAddr)
+		if !isLoopback(c.Gossip.Addr) && c.Peer.Addr == "" {
+			return configErr("Peer.Addr", "in sidecar mode, with gossip on %q, the peers need a port of their own: the public gRPC port is on loopback", c.Gossip.Addr)
 		}
 	}
 	return nil
@@ -84,9 +84,9 @@ const (
 // peerAuth returns how peers authenticate under c.
 func (c Config) peerAuth() string {
 	switch {
-	case c.PeerTLS.Enabled():
+	case c.Peer.TLS.Enabled():
 		return peerAuthCertificates
-	case len(c.PeerSecret) > 0 || len(c.GossipKey) > 0:
+	case len(c.Peer.Secret) > 0 || len(c.Gossip.Key) > 0:
 		return peerAuthSecret
 	}
 	return peerAuthNone
@@ -95,26 +95,26 @@ func (c Config) peerAuth() string {
 // peerSecrets returns the secrets the peers' CA is derived from: PeerSecret,
 // or the gossip keys, the one sent with first.
 func (c Config) peerSecrets() [][]byte {
-	if len(c.PeerSecret) > 0 {
-		return [][]byte{c.PeerSecret}
+	if len(c.Peer.Secret) > 0 {
+		return [][]byte{c.Peer.Secret}
 	}
-	return append([][]byte{c.GossipKey}, c.GossipSecondaryKeys...)
+	return append([][]byte{c.Gossip.Key}, c.Gossip.SecondaryKeys...)
 }
 
 // validatePeerAuth checks that the peers authenticate, or that the
 // operator said explicitly that they need not.
 func (c Config) validatePeerAuth() error {
-	if c.InsecurePeers {
-		if c.PeerTLS.Enabled() || len(c.PeerSecret) > 0 {
-			return configErr("InsecurePeers", "set together with PeerTLS or PeerSecret: choose one")
+	if c.Peer.Insecure {
+		if c.Peer.TLS.Enabled() || len(c.Peer.Secret) > 0 {
+			return configErr("Peer.Insecure", "set together with Peer.TLS or Peer.Secret: choose one")
 		}
 		return nil
 	}
 	switch {
-	case len(c.PeerSecret) > 0 && len(c.PeerSecret) < peer.MinSecretLen:
-		return configErr("PeerSecret", "%d bytes, at least %d", len(c.PeerSecret), peer.MinSecretLen)
+	case len(c.Peer.Secret) > 0 && len(c.Peer.Secret) < peer.MinSecretLen:
+		return configErr("Peer.Secret", "%d bytes, at least %d", len(c.Peer.Secret), peer.MinSecretLen)
 	case c.peerAuth() == peerAuthNone:
-		return configErr("PeerSecret", "the peers must authenticate each other: set PeerSecret, a GossipKey (the secret is derived from it) or PeerTLS; InsecurePeers turns authentication off (docs/security.md)")
+		return configErr("Peer.Secret", "the peers must authenticate each other: set Peer.Secret, a Gossip.Key (the secret is derived from it) or Peer.TLS; Peer.Insecure turns authentication off (docs/security.md)")
 	case c.Name != "" && !peer.ValidTLSName(c.Name):
 		return configErr("Name", "%q: peers authenticate by TLS, where a node's name is its server name and must be a DNS name (letters, digits, '-', '.')", c.Name)
 	}
@@ -162,7 +162,7 @@ func (f TLSFiles) serverTLS() (*tls.Config, error) {
 func (c Config) mutualTLS(now time.Time) (*peer.MutualTLS, error) {
 	switch c.peerAuth() {
 	case peerAuthCertificates:
-		m, err := peer.LoadMutualTLS(c.PeerTLS.CertFile, c.PeerTLS.KeyFile, c.PeerTLS.CAFile)
+		m, err := peer.LoadMutualTLS(c.Peer.TLS.CertFile, c.Peer.TLS.KeyFile, c.Peer.TLS.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("ringlimit: peer TLS: %w", err)
 		}

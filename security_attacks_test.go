@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/peer"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
@@ -102,7 +103,7 @@ func TestPeerAttacks(t *testing.T) {
 	n1, n2 := nodes[0], nodes[1]
 	k := keysOwnedBy(t, n1, "atk", "n1", 1)[0]
 	more := spendOwnerMode(t, n1, "atk", k)
-	key := Key("atk", k)
+	key := api.Key("atk", k)
 	inc2 := n2.cfg.Sync.Incarnation
 	rejected := func(reason string) float64 {
 		return metricValue(t, n1, `ringlimit_peer_envelopes_rejected_total{reason="`+reason+`"}`)
@@ -168,13 +169,13 @@ func TestPeerAttacks(t *testing.T) {
 }
 
 // checkJSON posts one item to n's /v1/check and returns its answer.
-func checkJSON(t *testing.T, n *Node, body string) jsonResult {
+func checkJSON(t *testing.T, n *Node, body string) api.JSONResult {
 	t.Helper()
 	code, b := post(t, n, "application/json", []byte(`{"items":[`+body+`]}`))
 	if code != http.StatusOK {
 		t.Fatalf("POST /v1/check %s: %d %s", body, code, b)
 	}
-	var resp jsonCheckResponse
+	var resp api.JSONCheckResponse
 	if err := json.Unmarshal(b, &resp); err != nil {
 		t.Fatal(err)
 	}
@@ -272,9 +273,9 @@ func TestParameterAttacks(t *testing.T) {
 func TestRulesOnlyListeners(t *testing.T) {
 	cfg := testConfig("solo")
 	cfg.Clock = fixedClock{}
-	cfg.RulesPath = writeRules(t, t.TempDir(), testRulesYAML)
-	cfg.RulesPollInterval = 0
-	cfg.HTTPRulesOnly, cfg.GRPCRulesOnly = true, true
+	cfg.Rules.Path = writeRules(t, t.TempDir(), testRulesYAML)
+	cfg.Rules.PollInterval = 0
+	cfg.API.HTTPRulesOnly, cfg.API.GRPCRulesOnly = true, true
 	n := startNode(t, cfg)
 	waitMembers(t, []*Node{n}, []string{"solo"})
 	c := dial(t, n)
@@ -294,29 +295,6 @@ func TestRulesOnlyListeners(t *testing.T) {
 	resp, err := n.Check(t.Context(), &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{own}})
 	if err != nil || resp.Items[0].Status != ringlimitv1.Status_STATUS_UNDER_LIMIT {
 		t.Errorf("embedding API, a limit of its own: %v %v, want admitted", resp, err)
-	}
-}
-
-// TestLoneSurrogate: JSON escapes of half a surrogate pair are found (they
-// would decode to U+FFFD, two keys sharing a bucket); whole pairs and other
-// escapes are not.
-func TestLoneSurrogate(t *testing.T) {
-	for _, tt := range []struct {
-		json string
-		want int
-	}{
-		{`{"k":"\udc00"}`, 6},
-		{`{"k":"\udc01"}`, 6},
-		{`{"k":"a\ud800"}`, 7},
-		{`{"k":"\ud800\u0041"}`, 6},
-		{`{"k":"\ud83d\ude00"}`, -1},
-		{`{"k":"\\udc00"}`, -1}, // an escaped backslash, then text
-		{`{"k":"\u00e9\n\""}`, -1},
-		{`{"k":"\uzzzz"}`, -1}, // malformed: the decoder's to report
-	} {
-		if got := loneSurrogate([]byte(tt.json)); got != tt.want {
-			t.Errorf("loneSurrogate(%s) = %d, want %d", tt.json, got, tt.want)
-		}
 	}
 }
 

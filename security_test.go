@@ -72,8 +72,8 @@ func TestPublicTLS(t *testing.T) {
 	ca, other := newTestCA(t, "public"), newTestCA(t, "other")
 	srv := ca.issue(t, "node", "localhost")
 	cfg := testConfig("solo")
-	cfg.PeerAddr = "127.0.0.1:0"
-	cfg.TLS = TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile}
+	cfg.Peer.Addr = "127.0.0.1:0"
+	cfg.API.TLS = TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile}
 	n := startNode(t, cfg)
 	waitMembers(t, []*Node{n}, []string{"solo"})
 
@@ -115,8 +115,8 @@ func TestPublicTLSClientCertificates(t *testing.T) {
 	ca, clients, other := newTestCA(t, "public"), newTestCA(t, "clients"), newTestCA(t, "other")
 	srv := ca.issue(t, "node", "localhost")
 	cfg := testConfig("solo")
-	cfg.PeerAddr = "127.0.0.1:0"
-	cfg.TLS = TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: clients.File}
+	cfg.Peer.Addr = "127.0.0.1:0"
+	cfg.API.TLS = TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: clients.File}
 	n := startNode(t, cfg)
 	waitMembers(t, []*Node{n}, []string{"solo"})
 
@@ -149,9 +149,9 @@ func TestPublicTLSClientCertificates(t *testing.T) {
 func mtlsConfig(t *testing.T, ca *testCA, key []byte) func(*Config) {
 	return func(c *Config) {
 		cert := ca.issue(t, c.Name, c.Name)
-		c.PeerAddr = "127.0.0.1:0"
-		c.PeerTLS = PeerTLSFiles{CertFile: cert.CertFile, KeyFile: cert.KeyFile, CAFile: ca.File}
-		c.GossipKey = key
+		c.Peer.Addr = "127.0.0.1:0"
+		c.Peer.TLS = PeerTLSFiles{CertFile: cert.CertFile, KeyFile: cert.KeyFile, CAFile: ca.File}
+		c.Gossip.Key = key
 	}
 }
 
@@ -271,35 +271,35 @@ func TestSecurityConfigValidate(t *testing.T) {
 		edit    func(*Config)
 		wantErr string // "" for valid
 	}{
-		{"TLS with a peer port", func(c *Config) { c.TLS, c.PeerAddr = TLSFiles{CertFile: "c", KeyFile: "k"}, ":0" }, ""},
-		{"TLS without a peer port (one is made)", func(c *Config) { c.TLS = TLSFiles{CertFile: "c", KeyFile: "k"} }, ""},
-		{"no peer authentication", func(c *Config) { c.PeerSecret = nil }, "PeerSecret"},
-		{"peers authenticated by the gossip key", func(c *Config) { c.PeerSecret, c.GossipKey = nil, make([]byte, 16) }, ""},
-		{"insecure peers, explicitly", func(c *Config) { c.PeerSecret, c.InsecurePeers = nil, true }, ""},
-		{"insecure peers with a secret", func(c *Config) { c.InsecurePeers = true }, "InsecurePeers"},
-		{"short peer secret", func(c *Config) { c.PeerSecret = make([]byte, 15) }, "PeerSecret"},
+		{"TLS with a peer port", func(c *Config) { c.API.TLS, c.Peer.Addr = TLSFiles{CertFile: "c", KeyFile: "k"}, ":0" }, ""},
+		{"TLS without a peer port (one is made)", func(c *Config) { c.API.TLS = TLSFiles{CertFile: "c", KeyFile: "k"} }, ""},
+		{"no peer authentication", func(c *Config) { c.Peer.Secret = nil }, "Peer.Secret"},
+		{"peers authenticated by the gossip key", func(c *Config) { c.Peer.Secret, c.Gossip.Key = nil, make([]byte, 16) }, ""},
+		{"insecure peers, explicitly", func(c *Config) { c.Peer.Secret, c.Peer.Insecure = nil, true }, ""},
+		{"insecure peers with a secret", func(c *Config) { c.Peer.Insecure = true }, "Peer.Insecure"},
+		{"short peer secret", func(c *Config) { c.Peer.Secret = make([]byte, 15) }, "Peer.Secret"},
 		{"peer secret and a name that is not a DNS name", func(c *Config) { c.Name = "node_1" }, "DNS name"},
-		{"TLS key without certificate", func(c *Config) { c.TLS, c.PeerAddr = TLSFiles{KeyFile: "k"}, ":0" }, "CertFile and KeyFile"},
-		{"client CA alone", func(c *Config) { c.TLS = TLSFiles{ClientCAFile: "ca"} }, "ClientCAFile"},
-		{"peer TLS", func(c *Config) { c.PeerTLS, c.PeerAddr = PeerTLSFiles{"c", "k", "ca"}, ":0" }, ""},
-		{"peer TLS without CA", func(c *Config) { c.PeerTLS, c.PeerAddr = PeerTLSFiles{CertFile: "c", KeyFile: "k"}, ":0" }, "CAFile"},
-		{"peer TLS with an IP as name", func(c *Config) { c.Name, c.PeerTLS, c.PeerAddr = "10.0.0.1", PeerTLSFiles{"c", "k", "ca"}, ":0" }, "DNS name"},
-		{"bad peer address", func(c *Config) { c.PeerAddr = "7201" }, "PeerAddr"},
-		{"secondary gossip key without primary", func(c *Config) { c.GossipSecondaryKeys = [][]byte{make([]byte, 16)} }, "GossipSecondaryKeys"},
+		{"TLS key without certificate", func(c *Config) { c.API.TLS, c.Peer.Addr = TLSFiles{KeyFile: "k"}, ":0" }, "CertFile and KeyFile"},
+		{"client CA alone", func(c *Config) { c.API.TLS = TLSFiles{ClientCAFile: "ca"} }, "ClientCAFile"},
+		{"peer TLS", func(c *Config) { c.Peer.TLS, c.Peer.Addr = PeerTLSFiles{"c", "k", "ca"}, ":0" }, ""},
+		{"peer TLS without CA", func(c *Config) { c.Peer.TLS, c.Peer.Addr = PeerTLSFiles{CertFile: "c", KeyFile: "k"}, ":0" }, "CAFile"},
+		{"peer TLS with an IP as name", func(c *Config) { c.Name, c.Peer.TLS, c.Peer.Addr = "10.0.0.1", PeerTLSFiles{"c", "k", "ca"}, ":0" }, "DNS name"},
+		{"bad peer address", func(c *Config) { c.Peer.Addr = "7201" }, "Peer.Addr"},
+		{"secondary gossip key without primary", func(c *Config) { c.Gossip.SecondaryKeys = [][]byte{make([]byte, 16)} }, "Gossip.SecondaryKeys"},
 		{"secondary gossip key of a bad size", func(c *Config) {
-			c.GossipKey, c.GossipSecondaryKeys = make([]byte, 16), [][]byte{make([]byte, 8)}
-		}, "GossipSecondaryKeys"},
+			c.Gossip.Key, c.Gossip.SecondaryKeys = make([]byte, 16), [][]byte{make([]byte, 8)}
+		}, "Gossip.SecondaryKeys"},
 		{"sidecar on loopback", func(c *Config) { c.Sidecar = true }, ""},
-		{"sidecar on every interface", func(c *Config) { c.Sidecar, c.HTTPAddr = true, ":8101" }, "HTTPAddr"},
-		{"sidecar gossiping out without peer port", func(c *Config) { c.Sidecar, c.GossipAddr = true, "0.0.0.0:7946" }, "PeerAddr"},
-		{"zero header bytes", func(c *Config) { c.MaxHeaderBytes = 0 }, "MaxHeaderBytes"},
-		{"zero connection age", func(c *Config) { c.MaxConnectionAge = 0 }, "MaxConnectionAge"},
+		{"sidecar on every interface", func(c *Config) { c.Sidecar, c.API.HTTPAddr = true, ":8101" }, "HTTPAddr"},
+		{"sidecar gossiping out without peer port", func(c *Config) { c.Sidecar, c.Gossip.Addr = true, "0.0.0.0:7946" }, "Peer.Addr"},
+		{"zero header bytes", func(c *Config) { c.API.MaxHeaderBytes = 0 }, "MaxHeaderBytes"},
+		{"zero connection age", func(c *Config) { c.API.MaxConnectionAge = 0 }, "MaxConnectionAge"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
 			c.Name = "n"
-			c.PeerSecret = testPeerSecret
+			c.Peer.Secret = testPeerSecret
 			tt.edit(&c)
 			err := c.Validate()
 			switch {
@@ -319,17 +319,17 @@ func TestStartFailsOnBadCertificateFiles(t *testing.T) {
 		name string
 		edit func(*Config)
 	}{
-		{"missing TLS certificate", func(c *Config) { c.TLS = TLSFiles{CertFile: cert.CertFile + ".none", KeyFile: cert.KeyFile} }},
+		{"missing TLS certificate", func(c *Config) { c.API.TLS = TLSFiles{CertFile: cert.CertFile + ".none", KeyFile: cert.KeyFile} }},
 		{"TLS key of another certificate", func(c *Config) {
-			c.TLS = TLSFiles{CertFile: cert.CertFile, KeyFile: ca.issue(t, "x").KeyFile}
+			c.API.TLS = TLSFiles{CertFile: cert.CertFile, KeyFile: ca.issue(t, "x").KeyFile}
 		}},
 		{"client CA without a certificate", func(c *Config) {
-			c.TLS = TLSFiles{CertFile: cert.CertFile, KeyFile: cert.KeyFile, ClientCAFile: cert.KeyFile}
+			c.API.TLS = TLSFiles{CertFile: cert.CertFile, KeyFile: cert.KeyFile, ClientCAFile: cert.KeyFile}
 		}},
-		{"missing peer CA", func(c *Config) { c.PeerTLS = PeerTLSFiles{cert.CertFile, cert.KeyFile, ca.File + ".none"} }},
+		{"missing peer CA", func(c *Config) { c.Peer.TLS = PeerTLSFiles{cert.CertFile, cert.KeyFile, ca.File + ".none"} }},
 	} {
 		cfg := testConfig("solo")
-		cfg.PeerAddr = "127.0.0.1:0"
+		cfg.Peer.Addr = "127.0.0.1:0"
 		tt.edit(&cfg)
 		if n, err := Start(t.Context(), cfg); err == nil {
 			n.Close()

@@ -12,9 +12,9 @@ import (
 //  1. it stops taking public calls (they get Unavailable; /readyz turns 503)
 //     and waits for the calls in flight to be answered;
 //  2. it hands every key it owns to the key's next owner (the core's Leave),
-//     waiting at most Config.HandoffTimeout;
+//     waiting at most Config.Shutdown.HandoffTimeout;
 //  3. it tells the cluster it leaves (gossip), waiting at most
-//     Config.LeaveTimeout, so the others drop it at once instead of
+//     Config.Shutdown.LeaveTimeout, so the others drop it at once instead of
 //     detecting a failure;
 //  4. it stops the servers (giving the peers' streams to it streamGrace to
 //     end), the links to the peers and every goroutine, and waits for them.
@@ -69,17 +69,17 @@ func (n *Node) shutdown(ctx context.Context) error {
 		if err := n.drv.Do(ctx, leave); err != nil {
 			n.log.Warn("shutdown: leave not applied", "err", err)
 		}
-		t := time.NewTimer(n.cfg.HandoffTimeout)
+		t := time.NewTimer(n.cfg.Shutdown.HandoffTimeout)
 		select {
 		case <-n.handed:
 			n.log.Info("keys handed off", "took", time.Since(start))
 		case <-t.C:
-			n.log.Warn("shutdown: hand-off unfinished", "timeout", n.cfg.HandoffTimeout)
+			n.log.Warn("shutdown: hand-off unfinished", "timeout", n.cfg.Shutdown.HandoffTimeout)
 		case <-ctx.Done():
 			n.log.Warn("shutdown: hand-off unfinished", "err", ctx.Err())
 		}
 		t.Stop()
-		if err := n.cl.Leave(n.cfg.LeaveTimeout); err != nil {
+		if err := n.cl.Leave(n.cfg.Shutdown.LeaveTimeout); err != nil {
 			n.log.Warn("shutdown: gossip leave", "err", err)
 		}
 	}

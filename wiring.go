@@ -4,6 +4,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/peer"
 )
 
@@ -27,25 +28,25 @@ func (n *Node) transportConfig() peer.TransportConfig {
 // its incarnation. Config.Validate checked the addresses.
 func (n *Node) clusterConfig() peer.ClusterConfig {
 	cc := peer.DefaultClusterConfig()
-	if n.cfg.GossipProfile == GossipLocal {
+	if n.cfg.Gossip.Profile == GossipLocal {
 		cc = peer.LocalClusterConfig()
 	}
 	cc.Name = n.cfg.Name
-	cc.BindAddr, cc.BindPort = splitHostPort(n.cfg.GossipAddr)
-	if n.cfg.GossipAdvertiseAddr != "" {
-		cc.AdvertiseAddr, cc.AdvertisePort = splitHostPort(n.cfg.GossipAdvertiseAddr)
+	cc.BindAddr, cc.BindPort = splitHostPort(n.cfg.Gossip.Addr)
+	if n.cfg.Gossip.AdvertiseAddr != "" {
+		cc.AdvertiseAddr, cc.AdvertisePort = splitHostPort(n.cfg.Gossip.AdvertiseAddr)
 	}
-	cc.Seeds = n.cfg.Seeds
-	if n.cfg.GossipReconnectInterval != 0 {
-		cc.ReconnectInterval = n.cfg.GossipReconnectInterval
+	cc.Seeds = n.cfg.Gossip.Seeds
+	if n.cfg.Gossip.ReconnectInterval != 0 {
+		cc.ReconnectInterval = n.cfg.Gossip.ReconnectInterval
 	}
-	if n.cfg.GossipReconnectTimeout != 0 {
-		cc.ReconnectTimeout = n.cfg.GossipReconnectTimeout
+	if n.cfg.Gossip.ReconnectTimeout != 0 {
+		cc.ReconnectTimeout = n.cfg.Gossip.ReconnectTimeout
 	}
 	cc.GRPCAddr = n.peerAddr
 	cc.Incarnation = n.cfg.Sync.Incarnation
-	cc.SecretKey = n.cfg.GossipKey
-	cc.SecondaryKeys = n.cfg.GossipSecondaryKeys
+	cc.SecretKey = n.cfg.Gossip.Key
+	cc.SecondaryKeys = n.cfg.Gossip.SecondaryKeys
 	cc.Logger = n.cfg.Logger
 	return cc
 }
@@ -59,4 +60,13 @@ func splitHostPort(addr string) (string, int) {
 	}
 	p, _ := strconv.Atoi(port)
 	return host, p
+}
+
+// apiConfig configures the public check API (package api) from c.API; the
+// caller sets Rules.
+func (c Config) apiConfig() api.Config {
+	return api.Config{
+		Node: c.Name, MaxKeyLen: c.API.MaxKeyLen, MaxBatchItems: c.API.MaxBatchItems, MaxBodyBytes: c.API.MaxBodyBytes,
+		GRPCRulesOnly: c.API.GRPCRulesOnly, HTTPRulesOnly: c.API.HTTPRulesOnly,
+	}
 }

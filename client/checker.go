@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // ErrBadKey is the Err of a Response to a Request whose Key is not a
@@ -19,7 +19,7 @@ var ErrBadKey = errors.New("client: key is not name NUL unique_key")
 //	mw, err := middleware.RateLimit(client.Checker{C: c}, opts)
 //
 // Each Request's Key is split at its first NUL byte into the item's name and
-// key (ringlimit.Key joins them so), and each answer comes back as a
+// key (api.Key joins them so), and each answer comes back as a
 // Response. It is safe for concurrent use, as the Client is.
 type Checker struct {
 	// C is the client that carries the calls.
@@ -30,21 +30,21 @@ type Checker struct {
 // answered with ErrBadKey without being sent; an item the node could not
 // decide is answered with its *ItemError. The error is the call's, as for
 // Client.Check.
-func (k Checker) Check(ctx context.Context, reqs []rlsync.Request) ([]rlsync.Response, error) {
-	out := make([]rlsync.Response, len(reqs))
+func (k Checker) Check(ctx context.Context, reqs []check.Request) ([]check.Response, error) {
+	out := make([]check.Response, len(reqs))
 	items := make([]Item, 0, len(reqs))
 	idx := make([]int, 0, len(reqs)) // idx[j] is the request of items[j]
 	for i := range reqs {
 		r := &reqs[i]
 		name, key, ok := strings.Cut(r.Key, "\x00")
 		if !ok {
-			out[i] = rlsync.Response{Err: ErrBadKey}
+			out[i] = check.Response{Err: ErrBadKey}
 			continue
 		}
 		items = append(items, Item{
 			Name: name, Key: key, Hits: r.Hits, Peek: r.Hits == 0,
 			Limit: r.Limit.Limit, Period: r.Limit.Period, Burst: r.Limit.Burst,
-			Algorithm: Algorithm(r.Limit.Algorithm), Mode: Mode(r.Mode), Policy: Policy(r.Policy),
+			Algorithm: r.Limit.Algorithm, Mode: r.Mode, Policy: r.Policy,
 			MaxWait: r.Limit.MaxWait, MinGap: r.Limit.MinGap, CountRejected: r.Limit.CountRejected,
 			WarmUp: r.Limit.WarmUp, Lease: r.Lease, Release: r.Release,
 			MaxBurstSeconds: float64(r.Limit.MaxBurstMillis) / 1000, ColdFactor: float64(r.Limit.ColdFactorMilli) / 1000,
@@ -59,12 +59,12 @@ func (k Checker) Check(ctx context.Context, reqs []rlsync.Request) ([]rlsync.Res
 		return nil, err
 	}
 	for j, r := range res {
-		out[idx[j]] = rlsync.Response{
+		out[idx[j]] = check.Response{
 			Decision: bucket.Decision{
 				Allowed: r.Allowed(), Limit: r.Limit, Remaining: r.Remaining,
 				ResetAt: r.ResetAt, RetryAfter: r.RetryAfter, Wait: r.Wait,
 			},
-			Owner: r.Owner, Mode: rlsync.Mode(r.Mode), Degraded: r.Degraded, Err: r.Err,
+			Owner: r.Owner, Mode: r.Mode, Degraded: r.Degraded, Err: r.Err,
 		}
 	}
 	return out, nil

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/middleware"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 // A Checker is what package middleware checks requests through.
@@ -22,11 +22,11 @@ func TestCheckerAgainstANode(t *testing.T) {
 	k := client.Checker{C: c}
 
 	limit := bucket.Limit{Algorithm: bucket.FixedWindow, Limit: 2, Period: time.Hour}
-	req := rlsync.Request{Key: ringlimit.Key("checker", "alice"), Hits: 1, Limit: limit, Mode: rlsync.ModeOwner}
-	bad := rlsync.Request{Key: "no separator", Hits: 1, Limit: limit}
-	invalid := rlsync.Request{Key: ringlimit.Key("checker", "bob"), Hits: 1, Limit: bucket.Limit{Algorithm: bucket.FixedWindow, Period: time.Hour}}
+	req := check.Request{Key: api.Key("checker", "alice"), Hits: 1, Limit: limit, Mode: check.ModeOwner}
+	bad := check.Request{Key: "no separator", Hits: 1, Limit: limit}
+	invalid := check.Request{Key: api.Key("checker", "bob"), Hits: 1, Limit: bucket.Limit{Algorithm: bucket.FixedWindow, Period: time.Hour}}
 
-	got, err := k.Check(t.Context(), []rlsync.Request{req, bad, req, invalid, req})
+	got, err := k.Check(t.Context(), []check.Request{req, bad, req, invalid, req})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestCheckerAgainstANode(t *testing.T) {
 		case g.Allowed != want.allowed || g.Remaining != want.remaining:
 			t.Errorf("response %d: allowed %v remaining %d, want %v %d", i, g.Allowed, g.Remaining, want.allowed, want.remaining)
 		}
-		if g.Err == nil && (g.Owner != "node-a" || g.Mode != rlsync.ModeOwner || g.Limit != 2 || g.ResetAt.IsZero()) {
+		if g.Err == nil && (g.Owner != "node-a" || g.Mode != check.ModeOwner || g.Limit != 2 || g.ResetAt.IsZero()) {
 			t.Errorf("response %d: %+v, want owner node-a, mode owner, limit 2, a reset time", i, g)
 		}
 	}
@@ -64,7 +64,7 @@ func TestCheckerAgainstANode(t *testing.T) {
 	}
 
 	// Nothing to send: no call.
-	if got, err := k.Check(t.Context(), []rlsync.Request{bad}); err != nil || !errors.Is(got[0].Err, client.ErrBadKey) {
+	if got, err := k.Check(t.Context(), []check.Request{bad}); err != nil || !errors.Is(got[0].Err, client.ErrBadKey) {
 		t.Errorf("only a bad key: %+v, %v", got, err)
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/internal/testaddr"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
@@ -49,15 +51,15 @@ func TestCheckSendsEveryField(t *testing.T) {
 	items := []client.Item{
 		{Name: "api", Key: "alice", Hits: 2, Limit: 10, Period: time.Minute},
 		{Name: "q", Key: "k", Peek: true, Limit: 5, Period: time.Second, Burst: 7,
-			Algorithm: client.LeakyQueue, Mode: client.ModeLeased, Policy: client.LocalShare,
+			Algorithm: bucket.LeakyQueue, Mode: check.ModeLeased, Policy: check.PolicyLocalShare,
 			MaxWait: 300 * time.Millisecond},
-		{Name: "log", Key: "k", Hits: 1, Limit: 3, Period: time.Hour, Algorithm: client.SlidingLog,
+		{Name: "log", Key: "k", Hits: 1, Limit: 3, Period: time.Hour, Algorithm: bucket.SlidingLog,
 			MinGap: time.Second, CountRejected: true},
-		{Name: "warm", Key: "k", Hits: 1, Limit: 3, Period: time.Second, Algorithm: client.SmoothWarmingUp,
+		{Name: "warm", Key: "k", Hits: 1, Limit: 3, Period: time.Second, Algorithm: bucket.SmoothWarmingUp,
 			WarmUp: 10 * time.Second, ColdFactor: 10},
-		{Name: "bursty", Key: "k", Hits: 1, Limit: 3, Period: time.Second, Algorithm: client.SmoothBursty,
+		{Name: "bursty", Key: "k", Hits: 1, Limit: 3, Period: time.Second, Algorithm: bucket.SmoothBursty,
 			MaxBurstSeconds: 2.5},
-		{Name: "conc", Key: "k", Hits: 1, Limit: 3, Period: time.Minute, Algorithm: client.Concurrency,
+		{Name: "conc", Key: "k", Hits: 1, Limit: 3, Period: time.Minute, Algorithm: bucket.Concurrency,
 			Lease: "worker-1", Release: true},
 	}
 	if _, err := c.Check(t.Context(), items...); err != nil {
@@ -136,15 +138,15 @@ func TestCheckConvertsResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []client.Result{
-		{Status: client.UnderLimit, Limit: 10, Remaining: 7, ResetAt: reset, Wait: 20 * time.Millisecond,
-			Owner: "n1", Node: "n2", Mode: client.ModeCached},
-		{Status: client.OverLimit, Limit: 10, RetryAfter: 3 * time.Second, Owner: "n3", Node: "n2",
-			Mode: client.ModeOwner, Degraded: true},
-		{Status: client.StatusError, Node: "n2", Mode: client.ModeCached,
+		{Status: check.StatusUnderLimit, Limit: 10, Remaining: 7, ResetAt: reset, Wait: 20 * time.Millisecond,
+			Owner: "n1", Node: "n2", Mode: check.ModeCached},
+		{Status: check.StatusOverLimit, Limit: 10, RetryAfter: 3 * time.Second, Owner: "n3", Node: "n2",
+			Mode: check.ModeOwner, Degraded: true},
+		{Status: check.StatusError, Node: "n2", Mode: check.ModeCached,
 			Err: &client.ItemError{Index: 2, Message: "limit: must be positive, got 0"}},
-		{Status: client.StatusError, Node: "n2",
+		{Status: check.StatusError, Node: "n2",
 			Err: &client.ItemError{Index: 3, Message: "unknown status unspecified in the answer"}},
-		{Status: client.StatusError, Node: "n2",
+		{Status: check.StatusError, Node: "n2",
 			Err: &client.ItemError{Index: 4, Message: "unknown status status(42) in the answer"}},
 	}
 	for i := range want {
@@ -241,7 +243,7 @@ func TestAllowUsesTheRegisteredLimit(t *testing.T) {
 	}}
 	c := newClient(t, []string{serveFake(t, f, nil)},
 		client.WithLimit(client.Item{Name: "api", Limit: 1, Period: time.Second}), // replaced below
-		client.WithLimit(client.Item{Name: "api", Limit: 10, Period: time.Minute, Mode: client.ModeOwner}),
+		client.WithLimit(client.Item{Name: "api", Limit: 10, Period: time.Minute, Mode: check.ModeOwner}),
 		client.WithLimit(client.Item{Name: "bytes", Hits: 512, Limit: 1 << 20, Period: time.Hour}))
 
 	for _, tc := range []struct {

@@ -36,7 +36,7 @@
 //	res, err := c.Check(ctx,
 //		client.Item{Name: "api", Key: "user:42", Hits: 1, Limit: 100, Period: time.Minute},
 //		client.Item{Name: "upload_bytes", Key: "user:42", Hits: 4096, Limit: 1 << 30, Period: time.Hour,
-//			Algorithm: client.SlidingCounter})
+//			Algorithm: bucket.SlidingCounter})
 //
 // Being over the limit is a Result (Status OverLimit), not an error. An item
 // the node could not decide has Status StatusError and an *ItemError in

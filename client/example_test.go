@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/client"
 )
 
@@ -19,11 +21,11 @@ import (
 func startNode() (*ringlimit.Node, func()) {
 	cfg := ringlimit.DefaultConfig()
 	cfg.Name = "node-a"
-	cfg.GRPCAddr = "127.0.0.1:0"
-	cfg.HTTPAddr = "127.0.0.1:0"
-	cfg.GossipAddr = "127.0.0.1:0"
-	cfg.GossipProfile = ringlimit.GossipLocal
-	cfg.PeerSecret = []byte("an example secret, 32 bytes long") // every node of the cluster has it
+	cfg.API.GRPCAddr = "127.0.0.1:0"
+	cfg.API.HTTPAddr = "127.0.0.1:0"
+	cfg.Gossip.Addr = "127.0.0.1:0"
+	cfg.Gossip.Profile = ringlimit.GossipLocal
+	cfg.Peer.Secret = []byte("an example secret, 32 bytes long") // every node of the cluster has it
 	n, err := ringlimit.Start(context.Background(), cfg)
 	if err != nil {
 		log.Fatal(err)
@@ -44,7 +46,7 @@ func startNode() (*ringlimit.Node, func()) {
 
 // waitMembers waits until n's ring holds want members. Start returns
 // before the node's first membership reaches its core, and a check that
-// arrives in between is answered "sync: no members".
+// arrives in between is answered "check: no members".
 func waitMembers(n *ringlimit.Node, want int) error {
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
@@ -103,9 +105,9 @@ func ExampleClient_Check() {
 
 	res, err := c.Check(context.Background(),
 		client.Item{Name: "login", Key: "bob", Hits: 5, Limit: 5, Period: time.Minute,
-			Algorithm: client.SlidingLog, Mode: client.ModeOwner},
+			Algorithm: bucket.SlidingLog, Mode: check.ModeOwner},
 		client.Item{Name: "login", Key: "bob", Hits: 1, Limit: 5, Period: time.Minute,
-			Algorithm: client.SlidingLog, Mode: client.ModeOwner},
+			Algorithm: bucket.SlidingLog, Mode: check.ModeOwner},
 		client.Item{Name: "search", Key: "bob", Hits: 1, Limit: 0, Period: time.Minute},
 	)
 	if err != nil {
@@ -113,9 +115,9 @@ func ExampleClient_Check() {
 	}
 	for _, r := range res {
 		switch r.Status {
-		case client.UnderLimit:
+		case check.StatusUnderLimit:
 			fmt.Printf("%s: remaining %d of %d, owner %s\n", r.Status, r.Remaining, r.Limit, r.Owner)
-		case client.OverLimit:
+		case check.StatusOverLimit:
 			fmt.Printf("%s: retry within a minute: %v\n", r.Status, r.RetryAfter > 0 && r.RetryAfter <= time.Minute)
 		default:
 			fmt.Printf("%s: %v\n", r.Status, r.Err)

@@ -1,11 +1,14 @@
 package client
 
 import (
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
@@ -45,11 +48,13 @@ type Item struct {
 	// Zero means Limit.
 	Burst int64
 	// Algorithm selects the algorithm; zero is the token bucket.
-	Algorithm Algorithm
-	// Mode is the consistency mode; zero is the node's default.
-	Mode Mode
-	// Policy is the partition policy; zero is the node's default.
-	Policy Policy
+	Algorithm bucket.Algorithm
+	// Mode is the consistency mode; zero (check.ModeDefault) is the node's
+	// default.
+	Mode check.Mode
+	// Policy is the partition policy; zero (check.PolicyDefault) is the
+	// node's default.
+	Policy check.Policy
 	// MaxWait is the longest the caller will wait (LeakyQueue, the smooth
 	// limiters); a longer wait is a rejection. Zero: must not wait. For the
 	// smooth limiters it is Guava's tryAcquire timeout (in whole
@@ -78,9 +83,10 @@ type Item struct {
 
 // Result answers one Item. Over the limit is a Status, not an error.
 type Result struct {
-	// Status is UnderLimit, OverLimit or StatusError.
-	Status Status
-	// Err is an *ItemError when Status is StatusError, nil otherwise.
+	// Status is check.StatusUnderLimit, check.StatusOverLimit or
+	// check.StatusError.
+	Status check.Status
+	// Err is an *ItemError when Status is check.StatusError, nil otherwise.
 	Err error
 	// Limit is the capacity that Remaining counts against.
 	Limit int64
@@ -100,14 +106,15 @@ type Result struct {
 	// Node is the name of the node that answered the call.
 	Node string
 	// Mode is the mode the item was decided in.
-	Mode Mode
+	Mode check.Mode
 	// Degraded reports that the owner could not be reached and the partition
 	// policy decided.
 	Degraded bool
 }
 
-// Allowed reports whether the hits were admitted (Status UnderLimit).
-func (r Result) Allowed() bool { return r.Status == UnderLimit }
+// Allowed reports whether the hits were admitted (Status
+// check.StatusUnderLimit).
+func (r Result) Allowed() bool { return r.Status == check.StatusUnderLimit }
 
 // proto returns the wire form of it.
 func (it *Item) proto() *ringlimitv1.CheckItem {
@@ -118,9 +125,9 @@ func (it *Item) proto() *ringlimitv1.CheckItem {
 		Limit:         it.Limit,
 		Period:        protoDuration(it.Period),
 		Burst:         it.Burst,
-		Algorithm:     it.Algorithm.proto(),
-		Mode:          it.Mode.proto(),
-		Policy:        it.Policy.proto(),
+		Algorithm:     ringlimitv1.Algorithm(it.Algorithm), // equal values: check's TestValuesMatchTheWire
+		Mode:          ringlimitv1.Mode(it.Mode),
+		Policy:        ringlimitv1.Policy(it.Policy),
 		MaxWait:       protoDuration(it.MaxWait),
 		MinGap:        protoDuration(it.MinGap),
 		CountRejected: it.CountRejected,
@@ -159,26 +166,53 @@ func protoDuration(d time.Duration) *durationpb.Duration {
 // resultOf converts the answer to the item at index i, answered by node.
 func resultOf(pr *ringlimitv1.CheckResult, i int, node string) Result {
 	r := Result{
-		Status:     Status(pr.GetStatus()),
+		Status:     wireStatus(pr.GetStatus()),
 		Limit:      pr.GetLimit(),
 		Remaining:  pr.GetRemaining(),
 		RetryAfter: pr.GetRetryAfter().AsDuration(), // nil is zero
 		Wait:       pr.GetWait().AsDuration(),
 		Owner:      pr.GetOwner(),
 		Node:       node,
-		Mode:       Mode(pr.GetMode()),
+		Mode:       wireMode(pr.GetMode()),
 		Degraded:   pr.GetDegraded(),
 	}
 	if ts := pr.GetResetTime(); ts != nil {
 		r.ResetAt = ts.AsTime()
 	}
 	switch r.Status {
-	case UnderLimit, OverLimit:
-	case StatusError:
+	case check.StatusUnderLimit, check.StatusOverLimit:
+	case check.StatusError:
 		r.Err = &ItemError{Index: i, Message: pr.GetError()}
 	default: // unknown to this client, or never filled in: never a success
-		r.Err = &ItemError{Index: i, Message: "unknown status " + r.Status.String() + " in the answer"}
-		r.Status = StatusError
+		r.Err = &ItemError{Index: i, Message: "unknown status " + statusName(pr.GetStatus()) + " in the answer"}
+		r.Status = check.StatusError
 	}
 	return r
+}
+
+// wireStatus converts a status of the wire; one outside check's
+// enumeration is StatusUnspecified, which resultOf turns into an error.
+func wireStatus(s ringlimitv1.Status) check.Status {
+	if s >= 0 && int32(s) <= int32(check.StatusError) {
+		return check.Status(s)
+	}
+	return check.StatusUnspecified
+}
+
+// statusName names a status of the wire as check does, and one outside
+// check's enumeration by its number.
+func statusName(s ringlimitv1.Status) string {
+	if s >= 0 && int32(s) <= int32(check.StatusError) {
+		return check.Status(s).String()
+	}
+	return "status(" + strconv.Itoa(int(s)) + ")"
+}
+
+// wireMode converts a mode of the wire; one outside check's enumeration
+// (a newer node's) is reported as ModeDefault: not said.
+func wireMode(m ringlimitv1.Mode) check.Mode {
+	if m >= 0 && int32(m) <= int32(check.ModeLeased) {
+		return check.Mode(m)
+	}
+	return check.ModeDefault
 }

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/client"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
@@ -12,7 +13,7 @@ import (
 func TestRuleIsSentAndRegistered(t *testing.T) {
 	f := &fakeNode{name: "n1"}
 	c := newClient(t, []string{serveFake(t, f, nil)},
-		client.WithLimit(client.Item{Rule: "edge/remote_address", Mode: client.ModeOwner}))
+		client.WithLimit(client.Item{Rule: "edge/remote_address", Mode: check.ModeOwner}))
 	if _, err := c.Check(t.Context(), client.Item{Rule: "api/per_user", Key: "alice", Hits: 1}); err != nil {
 		t.Fatal(err)
 	}

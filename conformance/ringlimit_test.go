@@ -50,11 +50,11 @@ func startRinglimit(t *testing.T, name string, content []byte, clk *fakeClock, a
 	}
 	cfg := ringlimit.DefaultConfig()
 	cfg.Name = "conformance"
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "", "127.0.0.1:0"
-	cfg.GossipProfile = ringlimit.GossipLocal
-	cfg.PeerSecret = []byte("conformance test: one node, 32 bytes")
-	cfg.EnvoyAllowBadKeys = allowBadKeys
-	cfg.RulesPath, cfg.RulesPollInterval = path, 0
+	cfg.API.GRPCAddr, cfg.API.HTTPAddr, cfg.Gossip.Addr = "127.0.0.1:0", "", "127.0.0.1:0"
+	cfg.Gossip.Profile = ringlimit.GossipLocal
+	cfg.Peer.Secret = []byte("conformance test: one node, 32 bytes")
+	cfg.Rules.EnvoyAllowBadKeys = allowBadKeys
+	cfg.Rules.Path, cfg.Rules.PollInterval = path, 0
 	cfg.Clock = clk
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	n, err := ringlimit.Start(context.Background(), cfg)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/client"
 )
 
@@ -91,7 +92,7 @@ func TestComposeCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	it := client.Item{Name: "compose", Key: "alice", Hits: 1, Limit: 2, Period: time.Hour, Mode: client.ModeOwner}
+	it := client.Item{Name: "compose", Key: "alice", Hits: 1, Limit: 2, Period: time.Hour, Mode: check.ModeOwner}
 	var admitted []bool
 	for range 4 {
 		res, err := c.Check(ctx, it)

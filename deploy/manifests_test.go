@@ -315,8 +315,8 @@ func nodeConfig(env map[string]string) ringlimit.Config {
 	c := ringlimit.DefaultConfig()
 	c.Name = "pod-0"
 	for k, p := range map[string]*string{
-		"RINGLIMIT_GRPC_ADDR": &c.GRPCAddr, "RINGLIMIT_HTTP_ADDR": &c.HTTPAddr,
-		"RINGLIMIT_GOSSIP_ADDR": &c.GossipAddr, "RINGLIMIT_PEER_ADDR": &c.PeerAddr,
+		"RINGLIMIT_GRPC_ADDR": &c.API.GRPCAddr, "RINGLIMIT_HTTP_ADDR": &c.API.HTTPAddr,
+		"RINGLIMIT_GOSSIP_ADDR": &c.Gossip.Addr, "RINGLIMIT_PEER_ADDR": &c.Peer.Addr,
 	} {
 		if v, ok := env[k]; ok {
 			*p = v
@@ -328,9 +328,9 @@ func nodeConfig(env map[string]string) ringlimit.Config {
 		if _, def, ok := strings.Cut(strings.TrimSuffix(k, "}"), ":-"); ok {
 			k = def
 		}
-		c.GossipKey, _ = base64.StdEncoding.DecodeString(k) // Validate checks its size
+		c.Gossip.Key, _ = base64.StdEncoding.DecodeString(k) // Validate checks its size
 	}
-	c.Seeds = strings.Split(env["RINGLIMIT_SEEDS"], ",")
+	c.Gossip.Seeds = strings.Split(env["RINGLIMIT_SEEDS"], ",")
 	return c
 }
 

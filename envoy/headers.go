@@ -9,8 +9,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/rules"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 // headers returns the response headers of a decision: limit, remaining and
@@ -19,7 +19,7 @@ import (
 // descriptors over their limit (left out when one of them can never pass).
 // over holds the responses of the descriptors over the limit, nil for rules
 // that deny all.
-func (s *Server) headers(statuses []*rlsv3.RateLimitResponse_DescriptorStatus, over []*rlsync.Response) []*corev3.HeaderValue {
+func (s *Server) headers(statuses []*rlsv3.RateLimitResponse_DescriptorStatus, over []*check.Response) []*corev3.HeaderValue {
 	var least *rlsv3.RateLimitResponse_DescriptorStatus
 	for _, st := range statuses {
 		if st.CurrentLimit != nil && (least == nil || st.LimitRemaining < least.LimitRemaining) {

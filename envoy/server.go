@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/rules"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 // Checker decides a batch of check requests: the node (or, in tests, a fake
@@ -25,7 +25,7 @@ import (
 // its error is for the batch as a whole (the node is shutting down, the
 // context ended). It must be safe for concurrent use.
 type Checker interface {
-	Check(ctx context.Context, reqs []rlsync.Request) ([]rlsync.Response, error)
+	Check(ctx context.Context, reqs []check.Request) ([]check.Response, error)
 }
 
 // RuleSource returns the rules in force: a *rules.Store, or a fixed
@@ -176,7 +176,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		hits = 1 // as Envoy documents: an unset hits_addend counts one hit
 	}
 	plans := make([]plan, len(descs))
-	var batch []rlsync.Request
+	var batch []check.Request
 	for i, d := range descs {
 		entries, err := entriesOf(i, d)
 		if err != nil {
@@ -211,7 +211,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 	}
 	dropReplaced(plans, &batch)
-	var resps []rlsync.Response
+	var resps []check.Response
 	if len(batch) > 0 {
 		var err error
 		resps, err = s.checker.Check(ctx, batch)
@@ -225,13 +225,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	now := s.cfg.Clock.Now()
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(plans))}
-	var over []*rlsync.Response // decisions over the limit, for retry-after
-	var quota, quotaOver int    // quota_mode descriptors, and those over the limit
+	var over []*check.Response // decisions over the limit, for retry-after
+	var quota, quotaOver int   // quota_mode descriptors, and those over the limit
 	for i, p := range plans {
-		var r *rlsync.Response
+		var r *check.Response
 		if p.req >= 0 {
 			r = &resps[p.req]
-			if errors.Is(r.Err, rlsync.ErrKeyTooLong) || errors.Is(r.Err, rlsync.ErrEmptyKey) {
+			if errors.Is(r.Err, check.ErrKeyTooLong) || errors.Is(r.Err, check.ErrEmptyKey) {
 				p.badKey, r = fmt.Errorf("%w: descriptor %d: %w", ErrBadKey, i, r.Err), nil
 			} else if r.Err != nil {
 				return nil, itemError(i, r.Err)
@@ -316,7 +316,7 @@ func ruleOf(set *rules.Set, domain string, entries []rules.Entry, o *rlv3.RateLi
 // dropReplaced applies Lyft's replaces: a rule whose label is replaced by
 // another rule matched in the same request is not checked, and its
 // descriptor is answered OK with no limit. The batch is rebuilt without it.
-func dropReplaced(plans []plan, batch *[]rlsync.Request) {
+func dropReplaced(plans []plan, batch *[]check.Request) {
 	replaced := map[string]bool{}
 	for _, p := range plans {
 		if p.rule != nil {
@@ -346,7 +346,7 @@ func dropReplaced(plans []plan, batch *[]rlsync.Request) {
 
 // descriptorStatus answers one descriptor of hits hits: r is its check's
 // response, nil when it was not checked.
-func descriptorStatus(rule *rules.Rule, r *rlsync.Response, hits int64, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
+func descriptorStatus(rule *rules.Rule, r *check.Response, hits int64, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
 	switch {
 	case rule == nil:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -419,7 +419,7 @@ func checkError(ctx context.Context, err error) error {
 // error: InvalidArgument for input the checker rejects, else Unavailable.
 func itemError(i int, err error) error {
 	code := codes.Unavailable
-	if errors.Is(err, bucket.ErrInvalidLimit) || errors.Is(err, rlsync.ErrEmptyKey) || errors.Is(err, rlsync.ErrKeyTooLong) {
+	if errors.Is(err, bucket.ErrInvalidLimit) || errors.Is(err, check.ErrEmptyKey) || errors.Is(err, check.ErrKeyTooLong) {
 		code = codes.InvalidArgument
 	}
 	return status.Errorf(code, "descriptor %d: %v", i, err)

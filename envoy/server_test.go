@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	rlcheck "github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/internal/checkertest"
 	"math"
 	"net"
@@ -25,7 +26,6 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/rules"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -256,7 +256,7 @@ func TestRequestsSentToTheChecker(t *testing.T) {
 		t.Fatalf("batches %v, want one batch of two", batches)
 	}
 	tb, login := batches[0][0], batches[0][1]
-	if tb.Key != "\x00rls/edge/tb=x" || tb.Hits != 4 || tb.Mode != rlsync.ModeOwner || tb.Limit.Burst != 5 {
+	if tb.Key != "\x00rls/edge/tb=x" || tb.Hits != 4 || tb.Mode != rlcheck.ModeOwner || tb.Limit.Burst != 5 {
 		t.Errorf("token bucket request = %+v", tb)
 	}
 	if login.Key != "\x00rls/edge/path=%2Flogin/user=a%2Fb" || login.Limit.Period != time.Minute {
@@ -327,7 +327,7 @@ func TestErrors(t *testing.T) {
 		{"checker's status passes through", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ok},
 			status.Error(codes.DeadlineExceeded, "slow"), nil, codes.DeadlineExceeded},
 		{"item: invalid limit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ok}, nil, bucket.ErrInvalidLimit, codes.InvalidArgument},
-		{"item: no members", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ok}, nil, rlsync.ErrNoMembers, codes.Unavailable},
+		{"item: no members", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ok}, nil, rlcheck.ErrNoMembers, codes.Unavailable},
 	}
 	for _, tt := range tests {
 		fc.SetErr(tt.batch)
@@ -355,7 +355,7 @@ func TestBadKeys(t *testing.T) {
 		{"no entries", []*rlv3.RateLimitDescriptor{{}, desc("remote_address=1.1.1.1")}, nil, "OVER_LIMIT [OVER_LIMIT OK]"},
 		{"an entry without a key", []*rlv3.RateLimitDescriptor{desc("=v"), desc("remote_address=2.2.2.2")}, nil, "OVER_LIMIT [OVER_LIMIT OK]"},
 		{"a value of 2000 bytes", []*rlv3.RateLimitDescriptor{long, desc("remote_address=3.3.3.3")}, nil, "OVER_LIMIT [OVER_LIMIT OK]"},
-		{"the checker refuses the key", []*rlv3.RateLimitDescriptor{ok}, rlsync.ErrKeyTooLong, "OVER_LIMIT [OVER_LIMIT]"},
+		{"the checker refuses the key", []*rlv3.RateLimitDescriptor{ok}, rlcheck.ErrKeyTooLong, "OVER_LIMIT [OVER_LIMIT]"},
 	}
 	for _, allow := range []bool{false, true} {
 		cfg := DefaultConfig()

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/internal/checkertest"
 	"io"
 	"net/http"
@@ -16,7 +17,6 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/middleware"
 	"github.com/ringlimit/ringlimit/rules"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -231,9 +231,9 @@ func TestRateLimitFailures(t *testing.T) {
 		t.Errorf("OnError calls: open %v, closed %v", open.errs, closed.errs)
 	}
 	item := newEnv(t, false, middleware.Options{Name: "http", Limit: twoPerSecond})
-	item.fc.SetItemErr("http\x001.1.1.1", rlsync.ErrNoMembers)
+	item.fc.SetItemErr("http\x001.1.1.1", check.ErrNoMembers)
 	run(t, item, []step{{"an item's error fails the check", "1.1.1.1:1", nil, "OK"}})
-	if len(item.errs) != 1 || !errors.Is(item.errs[0], rlsync.ErrNoMembers) {
+	if len(item.errs) != 1 || !errors.Is(item.errs[0], check.ErrNoMembers) {
 		t.Errorf("OnError got %v, want ErrNoMembers", item.errs)
 	}
 	nokey := newEnv(t, false, middleware.Options{Name: "http", Limit: twoPerSecond, Key: middleware.FromHeader("X-API-Key")})
@@ -266,7 +266,7 @@ func TestAuthRequestBadKeys(t *testing.T) {
 		}
 	}
 	item := newEnv(t, true, middleware.Options{Name: "nginx", Limit: twoPerSecond})
-	item.fc.SetItemErr("nginx\x001.1.1.1", rlsync.ErrKeyTooLong)
+	item.fc.SetItemErr("nginx\x001.1.1.1", check.ErrKeyTooLong)
 	run(t, item, []step{{"the checker refuses the key as too long", "127.0.0.1:40000", []string{"X-Real-IP: 1.1.1.1"}, "Forbidden"}})
 	allow := newEnv(t, true, middleware.Options{Name: "nginx", Limit: twoPerSecond, AllowBadKeys: true})
 	run(t, allow, []step{{"no X-Real-IP, bad keys allowed", "127.0.0.1:40000", nil, "No Content"}})

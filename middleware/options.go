@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/rules"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 // Checker decides a batch of check requests: the node (embedded, or a
@@ -17,7 +17,7 @@ import (
 // one Response per Request, in order; its error is for the batch as a whole.
 // It must be safe for concurrent use.
 type Checker interface {
-	Check(ctx context.Context, reqs []rlsync.Request) ([]rlsync.Response, error)
+	Check(ctx context.Context, reqs []check.Request) ([]check.Response, error)
 }
 
 // RuleSource returns the rules in force: a *rules.Store, or a fixed
@@ -62,8 +62,8 @@ type Options struct {
 	Limit bucket.Limit
 	// Mode and Policy override the node's default consistency mode and
 	// partition policy for a fixed limit (rules carry their own).
-	Mode   rlsync.Mode
-	Policy rlsync.Policy
+	Mode   check.Mode
+	Policy check.Policy
 
 	// Rules and Rule take the limit from the rule named Rule (a name such as
 	// "http/remote_address", see rules.RuleName), looked up on every request

@@ -9,11 +9,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // keySep separates a limit's name from the client key in a bucket key, as
-// the public API does (ringlimit.Key), so that both name the same buckets.
+// the public API does (api.Key), so that both name the same buckets.
 const keySep = "\x00"
 
 // The response headers, from the IETF draft "RateLimit header fields for
@@ -121,7 +121,7 @@ func (l *limiter) check(r *http.Request) verdict {
 	case !utf8.ValidString(key):
 		return l.badKey(r, fmt.Errorf("%w: not UTF-8", ErrBadKey))
 	}
-	req := rlsync.Request{Key: l.o.Name + keySep + key, Hits: l.o.Hits, Limit: l.o.Limit, Mode: l.o.Mode, Policy: l.o.Policy}
+	req := check.Request{Key: l.o.Name + keySep + key, Hits: l.o.Hits, Limit: l.o.Limit, Mode: l.o.Mode, Policy: l.o.Policy}
 	shadow := false
 	if l.o.Rules != nil {
 		name := l.o.Rule
@@ -140,13 +140,13 @@ func (l *limiter) check(r *http.Request) verdict {
 		req = rule.Request(rule.Name+keySep+key, l.o.Hits)
 		shadow = rule.Shadow
 	}
-	resps, err := l.c.Check(r.Context(), []rlsync.Request{req})
+	resps, err := l.c.Check(r.Context(), []check.Request{req})
 	if err == nil && len(resps) != 1 {
 		err = fmt.Errorf("middleware: checker answered %d responses to 1 request", len(resps))
 	}
 	if err == nil {
 		err = resps[0].Err
-		if errors.Is(err, rlsync.ErrKeyTooLong) || errors.Is(err, rlsync.ErrEmptyKey) {
+		if errors.Is(err, check.ErrKeyTooLong) || errors.Is(err, check.ErrEmptyKey) {
 			return l.badKey(r, fmt.Errorf("%w: %w", ErrBadKey, err))
 		}
 	}

@@ -33,8 +33,7 @@
 //
 //	st, err := rules.NewStore(rules.DefaultStoreConfig("/etc/ringlimit/rules"))
 //	if err != nil { ... }            // an ErrorList: file:line: problem
-//	st.Start(ctx)                    // poll for changes
-//	defer st.Close()
+//	// on your ticker: st.Poll()      // reload if the files changed
 //	// on SIGHUP: st.Reload()
 //	entries := []rules.Entry{{Key: "remote_address", Value: ip}}
 //	r, ok := st.Rules().Match("edge", entries)

@@ -14,10 +14,6 @@ var (
 	ErrUnknownDomain = errors.New("rules: unknown domain")
 	// ErrInvalidOverride: Override was given an invalid limit.
 	ErrInvalidOverride = errors.New("rules: invalid limit override")
-	// ErrClosed: the Store is closed.
-	ErrClosed = errors.New("rules: store closed")
-	// ErrStarted: Start was called twice.
-	ErrStarted = errors.New("rules: store already started")
 )
 
 // ParseError reports one problem of a rules file, at a line. It wraps

@@ -14,7 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // Limits on the input, so that a hostile or broken file cannot exhaust
@@ -242,14 +242,14 @@ func (p *parser) defaults(f map[string]*yaml.Node, base defaults) defaults {
 		}
 	}
 	if s := p.str(f, "mode"); s != "" {
-		m, err := rlsync.ParseMode(s)
+		m, err := check.ParseMode(s)
 		if err != nil {
 			p.errorf(f["mode"], "unknown mode %q (want local, owner, cached or leased)", s)
 		}
 		out.mode = m
 	}
 	if s := p.str(f, "policy"); s != "" {
-		pol, err := rlsync.ParsePolicy(s)
+		pol, err := check.ParsePolicy(s)
 		if err != nil {
 			p.errorf(f["policy"], "unknown policy %q (want fail-open, fail-closed or local-share)", s)
 		}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 func mustParse(t *testing.T, src string) *Set {
@@ -96,20 +96,20 @@ descriptors:
 		name string
 		want Rule
 	}{
-		{"api/remote_address", Rule{Domain: "api", RequestsPerUnit: 10, Unit: UnitSecond, Multiplier: 1, Mode: rlsync.ModeCached,
+		{"api/remote_address", Rule{Domain: "api", RequestsPerUnit: 10, Unit: UnitSecond, Multiplier: 1, Mode: check.ModeCached,
 			Limit: bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: time.Second}}},
 		{"api/path=%2Flogin/user", Rule{Domain: "api", Label: "login_per_user", Replaces: []string{"other"},
-			RequestsPerUnit: 30, Unit: UnitMinute, Multiplier: 5, Mode: rlsync.ModeOwner, Policy: rlsync.PolicyFailClosed,
+			RequestsPerUnit: 30, Unit: UnitMinute, Multiplier: 5, Mode: check.ModeOwner, Policy: check.PolicyFailClosed,
 			Limit: bucket.Limit{Algorithm: bucket.GCRA, Limit: 30, Period: 5 * time.Minute, Burst: 60}}},
-		{"api/ldap", Rule{Domain: "api", Unlimited: true, Multiplier: 1, Mode: rlsync.ModeCached}},
-		{"api/blocked", Rule{Domain: "api", Unit: UnitHour, Multiplier: 1, Mode: rlsync.ModeCached}},
-		{"api/shaped", Rule{Domain: "api", RequestsPerUnit: 2, Unit: UnitSecond, Multiplier: 1, Mode: rlsync.ModeCached,
+		{"api/ldap", Rule{Domain: "api", Unlimited: true, Multiplier: 1, Mode: check.ModeCached}},
+		{"api/blocked", Rule{Domain: "api", Unit: UnitHour, Multiplier: 1, Mode: check.ModeCached}},
+		{"api/shaped", Rule{Domain: "api", RequestsPerUnit: 2, Unit: UnitSecond, Multiplier: 1, Mode: check.ModeCached,
 			Limit: bucket.Limit{Algorithm: bucket.SmoothWarmingUp, Limit: 2, Period: time.Second, WarmUp: 3 * time.Second, MaxWait: 250 * time.Millisecond}}},
-		{"api/log", Rule{Domain: "api", RequestsPerUnit: 2, Unit: UnitSecond, Multiplier: 1, Mode: rlsync.ModeCached,
+		{"api/log", Rule{Domain: "api", RequestsPerUnit: 2, Unit: UnitSecond, Multiplier: 1, Mode: check.ModeCached,
 			Limit: bucket.Limit{Algorithm: bucket.SlidingLog, Limit: 2, Period: time.Second, MinGap: 100 * time.Millisecond, CountRejected: true}}},
-		{"api/guava_bursty", Rule{Domain: "api", RequestsPerUnit: 5, Unit: UnitSecond, Multiplier: 1, Mode: rlsync.ModeCached,
+		{"api/guava_bursty", Rule{Domain: "api", RequestsPerUnit: 5, Unit: UnitSecond, Multiplier: 1, Mode: check.ModeCached,
 			Limit: bucket.Limit{Algorithm: bucket.SmoothBursty, Limit: 5, Period: time.Second, MaxBurstMillis: 2500}}},
-		{"api/guava_cold", Rule{Domain: "api", RequestsPerUnit: 5, Unit: UnitSecond, Multiplier: 1, Mode: rlsync.ModeCached,
+		{"api/guava_cold", Rule{Domain: "api", RequestsPerUnit: 5, Unit: UnitSecond, Multiplier: 1, Mode: check.ModeCached,
 			Limit: bucket.Limit{Algorithm: bucket.SmoothWarmingUp, Limit: 5, Period: time.Second, WarmUp: 4 * time.Second, ColdFactorMilli: 10000}}},
 	}
 	for _, tt := range tests {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // Unit is the time unit of a rule's rate, as in Lyft's configuration and in
@@ -137,10 +137,10 @@ type Rule struct {
 	Limit bucket.Limit
 	// Mode is the consistency mode of the rule's checks (ModeDefault: the
 	// node's default).
-	Mode rlsync.Mode
+	Mode check.Mode
 	// Policy is the partition policy of the rule's checks (PolicyDefault:
 	// the node's default).
-	Policy rlsync.Policy
+	Policy check.Policy
 	// File and Line locate the rule's rate_limit block, for messages.
 	File string
 	Line int
@@ -158,8 +158,8 @@ func (r *Rule) Period() time.Duration {
 // Request returns the check request for hits against the bucket named key
 // under r. It is meaningful only for rules that are neither Unlimited nor
 // DeniesAll.
-func (r *Rule) Request(key string, hits int64) rlsync.Request {
-	return rlsync.Request{Key: key, Hits: hits, Limit: r.Limit, Mode: r.Mode, Policy: r.Policy}
+func (r *Rule) Request(key string, hits int64) check.Request {
+	return check.Request{Key: key, Hits: hits, Limit: r.Limit, Mode: r.Mode, Policy: r.Policy}
 }
 
 // denySuffix ends the bucket key of the counter of a rule that denies all:
@@ -173,9 +173,9 @@ const denySuffix = "\x00denied"
 // window of the rule's period and limit 1 that counts every hit, so that
 // the decision's Remaining is 1 exactly when no hit was counted in the
 // window yet (the request is then a peek that Lyft's service admits).
-func (r *Rule) DenyCheck(key string, hits int64) rlsync.Request {
+func (r *Rule) DenyCheck(key string, hits int64) check.Request {
 	l := bucket.Limit{Algorithm: bucket.FixedWindow, Limit: 1, Period: r.Period(), CountRejected: true}
-	return rlsync.Request{Key: key + denySuffix, Hits: hits, Limit: l, Mode: r.Mode, Policy: r.Policy}
+	return check.Request{Key: key + denySuffix, Hits: hits, Limit: l, Mode: r.Mode, Policy: r.Policy}
 }
 
 // equal reports whether a and b configure the same limit the same way (File

@@ -8,7 +8,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // DefaultAlgorithm is the algorithm of a rule that names none, in a file
@@ -37,8 +37,8 @@ type domain struct {
 // defaults are a file's defaults for its rules (a ringlimit extension).
 type defaults struct {
 	algorithm       bucket.Algorithm
-	mode            rlsync.Mode
-	policy          rlsync.Policy
+	mode            check.Mode
+	policy          check.Policy
 	countRejected   bool
 	countRejectedAt *yaml.Node // where countRejected was set, for messages
 }

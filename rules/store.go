@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // StoreConfig configures a Store.
@@ -22,14 +20,6 @@ type StoreConfig struct {
 	// order. Symbolic links are followed, so a Kubernetes ConfigMap volume
 	// works.
 	Path string
-	// PollInterval is how often Start's goroutine checks the files for
-	// changes. Zero disables polling (reload on demand only). Default 5s: a
-	// rule change takes effect within seconds, and reading a few small files
-	// that often costs nothing measurable.
-	PollInterval time.Duration
-	// NewTicker returns the channel that paces polling and a function that
-	// stops it. Nil means time.NewTicker; tests pass a channel they feed.
-	NewTicker func(d time.Duration) (<-chan time.Time, func())
 	// OnReload, if set, is called after every reload that changed the rules
 	// or failed (a failure repeated unchanged is reported once). It is
 	// called with the Store's reload lock held, in order: it must not block,
@@ -51,9 +41,9 @@ type Event struct {
 }
 
 // DefaultStoreConfig returns the configuration of a Store of the rules at
-// path, polled every 5 seconds.
+// path.
 func DefaultStoreConfig(path string) StoreConfig {
-	return StoreConfig{Path: path, PollInterval: 5 * time.Second}
+	return StoreConfig{Path: path}
 }
 
 // Validate reports whether c can configure a Store.
@@ -61,15 +51,13 @@ func (c StoreConfig) Validate() error {
 	switch {
 	case c.Path == "":
 		return errors.New("rules: StoreConfig.Path is empty")
-	case c.PollInterval < 0:
-		return fmt.Errorf("rules: StoreConfig.PollInterval is negative (%v)", c.PollInterval)
 	}
 	return nil
 }
 
 // Store holds the rules in force, loaded from files, and replaces them when
-// the files change (Poll, or Start's goroutine) or on demand (Reload, for
-// SIGHUP). Invalid rules are rejected as a whole and the old ones stay in
+// the files change (Poll, which the caller calls on its own ticker) or on
+// demand (Reload, for SIGHUP). It starts no goroutine. Invalid rules are rejected as a whole and the old ones stay in
 // force. Readers get the current Set without locking. A Store is safe for
 // concurrent use.
 //
@@ -80,33 +68,23 @@ func (c StoreConfig) Validate() error {
 // the way Guava's setRate does (what is stored scales to the new capacity;
 // nothing resets to full).
 type Store struct {
-	cfg  StoreConfig
-	cur  atomic.Pointer[Set]
-	done chan struct{} // closed when the polling goroutine exits
+	cfg StoreConfig
+	cur atomic.Pointer[Set]
 
 	mu struct {
 		sync.Mutex
 		tried    [sha256.Size]byte // digest of the content last parsed
 		triedErr error             // why that content was rejected; nil if it is in force
 		err      error             // last failure, nil after a success
-		started  bool
-		closed   bool
-		cancel   context.CancelFunc // stops the goroutine; nil when none runs
 	}
 }
 
 // NewStore loads the rules at cfg.Path and returns a Store holding them. It
 // fails when the configuration, the files or the rules are invalid (the
-// error is then an ErrorList). It starts no goroutine: see Start.
+// error is then an ErrorList). It starts no goroutine.
 func NewStore(cfg StoreConfig) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.NewTicker == nil {
-		cfg.NewTicker = func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTicker(d)
-			return t.C, t.Stop
-		}
 	}
 	files, sum, err := readFiles(cfg.Path)
 	if err != nil {
@@ -116,7 +94,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, done: make(chan struct{})}
+	s := &Store{cfg: cfg}
 	s.cur.Store(set)
 	s.mu.tried = sum
 	return s, nil
@@ -201,59 +179,6 @@ func (s *Store) failLocked(old *Set, err error) {
 	if s.cfg.OnReload != nil && !repeated {
 		s.cfg.OnReload(Event{Old: old, New: old, Err: err})
 	}
-}
-
-// Start starts the goroutine that polls the files every PollInterval (none
-// when it is zero). It runs until ctx ends or Close is called.
-func (s *Store) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.mu.closed:
-		return ErrClosed
-	case s.mu.started:
-		return ErrStarted
-	}
-	s.mu.started = true
-	if s.cfg.PollInterval == 0 {
-		close(s.done)
-		return nil
-	}
-	ctx, s.mu.cancel = context.WithCancel(ctx)
-	tick, stop := s.cfg.NewTicker(s.cfg.PollInterval)
-	go func() {
-		defer close(s.done)
-		defer stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick:
-				s.Poll() // failures are reported through OnReload and Err
-			}
-		}
-	}()
-	return nil
-}
-
-// Close stops the polling goroutine and waits for it to exit. The rules
-// stay readable. Close is idempotent.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.mu.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.mu.closed = true
-	cancel, started := s.mu.cancel, s.mu.started
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	if started {
-		<-s.done
-	}
-	return nil
 }
 
 // readFiles reads the rules file at path, or the rules files of the

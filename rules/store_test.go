@@ -1,14 +1,12 @@
 package rules
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 )
@@ -162,108 +160,5 @@ func TestNewStoreErrors(t *testing.T) {
 	}
 	if _, err := NewStore(StoreConfig{}); err == nil {
 		t.Error("empty config accepted")
-	}
-	if _, err := NewStore(StoreConfig{Path: path, PollInterval: -time.Second}); err == nil {
-		t.Error("negative interval accepted")
-	}
-}
-
-// manualTicker is a ticker the test feeds.
-type manualTicker struct {
-	c       chan time.Time
-	stopped chan struct{}
-}
-
-func newManualTicker() *manualTicker {
-	return &manualTicker{c: make(chan time.Time), stopped: make(chan struct{})}
-}
-
-func (m *manualTicker) new(time.Duration) (<-chan time.Time, func()) {
-	return m.c, func() { close(m.stopped) }
-}
-
-func TestStoreStartPollsOnTicksAndCloseStops(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
-	write(t, path, rulesV1)
-	tick := newManualTicker()
-	reloaded := make(chan Event, 1)
-	cfg := DefaultStoreConfig(path)
-	cfg.NewTicker = tick.new
-	cfg.OnReload = func(ev Event) { reloaded <- ev }
-	st, err := NewStore(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Start(context.Background()); !errors.Is(err, ErrStarted) {
-		t.Errorf("second Start: %v, want ErrStarted", err)
-	}
-	write(t, path, rulesV2)
-	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	tick.c <- t0 // the goroutine polls once; the send returns when it received the tick
-	ev := <-reloaded
-	if got := rpu(t, ev.New, "a/k"); got != 2 {
-		t.Errorf("after a tick the rule allows %d, want 2", got)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	<-tick.stopped // Close stopped the ticker before returning
-	if err := st.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-	if err := st.Start(context.Background()); !errors.Is(err, ErrClosed) {
-		t.Errorf("Start after Close: %v, want ErrClosed", err)
-	}
-	if got := rpu(t, st.Rules(), "a/k"); got != 2 {
-		t.Errorf("rules after Close allow %d, want 2", got)
-	}
-}
-
-func TestStoreStopsWhenContextEnds(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
-	write(t, path, rulesV1)
-	tick := newManualTicker()
-	cfg := DefaultStoreConfig(path)
-	cfg.NewTicker = tick.new
-	st, err := NewStore(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := st.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	<-tick.stopped
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestStoreWithoutPolling(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
-	write(t, path, rulesV1)
-	st, err := NewStore(StoreConfig{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	write(t, path, rulesV2)
-	if err := st.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	if got := rpu(t, st.Rules(), "a/k"); got != 2 {
-		t.Errorf("after Reload the rule allows %d, want 2", got)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -154,8 +154,8 @@ func TestParseFlags(t *testing.T) {
 
 func TestRunAgainstOneNode(t *testing.T) {
 	nc := ringlimit.DefaultConfig()
-	nc.Name, nc.GRPCAddr, nc.HTTPAddr, nc.GossipAddr, nc.GossipProfile = "solo", "127.0.0.1:0", "", "127.0.0.1:0", ringlimit.GossipLocal
-	nc.PeerSecret = []byte("ringlimit test cluster secret, 32")
+	nc.Name, nc.API.GRPCAddr, nc.API.HTTPAddr, nc.Gossip.Addr, nc.Gossip.Profile = "solo", "127.0.0.1:0", "", "127.0.0.1:0", ringlimit.GossipLocal
+	nc.Peer.Secret = []byte("ringlimit test cluster secret, 32")
 	n, err := ringlimit.Start(t.Context(), nc)
 	if err != nil {
 		t.Fatal(err)

@@ -19,9 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/client"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 func main() {
@@ -124,7 +124,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*conf
 			cfg.targets = append(cfg.targets, t)
 		}
 	}
-	m, err := rlsync.ParseMode(mode)
+	m, err := check.ParseMode(mode)
 	if err != nil {
 		return nil, fmt.Errorf("--mode: %w", err)
 	}

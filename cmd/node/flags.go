@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/internal/flagvalue"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 // options is what the command line and the environment configure.
@@ -58,14 +58,14 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	var seeds, mode, policy, logLevel, logFormat, gossipKey, gossipKeys, peerSecret string
 	var maxConcurrentStreams uint
 	fs.StringVar(&c.Name, "name", "", "node name, unique in the cluster and stable across restarts (default: the host name)")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address of the public API (checks, Envoy's rate limit service)")
-	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address: JSON API, /healthz, /readyz, /v1/cluster, /metrics; empty disables HTTP")
-	fs.StringVar(&c.GossipAddr, "gossip-addr", c.GossipAddr, "gossip (memberlist) listen address, TCP and UDP")
-	fs.StringVar(&c.GossipAdvertiseAddr, "gossip-advertise-addr", "", "gossip address announced to the other nodes, when it differs from --gossip-addr (NAT, containers)")
+	fs.StringVar(&c.API.GRPCAddr, "grpc-addr", c.API.GRPCAddr, "gRPC listen address of the public API (checks, Envoy's rate limit service)")
+	fs.StringVar(&c.API.HTTPAddr, "http-addr", c.API.HTTPAddr, "HTTP listen address: JSON API, /healthz, /readyz, /v1/cluster, /metrics; empty disables HTTP")
+	fs.StringVar(&c.Gossip.Addr, "gossip-addr", c.Gossip.Addr, "gossip (memberlist) listen address, TCP and UDP")
+	fs.StringVar(&c.Gossip.AdvertiseAddr, "gossip-advertise-addr", "", "gossip address announced to the other nodes, when it differs from --gossip-addr (NAT, containers)")
 	fs.StringVar(&seeds, "seeds", "", "comma-separated gossip addresses of nodes to join through; empty starts a new cluster")
-	fs.StringVar(&c.GossipProfile, "gossip-profile", c.GossipProfile, `gossip tuning: "lan" (nodes on a network) or "local" (many nodes on one host)`)
-	fs.DurationVar(&c.GossipReconnectInterval, "gossip-reconnect-interval", c.GossipReconnectInterval, "how often seeds and failed members missing from the membership are joined again, so partitions heal (0: the profile's 2s; negative: never)")
-	fs.DurationVar(&c.GossipReconnectTimeout, "gossip-reconnect-timeout", c.GossipReconnectTimeout, "how long a failed member is tried again before it is forgotten (0: the profile's 10m)")
+	fs.StringVar(&c.Gossip.Profile, "gossip-profile", c.Gossip.Profile, `gossip tuning: "lan" (nodes on a network) or "local" (many nodes on one host)`)
+	fs.DurationVar(&c.Gossip.ReconnectInterval, "gossip-reconnect-interval", c.Gossip.ReconnectInterval, "how often seeds and failed members missing from the membership are joined again, so partitions heal (0: the profile's 2s; negative: never)")
+	fs.DurationVar(&c.Gossip.ReconnectTimeout, "gossip-reconnect-timeout", c.Gossip.ReconnectTimeout, "how long a failed member is tried again before it is forgotten (0: the profile's 10m)")
 	fs.DurationVar(&c.Sync.FailedMemberTTL, "failed-member-ttl", c.Sync.FailedMemberTTL, "how long a failed member still counts in the quorum baseline: a node seeing no more than half of it decides the lost members' keys by the partition policy (0: no quorum rule)")
 	flagvalue.ChoiceVar(fs, &mode, "mode", c.Sync.Mode.String(), []string{"local", "owner", "cached", "leased"}, "default consistency mode of checks that do not name one")
 	flagvalue.ChoiceVar(fs, &policy, "policy", c.Sync.Policy.String(), []string{"fail-open", "fail-closed", "local-share"}, "default partition policy when a key's owner is unreachable")
@@ -74,49 +74,49 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.IntVar(&c.Sync.MaxBatch, "max-batch", c.Sync.MaxBatch, "most items in one message between nodes (flush, forward, push); a full batch is sent at once")
 	fs.DurationVar(&c.Sync.TickInterval, "tick-interval", c.Sync.TickInterval, "how often timers (flushes, retries, timeouts) are driven")
 	fs.DurationVar(&c.Sync.RequestTimeout, "request-timeout", c.Sync.RequestTimeout, "how long a message to another node waits for its answer before the partition policy decides")
-	fs.DurationVar(&c.CheckTimeout, "check-timeout", c.CheckTimeout, "longest a public call waits for its answers (must exceed --request-timeout)")
-	fs.IntVar(&c.MaxBatchItems, "max-check-items", c.MaxBatchItems, "most items in one public Check call")
-	fs.IntVar(&c.MaxKeyLen, "max-key-len", c.MaxKeyLen, "most bytes of name + unique_key in one item")
+	fs.DurationVar(&c.API.CheckTimeout, "check-timeout", c.API.CheckTimeout, "longest a public call waits for its answers (must exceed --request-timeout)")
+	fs.IntVar(&c.API.MaxBatchItems, "max-check-items", c.API.MaxBatchItems, "most items in one public Check call")
+	fs.IntVar(&c.API.MaxKeyLen, "max-key-len", c.API.MaxKeyLen, "most bytes of name + unique_key in one item")
 	fs.IntVar(&c.Sync.MaxKeys, "max-keys", c.Sync.MaxKeys, "most keys a node keeps (owned, cached, backed up); beyond it the least recently used are evicted")
-	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "most bytes of an HTTP request body")
-	fs.IntVar(&c.MaxRecvMsgBytes, "max-recv-msg-bytes", c.MaxRecvMsgBytes, "most bytes of one gRPC message received, public or peer")
-	fs.UintVar(&maxConcurrentStreams, "max-concurrent-streams", uint(c.MaxConcurrentStreams), "most concurrent gRPC calls per connection")
-	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "most bytes of request headers, HTTP and gRPC")
-	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", c.ReadHeaderTimeout, "HTTP: longest wait for a request's headers; gRPC: for a connection's handshake")
-	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "HTTP: longest wait for a whole request, body included")
-	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "HTTP: longest time to answer a request once read")
-	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "how long an idle HTTP keep-alive or gRPC connection stays open")
-	fs.DurationVar(&c.MaxConnectionAge, "max-connection-age", c.MaxConnectionAge, "gRPC connections older than this are asked to reconnect (spreads clients over new nodes)")
-	fs.StringVar(&c.PeerAddr, "peer-addr", "", "listen address of the peer port (traffic between nodes), reachable by the other nodes (default: the --grpc-addr host, a free port)")
+	fs.Int64Var(&c.API.MaxBodyBytes, "max-body-bytes", c.API.MaxBodyBytes, "most bytes of an HTTP request body")
+	fs.IntVar(&c.API.MaxRecvMsgBytes, "max-recv-msg-bytes", c.API.MaxRecvMsgBytes, "most bytes of one gRPC message received, public or peer")
+	fs.UintVar(&maxConcurrentStreams, "max-concurrent-streams", uint(c.API.MaxConcurrentStreams), "most concurrent gRPC calls per connection")
+	fs.IntVar(&c.API.MaxHeaderBytes, "max-header-bytes", c.API.MaxHeaderBytes, "most bytes of request headers, HTTP and gRPC")
+	fs.DurationVar(&c.API.ReadHeaderTimeout, "read-header-timeout", c.API.ReadHeaderTimeout, "HTTP: longest wait for a request's headers; gRPC: for a connection's handshake")
+	fs.DurationVar(&c.API.ReadTimeout, "read-timeout", c.API.ReadTimeout, "HTTP: longest wait for a whole request, body included")
+	fs.DurationVar(&c.API.WriteTimeout, "write-timeout", c.API.WriteTimeout, "HTTP: longest time to answer a request once read")
+	fs.DurationVar(&c.API.IdleTimeout, "idle-timeout", c.API.IdleTimeout, "how long an idle HTTP keep-alive or gRPC connection stays open")
+	fs.DurationVar(&c.API.MaxConnectionAge, "max-connection-age", c.API.MaxConnectionAge, "gRPC connections older than this are asked to reconnect (spreads clients over new nodes)")
+	fs.StringVar(&c.Peer.Addr, "peer-addr", "", "listen address of the peer port (traffic between nodes), reachable by the other nodes (default: the --grpc-addr host, a free port)")
 	fs.StringVar(&peerSecret, "peer-secret", "", "base64 cluster secret (at least 16 bytes) the nodes authenticate each other with, when not derived from the gossip key; prefer the environment variable")
-	fs.BoolVar(&c.InsecurePeers, "insecure-peers", false, "run the peer port without authentication: whoever reaches it can move any limit (tests on loopback only)")
-	fs.StringVar(&c.TLS.CertFile, "tls-cert", "", "PEM certificate (chain) of the public gRPC and HTTP APIs; enables TLS on them")
-	fs.StringVar(&c.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
-	fs.StringVar(&c.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle: public API clients must present a certificate it signed")
-	fs.StringVar(&c.PeerTLS.CertFile, "peer-tls-cert", "", "PEM certificate of this node on the peer port, naming --name (DNS SAN); enables mutual TLS between nodes")
-	fs.StringVar(&c.PeerTLS.KeyFile, "peer-tls-key", "", "PEM private key of --peer-tls-cert")
-	fs.StringVar(&c.PeerTLS.CAFile, "peer-tls-ca", "", "PEM CA bundle that signs every node's peer certificate")
+	fs.BoolVar(&c.Peer.Insecure, "insecure-peers", false, "run the peer port without authentication: whoever reaches it can move any limit (tests on loopback only)")
+	fs.StringVar(&c.API.TLS.CertFile, "tls-cert", "", "PEM certificate (chain) of the public gRPC and HTTP APIs; enables TLS on them")
+	fs.StringVar(&c.API.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&c.API.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle: public API clients must present a certificate it signed")
+	fs.StringVar(&c.Peer.TLS.CertFile, "peer-tls-cert", "", "PEM certificate of this node on the peer port, naming --name (DNS SAN); enables mutual TLS between nodes")
+	fs.StringVar(&c.Peer.TLS.KeyFile, "peer-tls-key", "", "PEM private key of --peer-tls-cert")
+	fs.StringVar(&c.Peer.TLS.CAFile, "peer-tls-ca", "", "PEM CA bundle that signs every node's peer certificate")
 	fs.StringVar(&gossipKey, "gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip; prefer the environment variable, which ps does not show")
 	fs.StringVar(&gossipKeys, "gossip-keys", "", "comma-separated base64 gossip keys for a rotation: the first encrypts, all decrypt (instead of --gossip-key)")
 	fs.BoolVar(&c.Sidecar, "sidecar", false, "sidecar profile: refuse to serve the public API beyond loopback")
-	fs.StringVar(&c.RulesPath, "rules", "", "rules file, or directory of *.yaml rules files (Lyft's format, docs/rules.md): Envoy's rate limit service, /v1/nginx/auth and the rule field of checks; reloaded on SIGHUP and on change")
-	fs.DurationVar(&c.RulesPollInterval, "rules-poll-interval", c.RulesPollInterval, "how often the rules files are read for changes; 0 reloads on SIGHUP only")
-	fs.BoolVar(&c.EnvoyHeaders, "envoy-headers", false, "Envoy rate limit service: add x-ratelimit-* and retry-after headers to the answers (Lyft's LIMIT_RESPONSE_HEADERS_ENABLED)")
-	fs.StringVar(&c.NginxRule, "nginx-rule", "", "the rule /v1/nginx/auth checks every subrequest against (e.g. nginx/per_ip); empty: named per request by --nginx-rule-header")
-	fs.StringVar(&c.NginxRuleHeader, "nginx-rule-header", c.NginxRuleHeader, "header naming the rule of a /v1/nginx/auth subrequest, set by nginx (proxy_set_header), when --nginx-rule is empty")
-	fs.StringVar(&c.NginxKeyHeader, "nginx-key-header", c.NginxKeyHeader, "header carrying the client key of a /v1/nginx/auth subrequest, set by nginx (proxy_set_header X-Real-IP $remote_addr)")
-	fs.BoolVar(&c.NginxAllowBadKeys, "nginx-allow-bad-keys", false, "/v1/nginx/auth: let through (204) a subrequest whose key is missing, too long or not UTF-8, instead of 403")
-	fs.BoolVar(&c.EnvoyAllowBadKeys, "envoy-allow-bad-keys", false, "Envoy rate limit service: answer OK for a descriptor whose key cannot be formed, instead of OVER_LIMIT")
-	fs.BoolVar(&c.GRPCRulesOnly, "grpc-rules-only", false, "public gRPC API: take only checks that name a rule; a check choosing its own limit gets an error (for untrusted callers)")
-	fs.BoolVar(&c.HTTPRulesOnly, "http-rules-only", false, "POST /v1/check: take only checks that name a rule; a check choosing its own limit gets an error (for untrusted callers)")
-	fs.BoolVar(&c.NginxFailClosed, "nginx-fail-closed", false, "/v1/nginx/auth: answer 503 instead of 204 when a check fails (unknown rule, cluster unable to answer)")
-	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP port (keep that port private)")
+	fs.StringVar(&c.Rules.Path, "rules", "", "rules file, or directory of *.yaml rules files (Lyft's format, docs/rules.md): Envoy's rate limit service, /v1/nginx/auth and the rule field of checks; reloaded on SIGHUP and on change")
+	fs.DurationVar(&c.Rules.PollInterval, "rules-poll-interval", c.Rules.PollInterval, "how often the rules files are read for changes; 0 reloads on SIGHUP only")
+	fs.BoolVar(&c.Rules.EnvoyHeaders, "envoy-headers", false, "Envoy rate limit service: add x-ratelimit-* and retry-after headers to the answers (Lyft's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	fs.StringVar(&c.Rules.NginxRule, "nginx-rule", "", "the rule /v1/nginx/auth checks every subrequest against (e.g. nginx/per_ip); empty: named per request by --nginx-rule-header")
+	fs.StringVar(&c.Rules.NginxRuleHeader, "nginx-rule-header", c.Rules.NginxRuleHeader, "header naming the rule of a /v1/nginx/auth subrequest, set by nginx (proxy_set_header), when --nginx-rule is empty")
+	fs.StringVar(&c.Rules.NginxKeyHeader, "nginx-key-header", c.Rules.NginxKeyHeader, "header carrying the client key of a /v1/nginx/auth subrequest, set by nginx (proxy_set_header X-Real-IP $remote_addr)")
+	fs.BoolVar(&c.Rules.NginxAllowBadKeys, "nginx-allow-bad-keys", false, "/v1/nginx/auth: let through (204) a subrequest whose key is missing, too long or not UTF-8, instead of 403")
+	fs.BoolVar(&c.Rules.EnvoyAllowBadKeys, "envoy-allow-bad-keys", false, "Envoy rate limit service: answer OK for a descriptor whose key cannot be formed, instead of OVER_LIMIT")
+	fs.BoolVar(&c.API.GRPCRulesOnly, "grpc-rules-only", false, "public gRPC API: take only checks that name a rule; a check choosing its own limit gets an error (for untrusted callers)")
+	fs.BoolVar(&c.API.HTTPRulesOnly, "http-rules-only", false, "POST /v1/check: take only checks that name a rule; a check choosing its own limit gets an error (for untrusted callers)")
+	fs.BoolVar(&c.Rules.NginxFailClosed, "nginx-fail-closed", false, "/v1/nginx/auth: answer 503 instead of 204 when a check fails (unknown rule, cluster unable to answer)")
+	fs.BoolVar(&c.API.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the HTTP port (keep that port private)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", o.shutdownTimeout, "on SIGTERM/SIGINT: how long to drain calls, hand keys off and leave before stopping anyway")
 	flagvalue.ChoiceVar(fs, &logLevel, "log-level", "info", []string{"debug", "info", "warn", "error"}, "log level")
 	flagvalue.ChoiceVar(fs, &logFormat, "log-format", "text", []string{"text", "json"}, "log format")
 
-	flags := configFlags(fs, c, map[string]string{"Seeds": "--seeds", "GossipKey": "--gossip-key",
-		"GossipSecondaryKeys": "--gossip-keys", "MaxConcurrentStreams": "--max-concurrent-streams"})
+	flags := configFlags(fs, c, map[string]string{"Gossip.Seeds": "--seeds", "Gossip.Key": "--gossip-key",
+		"Gossip.SecondaryKeys": "--gossip-keys", "API.MaxConcurrentStreams": "--max-concurrent-streams"})
 	var bad error // the first bad value on the command line
 	flagvalue.Explain(fs, &bad)
 	usage := func() {
@@ -152,29 +152,29 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 		return o, usageErr(out, "unexpected arguments: %q", fs.Args())
 	}
 
-	c.Seeds = splitList(seeds)
+	c.Gossip.Seeds = splitList(seeds)
 	if maxConcurrentStreams > math.MaxUint32 {
 		return o, usageErr(out, "--max-concurrent-streams %d: at most %d", maxConcurrentStreams, uint32(math.MaxUint32))
 	}
-	c.MaxConcurrentStreams = uint32(maxConcurrentStreams)
+	c.API.MaxConcurrentStreams = uint32(maxConcurrentStreams)
 	keys, err := parseGossipKeys(gossipKey, gossipKeys)
 	if err != nil {
 		return o, usageErr(out, "%v", err)
 	}
 	if len(keys) > 0 {
-		c.GossipKey, c.GossipSecondaryKeys = keys[0], keys[1:]
+		c.Gossip.Key, c.Gossip.SecondaryKeys = keys[0], keys[1:]
 	}
 	if peerSecret != "" {
-		if c.PeerSecret, err = base64.StdEncoding.DecodeString(strings.TrimSpace(peerSecret)); err != nil {
+		if c.Peer.Secret, err = base64.StdEncoding.DecodeString(strings.TrimSpace(peerSecret)); err != nil {
 			return o, usageErr(out, "--peer-secret is not base64: %v", err)
 		}
 	}
 	// --mode, --policy, --log-level and --log-format took only their
 	// valid words (flagvalue.ChoiceVar).
-	if c.Sync.Mode, err = rlsync.ParseMode(mode); err != nil {
+	if c.Sync.Mode, err = check.ParseMode(mode); err != nil {
 		return o, usageErr(out, "--mode: %v", err)
 	}
-	if c.Sync.Policy, err = rlsync.ParsePolicy(policy); err != nil {
+	if c.Sync.Policy, err = check.ParsePolicy(policy); err != nil {
 		return o, usageErr(out, "--policy: %v", err)
 	}
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {

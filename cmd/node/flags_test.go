@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -27,14 +27,14 @@ func TestParseFlags(t *testing.T) {
 			name: "defaults",
 			check: func(t *testing.T, o options) {
 				c := o.cfg
-				if c.GRPCAddr != def.GRPCAddr || c.HTTPAddr != def.HTTPAddr || c.GossipAddr != def.GossipAddr {
-					t.Errorf("addresses = %s %s %s, want the defaults", c.GRPCAddr, c.HTTPAddr, c.GossipAddr)
+				if c.API.GRPCAddr != def.API.GRPCAddr || c.API.HTTPAddr != def.API.HTTPAddr || c.Gossip.Addr != def.Gossip.Addr {
+					t.Errorf("addresses = %s %s %s, want the defaults", c.API.GRPCAddr, c.API.HTTPAddr, c.Gossip.Addr)
 				}
-				if c.Sync.Mode != rlsync.ModeCached || c.Sync.Policy != rlsync.PolicyLocalShare {
+				if c.Sync.Mode != check.ModeCached || c.Sync.Policy != check.PolicyLocalShare {
 					t.Errorf("mode, policy = %v, %v; want cached, local-share", c.Sync.Mode, c.Sync.Policy)
 				}
-				if c.Seeds != nil || o.logLevel != slog.LevelInfo || o.logJSON || o.shutdownTimeout != 15*time.Second {
-					t.Errorf("got seeds %q, level %v, json %v, shutdown %v", c.Seeds, o.logLevel, o.logJSON, o.shutdownTimeout)
+				if c.Gossip.Seeds != nil || o.logLevel != slog.LevelInfo || o.logJSON || o.shutdownTimeout != 15*time.Second {
+					t.Errorf("got seeds %q, level %v, json %v, shutdown %v", c.Gossip.Seeds, o.logLevel, o.logJSON, o.shutdownTimeout)
 				}
 			},
 		},
@@ -49,16 +49,16 @@ func TestParseFlags(t *testing.T) {
 				"--gossip-reconnect-interval", "-1s", "--gossip-reconnect-timeout", "1m", "--failed-member-ttl", "30s"},
 			check: func(t *testing.T, o options) {
 				c := o.cfg
-				if c.GossipReconnectInterval != -time.Second || c.GossipReconnectTimeout != time.Minute || c.Sync.FailedMemberTTL != 30*time.Second {
+				if c.Gossip.ReconnectInterval != -time.Second || c.Gossip.ReconnectTimeout != time.Minute || c.Sync.FailedMemberTTL != 30*time.Second {
 					t.Errorf("reconnect interval %v, timeout %v, failed-member TTL %v; want -1s, 1m, 30s",
-						c.GossipReconnectInterval, c.GossipReconnectTimeout, c.Sync.FailedMemberTTL)
+						c.Gossip.ReconnectInterval, c.Gossip.ReconnectTimeout, c.Sync.FailedMemberTTL)
 				}
-				got := []any{c.Name, c.GRPCAddr, c.HTTPAddr, c.GossipAddr, c.GossipAdvertiseAddr, c.GossipProfile,
+				got := []any{c.Name, c.API.GRPCAddr, c.API.HTTPAddr, c.Gossip.Addr, c.Gossip.AdvertiseAddr, c.Gossip.Profile,
 					c.Sync.Mode, c.Sync.Policy, c.Sync.FlushInterval, c.Sync.ForwardWindow, c.Sync.MaxBatch,
-					c.Sync.TickInterval, c.Sync.RequestTimeout, c.MaxBatchItems, c.MaxKeyLen, c.MaxBodyBytes,
+					c.Sync.TickInterval, c.Sync.RequestTimeout, c.API.MaxBatchItems, c.API.MaxKeyLen, c.API.MaxBodyBytes,
 					o.shutdownTimeout, o.logLevel, o.logJSON}
 				want := []any{"n1", "127.0.0.1:0", "", "127.0.0.1:0", "10.0.0.1:7946", "local",
-					rlsync.ModeOwner, rlsync.PolicyFailClosed, 50 * time.Millisecond, 2 * time.Millisecond, 64,
+					check.ModeOwner, check.PolicyFailClosed, 50 * time.Millisecond, 2 * time.Millisecond, 64,
 					time.Millisecond, time.Second, 10, 100, int64(4096),
 					3 * time.Second, slog.LevelDebug, true}
 				for i := range want {
@@ -66,8 +66,8 @@ func TestParseFlags(t *testing.T) {
 						t.Errorf("field %d = %v, want %v", i, got[i], want[i])
 					}
 				}
-				if !slices.Equal(c.Seeds, []string{"a:1", "b:2"}) {
-					t.Errorf("seeds = %q, want [a:1 b:2]", c.Seeds)
+				if !slices.Equal(c.Gossip.Seeds, []string{"a:1", "b:2"}) {
+					t.Errorf("seeds = %q, want [a:1 b:2]", c.Gossip.Seeds)
 				}
 			},
 		},
@@ -76,8 +76,8 @@ func TestParseFlags(t *testing.T) {
 			env:  map[string]string{"RINGLIMIT_NAME": "env-node", "RINGLIMIT_MODE": "leased", "RINGLIMIT_SEEDS": "s:1", "RINGLIMIT_FLUSH_INTERVAL": "1s"},
 			check: func(t *testing.T, o options) {
 				c := o.cfg
-				if c.Name != "env-node" || c.Sync.Mode != rlsync.ModeLeased || !slices.Equal(c.Seeds, []string{"s:1"}) || c.Sync.FlushInterval != time.Second {
-					t.Errorf("got name %q mode %v seeds %q flush %v", c.Name, c.Sync.Mode, c.Seeds, c.Sync.FlushInterval)
+				if c.Name != "env-node" || c.Sync.Mode != check.ModeLeased || !slices.Equal(c.Gossip.Seeds, []string{"s:1"}) || c.Sync.FlushInterval != time.Second {
+					t.Errorf("got name %q mode %v seeds %q flush %v", c.Name, c.Sync.Mode, c.Gossip.Seeds, c.Sync.FlushInterval)
 				}
 			},
 		},
@@ -86,7 +86,7 @@ func TestParseFlags(t *testing.T) {
 			args: []string{"--name", "flag-node", "--mode", "local"},
 			env:  map[string]string{"RINGLIMIT_NAME": "env-node", "RINGLIMIT_MODE": "leased"},
 			check: func(t *testing.T, o options) {
-				if o.cfg.Name != "flag-node" || o.cfg.Sync.Mode != rlsync.ModeLocal {
+				if o.cfg.Name != "flag-node" || o.cfg.Sync.Mode != check.ModeLocal {
 					t.Errorf("got name %q mode %v, want flag-node local", o.cfg.Name, o.cfg.Sync.Mode)
 				}
 			},
@@ -205,12 +205,12 @@ func TestFlagErrorsSayHowToWriteIt(t *testing.T) {
 func TestConfigFlagsNamesEveryValidatedField(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	c := ringlimit.DefaultConfig()
-	fs.DurationVar(&c.CheckTimeout, "check-timeout", 0, "")
+	fs.DurationVar(&c.API.CheckTimeout, "check-timeout", 0, "")
 	fs.DurationVar(&c.Sync.RequestTimeout, "request-timeout", 0, "")
-	fs.IntVar(&c.MaxBatchItems, "max-check-items", 0, "")
-	m := configFlags(fs, &c, map[string]string{"Seeds": "--seeds"})
-	want := map[string]string{"CheckTimeout": "--check-timeout", "Sync.RequestTimeout": "--request-timeout",
-		"RequestTimeout": "--request-timeout", "MaxBatchItems": "--max-check-items", "Seeds": "--seeds"}
+	fs.IntVar(&c.API.MaxBatchItems, "max-check-items", 0, "")
+	m := configFlags(fs, &c, map[string]string{"Gossip.Seeds": "--seeds"})
+	want := map[string]string{"API.CheckTimeout": "--check-timeout", "Sync.RequestTimeout": "--request-timeout",
+		"RequestTimeout": "--request-timeout", "API.MaxBatchItems": "--max-check-items", "Gossip.Seeds": "--seeds"}
 	if len(m) != len(want) {
 		t.Errorf("got %v, want %v", m, want)
 	}

@@ -60,9 +60,9 @@ func TestRunExitCodes(t *testing.T) {
 // owning the name's keys beside the real member.
 func TestRunExitsOnADuplicateName(t *testing.T) {
 	cfg := ringlimit.DefaultConfig()
-	cfg.Name, cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "n1", "127.0.0.1:0", "", "127.0.0.1:0"
-	cfg.GossipProfile = ringlimit.GossipLocal
-	cfg.PeerSecret = []byte("ringlimit test cluster secret, 32")
+	cfg.Name, cfg.API.GRPCAddr, cfg.API.HTTPAddr, cfg.Gossip.Addr = "n1", "127.0.0.1:0", "", "127.0.0.1:0"
+	cfg.Gossip.Profile = ringlimit.GossipLocal
+	cfg.Peer.Secret = []byte("ringlimit test cluster secret, 32")
 	real, err := ringlimit.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

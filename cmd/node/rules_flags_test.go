@@ -23,15 +23,15 @@ func TestRulesFlags(t *testing.T) {
 		t.Fatalf("%v: %s", err, out.String())
 	}
 	c := o.cfg
-	if c.RulesPath != "/etc/ringlimit/rules" || c.RulesPollInterval != 0 || !c.EnvoyHeaders || c.NginxRule != "nginx/per_ip" ||
-		c.NginxKeyHeader != "X-Client" || c.NginxRuleHeader != "X-Ringlimit-Rule" || !c.NginxFailClosed {
-		t.Errorf("got %q %v %v %q %q %q %v", c.RulesPath, c.RulesPollInterval, c.EnvoyHeaders, c.NginxRule,
-			c.NginxKeyHeader, c.NginxRuleHeader, c.NginxFailClosed)
+	if c.Rules.Path != "/etc/ringlimit/rules" || c.Rules.PollInterval != 0 || !c.Rules.EnvoyHeaders || c.Rules.NginxRule != "nginx/per_ip" ||
+		c.Rules.NginxKeyHeader != "X-Client" || c.Rules.NginxRuleHeader != "X-Ringlimit-Rule" || !c.Rules.NginxFailClosed {
+		t.Errorf("got %q %v %v %q %q %q %v", c.Rules.Path, c.Rules.PollInterval, c.Rules.EnvoyHeaders, c.Rules.NginxRule,
+			c.Rules.NginxKeyHeader, c.Rules.NginxRuleHeader, c.Rules.NginxFailClosed)
 	}
 
 	o, err = parseFlags(nil, env(map[string]string{"RINGLIMIT_RULES": "r.yaml", "RINGLIMIT_NGINX_RULE_HEADER": "X-Limit"}), &out)
-	if err != nil || o.cfg.RulesPath != "r.yaml" || o.cfg.RulesPollInterval != 5*time.Second || o.cfg.NginxRuleHeader != "X-Limit" {
-		t.Errorf("environment: %v %q %v %q", err, o.cfg.RulesPath, o.cfg.RulesPollInterval, o.cfg.NginxRuleHeader)
+	if err != nil || o.cfg.Rules.Path != "r.yaml" || o.cfg.Rules.PollInterval != 5*time.Second || o.cfg.Rules.NginxRuleHeader != "X-Limit" {
+		t.Errorf("environment: %v %q %v %q", err, o.cfg.Rules.Path, o.cfg.Rules.PollInterval, o.cfg.Rules.NginxRuleHeader)
 	}
 
 	for _, tc := range []struct {

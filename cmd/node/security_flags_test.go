@@ -26,7 +26,7 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 				"--tls-client-ca", "ca.pem", "--peer-tls-cert", "pc.pem", "--peer-tls-key", "pk.pem", "--peer-tls-ca", "pca.pem"},
 			check: func(t *testing.T, o options) {
 				c := o.cfg
-				got := []string{c.PeerAddr, c.TLS.CertFile, c.TLS.KeyFile, c.TLS.ClientCAFile, c.PeerTLS.CertFile, c.PeerTLS.KeyFile, c.PeerTLS.CAFile}
+				got := []string{c.Peer.Addr, c.API.TLS.CertFile, c.API.TLS.KeyFile, c.API.TLS.ClientCAFile, c.Peer.TLS.CertFile, c.Peer.TLS.KeyFile, c.Peer.TLS.CAFile}
 				want := []string{"10.0.0.1:7201", "c.pem", "k.pem", "ca.pem", "pc.pem", "pk.pem", "pca.pem"}
 				if !slices.Equal(got, want) {
 					t.Errorf("got %q, want %q", got, want)
@@ -39,8 +39,8 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 				"RINGLIMIT_GOSSIP_KEY": b64(k32), "RINGLIMIT_SIDECAR": "true"},
 			check: func(t *testing.T, o options) {
 				c := o.cfg
-				if c.TLS.CertFile != "c.pem" || c.TLS.KeyFile != "k.pem" || c.PeerAddr != "127.0.0.1:0" || !bytes.Equal(c.GossipKey, k32) || !c.Sidecar {
-					t.Errorf("got TLS %+v, peer %q, gossip key %x, sidecar %v", c.TLS, c.PeerAddr, c.GossipKey, c.Sidecar)
+				if c.API.TLS.CertFile != "c.pem" || c.API.TLS.KeyFile != "k.pem" || c.Peer.Addr != "127.0.0.1:0" || !bytes.Equal(c.Gossip.Key, k32) || !c.Sidecar {
+					t.Errorf("got TLS %+v, peer %q, gossip key %x, sidecar %v", c.API.TLS, c.Peer.Addr, c.Gossip.Key, c.Sidecar)
 				}
 			},
 		},
@@ -49,8 +49,8 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 			args: []string{"--gossip-keys", b64(k32) + ", " + b64(k16)},
 			check: func(t *testing.T, o options) {
 				c := o.cfg
-				if !bytes.Equal(c.GossipKey, k32) || len(c.GossipSecondaryKeys) != 1 || !bytes.Equal(c.GossipSecondaryKeys[0], k16) {
-					t.Errorf("got primary %x, secondary %x", c.GossipKey, c.GossipSecondaryKeys)
+				if !bytes.Equal(c.Gossip.Key, k32) || len(c.Gossip.SecondaryKeys) != 1 || !bytes.Equal(c.Gossip.SecondaryKeys[0], k16) {
+					t.Errorf("got primary %x, secondary %x", c.Gossip.Key, c.Gossip.SecondaryKeys)
 				}
 			},
 		},
@@ -61,7 +61,7 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 				"--max-connection-age", "5m"},
 			check: func(t *testing.T, o options) {
 				c := o.cfg
-				got := []any{c.MaxRecvMsgBytes, c.MaxConcurrentStreams, c.MaxHeaderBytes, c.ReadHeaderTimeout, c.ReadTimeout, c.WriteTimeout, c.IdleTimeout, c.MaxConnectionAge}
+				got := []any{c.API.MaxRecvMsgBytes, c.API.MaxConcurrentStreams, c.API.MaxHeaderBytes, c.API.ReadHeaderTimeout, c.API.ReadTimeout, c.API.WriteTimeout, c.API.IdleTimeout, c.API.MaxConnectionAge}
 				want := []any{2048, uint32(8), 4096, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Minute}
 				for i := range want {
 					if got[i] != want[i] {
@@ -81,19 +81,19 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 		}},
 		{name: "zero max keys", args: []string{"--max-keys", "0"}, wantErr: "--max-keys must be positive"},
 		{name: "insecure peers", args: []string{"--insecure-peers"}, env: map[string]string{"RINGLIMIT_PEER_SECRET": ""}, check: func(t *testing.T, o options) {
-			if !o.cfg.InsecurePeers || len(o.cfg.PeerSecret) != 0 {
-				t.Errorf("InsecurePeers %v, secret %q: want insecure, no secret", o.cfg.InsecurePeers, o.cfg.PeerSecret)
+			if !o.cfg.Peer.Insecure || len(o.cfg.Peer.Secret) != 0 {
+				t.Errorf("InsecurePeers %v, secret %q: want insecure, no secret", o.cfg.Peer.Insecure, o.cfg.Peer.Secret)
 			}
 		}},
 		{name: "peer secret", args: []string{"--peer-secret", b64(k32)}, check: func(t *testing.T, o options) {
-			if !bytes.Equal(o.cfg.PeerSecret, k32) {
-				t.Errorf("PeerSecret %x, want %x", o.cfg.PeerSecret, k32)
+			if !bytes.Equal(o.cfg.Peer.Secret, k32) {
+				t.Errorf("PeerSecret %x, want %x", o.cfg.Peer.Secret, k32)
 			}
 		}},
 		{name: "no peer authentication", env: map[string]string{"RINGLIMIT_PEER_SECRET": ""}, wantErr: "the peers must authenticate each other"},
 		{name: "peer secret not base64", args: []string{"--peer-secret", "not base64!"}, wantErr: "--peer-secret is not base64"},
-		{name: "short peer secret", args: []string{"--peer-secret", b64([]byte("fifteen bytes.."))}, wantErr: "PeerSecret: 15 bytes"},
-		{name: "insecure peers with a secret", args: []string{"--insecure-peers", "--peer-secret", b64(k16)}, wantErr: "--insecure-peers: set together with PeerTLS or PeerSecret"},
+		{name: "short peer secret", args: []string{"--peer-secret", b64([]byte("fifteen bytes.."))}, wantErr: "Peer.Secret: 15 bytes"},
+		{name: "insecure peers with a secret", args: []string{"--insecure-peers", "--peer-secret", b64(k16)}, wantErr: "--insecure-peers: set together with Peer.TLS or Peer.Secret"},
 		{name: "peer secret with a name that is not a DNS name", args: []string{"--name", "node_1"}, wantErr: "must be a DNS name"},
 		{name: "TLS certificate without key", args: []string{"--tls-cert", "c", "--peer-addr", "127.0.0.1:0"}, wantErr: "needs both CertFile and KeyFile"},
 		{name: "client CA without TLS", args: []string{"--tls-client-ca", "ca"}, wantErr: "ClientCAFile without a server certificate"},

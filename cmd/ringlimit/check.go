@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/client"
 )
 
@@ -104,13 +106,13 @@ func parseCheck(args []string, getenv func(string) string, out io.Writer) (check
 		return o, usageErr(out, "check", "--timeout must be positive")
 	}
 	it.Peek = it.Hits == 0 // the client's zero Hits would take one
-	if it.Algorithm, err = client.ParseAlgorithm(algorithm); err != nil {
+	if it.Algorithm, err = parseAlgorithm(algorithm); err != nil {
 		return o, usageErr(out, "check", "--algorithm: %v", err)
 	}
-	if it.Mode, err = client.ParseMode(mode); err != nil {
+	if it.Mode, err = check.ParseMode(mode); err != nil {
 		return o, usageErr(out, "check", "--mode: %v", err)
 	}
-	if it.Policy, err = client.ParsePolicy(policy); err != nil {
+	if it.Policy, err = check.ParsePolicy(policy); err != nil {
 		return o, usageErr(out, "check", "--policy: %v", err)
 	}
 	if err := o.tls.check(); err != nil {
@@ -157,9 +159,9 @@ func runCheck(ctx context.Context, o checkOptions, now func() time.Time, stdout,
 		writeResult(stdout, r, now())
 	}
 	switch r.Status {
-	case client.UnderLimit:
+	case check.StatusUnderLimit:
 		return exitOK
-	case client.OverLimit:
+	case check.StatusOverLimit:
 		return exitOverLimit
 	default: // the error is in the output
 		return exitFailed
@@ -193,7 +195,7 @@ func jsonOf(r client.Result) checkJSON {
 		Degraded:   r.Degraded,
 		Node:       r.Node,
 	}
-	if r.Mode != client.ModeDefault {
+	if r.Mode != check.ModeDefault {
 		j.Mode = r.Mode.String()
 	}
 	if ie, ok := r.Err.(*client.ItemError); ok {
@@ -213,7 +215,7 @@ func writeResult(w io.Writer, r client.Result, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	line := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 	line("status", r.Status)
-	if r.Status == client.StatusError {
+	if r.Status == check.StatusError {
 		if ie, ok := r.Err.(*client.ItemError); ok {
 			line("error", ie.Message)
 		} else {
@@ -225,7 +227,7 @@ func writeResult(w io.Writer, r client.Result, now time.Time) {
 		if !r.ResetAt.IsZero() {
 			line("reset", fmt.Sprintf("%s (in %s)", r.ResetAt.UTC().Format(time.RFC3339Nano), roundDuration(r.ResetAt.Sub(now))))
 		}
-		if r.Status == client.OverLimit || r.RetryAfter > 0 {
+		if r.Status == check.StatusOverLimit || r.RetryAfter > 0 {
 			line("retry after", humanRetry(r.RetryAfter))
 		}
 		if r.Wait > 0 {
@@ -235,7 +237,7 @@ func writeResult(w io.Writer, r client.Result, now time.Time) {
 	if r.Owner != "" {
 		line("owner", r.Owner)
 	}
-	if r.Mode != client.ModeDefault {
+	if r.Mode != check.ModeDefault {
 		line("mode", r.Mode)
 	}
 	if r.Degraded {
@@ -298,4 +300,22 @@ func roundDuration(d time.Duration) time.Duration {
 	default:
 		return d.Round(time.Second)
 	}
+}
+
+// parseAlgorithm returns the algorithm named s; "" and "default" are the
+// zero algorithm, the token bucket. An unknown name is an error that lists
+// the valid ones.
+func parseAlgorithm(s string) (bucket.Algorithm, error) {
+	if s == "" || s == "default" {
+		return 0, nil
+	}
+	a, err := bucket.ParseAlgorithm(s)
+	if err != nil {
+		names := make([]string, 0, len(bucket.Algorithms()))
+		for _, a := range bucket.Algorithms() {
+			names = append(names, a.String())
+		}
+		return 0, fmt.Errorf("unknown algorithm %q (want one of %s)", s, strings.Join(names, ", "))
+	}
+	return a, nil
 }

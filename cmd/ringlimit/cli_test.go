@@ -16,6 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/client"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -39,18 +41,18 @@ func TestParseCheck(t *testing.T) {
 			"--mode", "owner", "--policy", "fail-closed", "--max-wait", "250ms", "--min-gap", "1s", "--count-rejected",
 			"--warm-up", "5s", "--lease", "w1", "--release", "--timeout", "1s", "--json", "--tls-ca", "ca.pem"}, base...),
 			want: checkOptions{addrs: []string{"a:1", "b:2"}, item: client.Item{Name: "api", Key: "alice", Peek: true, Limit: 10,
-				Period: time.Minute, Burst: 20, Algorithm: client.LeakyQueue, Mode: client.ModeOwner, Policy: client.FailClosed,
+				Period: time.Minute, Burst: 20, Algorithm: bucket.LeakyQueue, Mode: check.ModeOwner, Policy: check.PolicyFailClosed,
 				MaxWait: 250 * time.Millisecond, MinGap: time.Second, CountRejected: true, WarmUp: 5 * time.Second,
 				Lease: "w1", Release: true}, timeout: time.Second, json: true},
 			wantTLS: true},
 		{name: "guava options", args: append([]string{"--algorithm", "smooth_bursty", "--max-burst-seconds", "2.5", "--cold-factor", "4"}, base...),
 			want: checkOptions{addrs: []string{"127.0.0.1:7101"}, item: client.Item{Name: "api", Key: "alice", Hits: 1, Limit: 10,
-				Period: time.Minute, Algorithm: client.SmoothBursty, MaxBurstSeconds: 2.5, ColdFactor: 4}, timeout: 3 * time.Second}},
+				Period: time.Minute, Algorithm: bucket.SmoothBursty, MaxBurstSeconds: 2.5, ColdFactor: 4}, timeout: 3 * time.Second}},
 		{name: "rule and cold factor", args: []string{"--rule", "r", "--key", "k", "--cold-factor", "2"}, wantErr: "--rule supplies the limit"},
 		{name: "no name", args: []string{"--key", "k", "--limit", "1", "--period", "1s"}, wantErr: "--name is required"},
 		{name: "rule", args: []string{"--rule", "edge/remote_address", "--key", "10.0.0.1", "--mode", "owner"},
 			want: checkOptions{addrs: []string{"127.0.0.1:7101"}, item: client.Item{Rule: "edge/remote_address", Key: "10.0.0.1",
-				Hits: 1, Mode: client.ModeOwner}, timeout: 3 * time.Second}},
+				Hits: 1, Mode: check.ModeOwner}, timeout: 3 * time.Second}},
 		{name: "rule and name", args: []string{"--rule", "r", "--name", "n", "--key", "k"}, wantErr: "--rule and --name"},
 		{name: "rule and limit", args: []string{"--rule", "r", "--key", "k", "--limit", "1"}, wantErr: "--rule supplies the limit"},
 		{name: "rule and algorithm", args: []string{"--rule", "r", "--key", "k", "--algorithm", "gcra"}, wantErr: "--rule supplies the limit"},
@@ -59,7 +61,7 @@ func TestParseCheck(t *testing.T) {
 		{name: "no limit", args: []string{"--name", "n", "--key", "k", "--period", "1s"}, wantErr: "--limit must be positive"},
 		{name: "no period", args: []string{"--name", "n", "--key", "k", "--limit", "1"}, wantErr: "--period must be positive"},
 		{name: "negative hits", args: append([]string{"--hits", "-1"}, base...), wantErr: "--hits must not be negative"},
-		{name: "bad algorithm", args: append([]string{"--algorithm", "bogus"}, base...), wantErr: `--algorithm: client: unknown name: algorithm "bogus"`},
+		{name: "bad algorithm", args: append([]string{"--algorithm", "bogus"}, base...), wantErr: `--algorithm: unknown algorithm "bogus" (want one of token_bucket,`},
 		{name: "bad mode", args: append([]string{"--mode", "exact"}, base...), wantErr: "--mode"},
 		{name: "bad policy", args: append([]string{"--policy", "open"}, base...), wantErr: "--policy"},
 		{name: "bad duration", args: append([]string{"--period", "ten"}, base[:6]...), wantErr: `--period "ten": not a duration`},
@@ -197,8 +199,8 @@ func TestWriteResult(t *testing.T) {
 		r    client.Result
 		want string
 	}{
-		{"under", client.Result{Status: client.UnderLimit, Limit: 10, Remaining: 9, ResetAt: now.Add(6 * time.Second),
-			Owner: "n3", Node: "n2", Mode: client.ModeCached}, `
+		{"under", client.Result{Status: check.StatusUnderLimit, Limit: 10, Remaining: 9, ResetAt: now.Add(6 * time.Second),
+			Owner: "n3", Node: "n2", Mode: check.ModeCached}, `
 status:      under_limit
 limit:       10
 remaining:   9
@@ -207,9 +209,9 @@ owner:       n3
 mode:        cached
 answered by: n2
 `},
-		{"over, degraded, shaping", client.Result{Status: client.OverLimit, Limit: 10, Remaining: 0,
+		{"over, degraded, shaping", client.Result{Status: check.StatusOverLimit, Limit: 10, Remaining: 0,
 			ResetAt: now.Add(90*time.Second + 400*time.Millisecond), RetryAfter: 1234567 * time.Microsecond,
-			Wait: 1500 * time.Microsecond, Owner: "n1", Node: "n1", Mode: client.ModeOwner, Degraded: true}, `
+			Wait: 1500 * time.Microsecond, Owner: "n1", Node: "n1", Mode: check.ModeOwner, Degraded: true}, `
 status:      over_limit
 limit:       10
 remaining:   0
@@ -221,7 +223,7 @@ mode:        owner
 degraded:    yes: the owner could not be reached; the partition policy decided
 answered by: n1
 `},
-		{"error", client.Result{Status: client.StatusError, Node: "n1",
+		{"error", client.Result{Status: check.StatusError, Node: "n1",
 			Err: &client.ItemError{Index: 0, Message: "limit: must be positive, got 0"}}, `
 status:      error
 error:       limit: must be positive, got 0
@@ -275,9 +277,9 @@ func startNode(t *testing.T, configure ...func(*ringlimit.Config)) *ringlimit.No
 	t.Helper()
 	cfg := ringlimit.DefaultConfig()
 	cfg.Name = "n1"
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.GossipProfile = ringlimit.GossipLocal
-	cfg.PeerSecret = []byte("ringlimit test cluster secret, 32")
+	cfg.API.GRPCAddr, cfg.API.HTTPAddr, cfg.Gossip.Addr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Gossip.Profile = ringlimit.GossipLocal
+	cfg.Peer.Secret = []byte("ringlimit test cluster secret, 32")
 	for _, c := range configure {
 		c(&cfg)
 	}

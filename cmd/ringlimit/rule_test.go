@@ -16,7 +16,7 @@ func TestCheckByRuleAgainstANode(t *testing.T) {
 		"    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n := startNode(t, func(c *ringlimit.Config) { c.RulesPath = rules })
+	n := startNode(t, func(c *ringlimit.Config) { c.Rules.Path = rules })
 	args := func(rule string) []string {
 		return []string{"check", "--addr", n.GRPCAddr(), "--rule", rule, "--key", "203.0.113.7"}
 	}

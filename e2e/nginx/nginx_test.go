@@ -276,16 +276,16 @@ func startCluster(t *testing.T, size int, rules string) []*ringlimit.Node {
 	for i := range size {
 		cfg := ringlimit.DefaultConfig()
 		cfg.Name = fmt.Sprintf("n%d", i+1)
-		cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-		cfg.GossipProfile = ringlimit.GossipLocal
-		cfg.RulesPath = rules
-		cfg.PeerSecret = []byte("ringlimit test cluster secret, 32")
-		cfg.HandoffTimeout, cfg.LeaveTimeout = 2*time.Second, time.Second
+		cfg.API.GRPCAddr, cfg.API.HTTPAddr, cfg.Gossip.Addr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+		cfg.Gossip.Profile = ringlimit.GossipLocal
+		cfg.Rules.Path = rules
+		cfg.Peer.Secret = []byte("ringlimit test cluster secret, 32")
+		cfg.Shutdown.HandoffTimeout, cfg.Shutdown.LeaveTimeout = 2*time.Second, time.Second
 		if testing.Verbose() {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		}
 		if i > 0 {
-			cfg.Seeds = []string{nodes[0].GossipAddr()}
+			cfg.Gossip.Seeds = []string{nodes[0].GossipAddr()}
 		}
 		n, err := ringlimit.Start(t.Context(), cfg)
 		if err != nil {

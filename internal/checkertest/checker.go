@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // Clock is a clock that only the test moves. It is safe for concurrent use.
@@ -42,7 +42,7 @@ type Checker struct {
 
 	mu      sync.Mutex
 	buckets map[string]bucket.Bucket // guarded by mu
-	batches [][]rlsync.Request       // guarded by mu
+	batches [][]check.Request        // guarded by mu
 	err     error                    // batch error to return, guarded by mu
 	itemErr map[string]error         // per-key errors to report, guarded by mu
 }
@@ -53,15 +53,15 @@ func NewChecker(clock *Clock) *Checker {
 }
 
 // Check decides reqs on the in-memory buckets at the clock's time.
-func (f *Checker) Check(_ context.Context, reqs []rlsync.Request) ([]rlsync.Response, error) {
+func (f *Checker) Check(_ context.Context, reqs []check.Request) ([]check.Response, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.batches = append(f.batches, append([]rlsync.Request(nil), reqs...))
+	f.batches = append(f.batches, append([]check.Request(nil), reqs...))
 	if f.err != nil {
 		return nil, f.err
 	}
 	now := f.clock.Now()
-	out := make([]rlsync.Response, len(reqs))
+	out := make([]check.Response, len(reqs))
 	for i, r := range reqs {
 		if err := f.itemErr[r.Key]; err != nil {
 			out[i].Err = err
@@ -83,13 +83,13 @@ func (f *Checker) Check(_ context.Context, reqs []rlsync.Request) ([]rlsync.Resp
 			}
 		}
 		d, err := b.Take(now, r.Hits)
-		out[i] = rlsync.Response{Decision: d, Owner: "fake", Mode: r.Mode, Err: err}
+		out[i] = check.Response{Decision: d, Owner: "fake", Mode: r.Mode, Err: err}
 	}
 	return out, nil
 }
 
 // TakeBatches returns the batches checked so far and forgets them.
-func (f *Checker) TakeBatches() [][]rlsync.Request {
+func (f *Checker) TakeBatches() [][]check.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b := f.batches

@@ -1,4 +1,4 @@
-package ringlimit
+package api
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // keySep separates the name from the unique key in a bucket's cluster-wide
@@ -23,6 +23,11 @@ func Key(name, uniqueKey string) string { return name + keySep + uniqueKey }
 // algTagLen is the length of the algorithm tag that starts the key of a
 // bucket of another algorithm than the token bucket (bucketKey).
 const algTagLen = 2
+
+// KeyOverhead is how many bytes longer than len(name) + len(unique_key)
+// the core's key of an item can be: the separator and the algorithm tag.
+// A core's bound on keys is Config.MaxKeyLen + KeyOverhead.
+const KeyOverhead = len(keySep) + algTagLen
 
 // bucketKey returns the cluster-wide key of the bucket of (name, uniqueKey)
 // under the algorithm alg: Key(name, uniqueKey) for the token bucket and,
@@ -77,37 +82,37 @@ type item struct {
 
 // maxMode and maxPolicy are the largest valid wire values.
 const (
-	maxMode   = int64(rlsync.ModeLeased)
-	maxPolicy = int64(rlsync.PolicyLocalShare)
+	maxMode   = int64(check.ModeLeased)
+	maxPolicy = int64(check.PolicyLocalShare)
 )
 
 // request validates it and returns the core's request. maxKeyLen bounds
 // len(name) + len(unique_key), and len(lease). The error is a *FieldError.
-func (it *item) request(maxKeyLen int) (rlsync.Request, error) {
+func (it *item) request(maxKeyLen int) (check.Request, error) {
 	if it.err != nil {
-		return rlsync.Request{}, it.err
+		return check.Request{}, it.err
 	}
 	switch {
 	case it.name == "":
-		return rlsync.Request{}, fieldErr("name", "must not be empty")
+		return check.Request{}, fieldErr("name", "must not be empty")
 	case strings.Contains(it.name, keySep):
-		return rlsync.Request{}, fieldErr("name", "must not contain a NUL byte")
+		return check.Request{}, fieldErr("name", "must not contain a NUL byte")
 	case it.uniqueKey == "":
-		return rlsync.Request{}, fieldErr("unique_key", "must not be empty")
+		return check.Request{}, fieldErr("unique_key", "must not be empty")
 	case len(it.name)+len(it.uniqueKey) > maxKeyLen:
-		return rlsync.Request{}, fieldErr("unique_key", "name and unique_key together are %d bytes, more than the maximum %d",
+		return check.Request{}, fieldErr("unique_key", "name and unique_key together are %d bytes, more than the maximum %d",
 			len(it.name)+len(it.uniqueKey), maxKeyLen)
 	case len(it.lease) > maxKeyLen:
 		// A concurrency bucket keeps every lease id it holds: bound them as keys are.
-		return rlsync.Request{}, fieldErr("lease", "%d bytes, more than the maximum %d", len(it.lease), maxKeyLen)
+		return check.Request{}, fieldErr("lease", "%d bytes, more than the maximum %d", len(it.lease), maxKeyLen)
 	case it.hits < 0:
-		return rlsync.Request{}, fieldErr("hits", "must not be negative, got %d", it.hits)
-	case it.algorithm < 0 || it.algorithm > int64(bucket.SmoothWarmingUp):
-		return rlsync.Request{}, fieldErr("algorithm", "unknown algorithm %d", it.algorithm)
+		return check.Request{}, fieldErr("hits", "must not be negative, got %d", it.hits)
+	case it.algorithm < 0 || it.algorithm > maxAlgorithm:
+		return check.Request{}, fieldErr("algorithm", "unknown algorithm %d", it.algorithm)
 	case it.mode < 0 || it.mode > maxMode:
-		return rlsync.Request{}, fieldErr("mode", "unknown mode %d", it.mode)
+		return check.Request{}, fieldErr("mode", "unknown mode %d", it.mode)
 	case it.policy < 0 || it.policy > maxPolicy:
-		return rlsync.Request{}, fieldErr("policy", "unknown policy %d", it.policy)
+		return check.Request{}, fieldErr("policy", "unknown policy %d", it.policy)
 	}
 	alg := bucket.Algorithm(it.algorithm)
 	if alg == 0 {
@@ -124,27 +129,27 @@ func (it *item) request(maxKeyLen int) (rlsync.Request, error) {
 		WarmUp:        it.warmUp,
 	}
 	if err := lim.SetGuavaOptions(it.maxBurstSeconds, it.coldFactor); err != nil {
-		return rlsync.Request{}, asFieldError(err)
+		return check.Request{}, asFieldError(err)
 	}
 	if err := lim.Validate(); err != nil {
-		return rlsync.Request{}, asFieldError(err)
+		return check.Request{}, asFieldError(err)
 	}
 	if (it.lease != "" || it.release) && alg != bucket.Concurrency {
-		return rlsync.Request{}, fieldErr("lease", "lease and release are only for the concurrency algorithm")
+		return check.Request{}, fieldErr("lease", "lease and release are only for the concurrency algorithm")
 	}
 	if it.release && it.lease == "" {
-		return rlsync.Request{}, fieldErr("lease", "must name the holder to release")
+		return check.Request{}, fieldErr("lease", "must name the holder to release")
 	}
 	key := Key(it.name, it.uniqueKey)
 	if !it.ruleBucket {
 		key = bucketKey(it.name, it.uniqueKey, alg)
 	}
-	return rlsync.Request{
+	return check.Request{
 		Key:     key,
 		Hits:    it.hits,
 		Limit:   lim,
-		Mode:    rlsync.Mode(it.mode),
-		Policy:  rlsync.Policy(it.policy),
+		Mode:    check.Mode(it.mode),
+		Policy:  check.Policy(it.policy),
 		Lease:   it.lease,
 		Release: it.release,
 	}, nil

@@ -1,50 +1,46 @@
-package ringlimit
+package api
 
 import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 // Check decides a batch of items, as the gRPC RateLimiter/Check method does
-// (the gRPC server calls it): an embedding program may call it directly.
-// Each invalid item is answered with STATUS_ERROR and a message naming the
-// field; the others are decided. The error, a gRPC status error, is for the
-// call as a whole: InvalidArgument for no items or too many, Unavailable
-// while shutting down, DeadlineExceeded or Canceled when ctx ends first.
-// Check is safe for concurrent use.
-func (n *Node) Check(ctx context.Context, req *ringlimitv1.CheckRequest) (*ringlimitv1.CheckResponse, error) {
-	return n.checkProto(ctx, req, false)
+// (but not bound by Config.GRPCRulesOnly): the embedding form. Each invalid
+// item is answered with STATUS_ERROR and a message naming the field; the
+// others are decided. The error, a gRPC status error, is for the call as a
+// whole: InvalidArgument for no items or too many, or the Backend's.
+func (s *Server) Check(ctx context.Context, req *ringlimitv1.CheckRequest) (*ringlimitv1.CheckResponse, error) {
+	return s.checkProto(ctx, req, false)
 }
 
 // checkProto is Check; with rulesOnly, items that name no rule are answered
 // with an error (Config.GRPCRulesOnly).
-func (n *Node) checkProto(ctx context.Context, req *ringlimitv1.CheckRequest, rulesOnly bool) (*ringlimitv1.CheckResponse, error) {
+func (s *Server) checkProto(ctx context.Context, req *ringlimitv1.CheckRequest, rulesOnly bool) (*ringlimitv1.CheckResponse, error) {
 	start := time.Now()
-	if err := n.checkBatch(len(req.GetItems())); err != nil {
+	if err := s.checkBatch(len(req.GetItems())); err != nil {
 		return nil, err
 	}
 	items := make([]item, len(req.Items))
 	for i, pi := range req.Items {
 		items[i] = fromProto(pi)
 	}
-	ruled := n.resolveRules(items, rulesOnly)
-	out := make([]rlsync.Response, len(items))
-	if err := n.check(ctx, items, out); err != nil {
+	out := make([]check.Response, len(items))
+	if err := s.decide(ctx, items, out, rulesOnly); err != nil {
 		return nil, err
 	}
-	applyRuleAnswers(ruled, out)
-	resp := &ringlimitv1.CheckResponse{Items: make([]*ringlimitv1.CheckResult, len(out)), Node: n.cfg.Name}
+	resp := &ringlimitv1.CheckResponse{Items: make([]*ringlimitv1.CheckResult, len(out)), Node: s.cfg.Node}
 	for i := range out {
 		resp.Items[i] = toProto(&out[i])
-		n.metrics.decision(&items[i], &out[i])
 	}
-	n.metrics.call(apiGRPC, len(items), time.Since(start))
+	s.obs.Call(GRPC, len(items), time.Since(start))
 	return resp, nil
 }
 
@@ -95,7 +91,7 @@ func protoDuration(field string, d *durationpb.Duration, prev error) (time.Durat
 }
 
 // toProto encodes one answer. An error is never reported as under limit.
-func toProto(r *rlsync.Response) *ringlimitv1.CheckResult {
+func toProto(r *check.Response) *ringlimitv1.CheckResult {
 	if r.Err != nil {
 		return &ringlimitv1.CheckResult{
 			Status: ringlimitv1.Status_STATUS_ERROR,
@@ -128,13 +124,19 @@ func toProto(r *rlsync.Response) *ringlimitv1.CheckResult {
 	return res
 }
 
+// Register registers ringlimit.v1.RateLimiter on g, bound by
+// Config.GRPCRulesOnly. g must use Codec (grpc.ForceServerCodecV2).
+func (s *Server) Register(g *grpc.Server) {
+	g.RegisterService(&rateLimiterDesc, grpcAPI{s: s})
+}
+
 // grpcAPI serves ringlimit.v1.RateLimiter.
 type grpcAPI struct {
 	ringlimitv1.UnimplementedRateLimiterServer
-	n *Node
+	s *Server
 }
 
 // Check implements ringlimitv1.RateLimiterServer.
 func (a grpcAPI) Check(ctx context.Context, req *ringlimitv1.CheckRequest) (*ringlimitv1.CheckResponse, error) {
-	return a.n.checkProto(ctx, req, a.n.cfg.GRPCRulesOnly)
+	return a.s.checkProto(ctx, req, a.s.cfg.GRPCRulesOnly)
 }

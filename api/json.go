@@ -1,24 +1,24 @@
-package ringlimit
+package api
 
 import (
 	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // The JSON shape of POST /v1/check: the gRPC messages' fields, snake_case,
 // with durations as Go duration strings ("500ms", "1m30s") and enumerations
 // as names ("token_bucket", "owner", "fail-open"). See docs/api.md.
 
-// jsonCheckRequest is the body of POST /v1/check.
-type jsonCheckRequest struct {
-	Items []jsonItem `json:"items"`
+// JSONCheckRequest is the body of POST /v1/check.
+type JSONCheckRequest struct {
+	Items []JSONItem `json:"items"`
 }
 
-// jsonItem is one item; see CheckItem in ringlimit.proto.
-type jsonItem struct {
+// JSONItem is one item; see CheckItem in ringlimit.proto.
+type JSONItem struct {
 	Name          string `json:"name"`
 	UniqueKey     string `json:"unique_key"`
 	Hits          *int64 `json:"hits"` // nil (absent, or null) counts 1
@@ -40,14 +40,14 @@ type jsonItem struct {
 	ColdFactor      float64 `json:"cold_factor"`
 }
 
-// jsonCheckResponse is the answer of POST /v1/check.
-type jsonCheckResponse struct {
-	Items []jsonResult `json:"items"`
+// JSONCheckResponse is the answer of POST /v1/check.
+type JSONCheckResponse struct {
+	Items []JSONResult `json:"items"`
 	Node  string       `json:"node"`
 }
 
-// jsonResult answers one item; see CheckResult in ringlimit.proto.
-type jsonResult struct {
+// JSONResult answers one item; see CheckResult in ringlimit.proto.
+type JSONResult struct {
 	Status     string     `json:"status"`
 	Error      string     `json:"error,omitempty"`
 	Limit      int64      `json:"limit"`
@@ -62,8 +62,8 @@ type jsonResult struct {
 	Reconfigured bool `json:"reconfigured,omitempty"`
 }
 
-// jsonError is the body of every HTTP error answer.
-type jsonError struct {
+// JSONError is the body of every HTTP error answer.
+type JSONError struct {
 	Error string `json:"error"`
 }
 
@@ -76,7 +76,7 @@ const (
 
 // fromJSON decodes one item; the first malformed duration or unknown name
 // is recorded in item.err.
-func fromJSON(j *jsonItem) item {
+func fromJSON(j *JSONItem) item {
 	it := item{
 		name:          j.Name,
 		uniqueKey:     j.UniqueKey,
@@ -106,14 +106,14 @@ func fromJSON(j *jsonItem) item {
 		it.algorithm = int64(a)
 	}
 	if it.err == nil {
-		m, err := rlsync.ParseMode(j.Mode)
+		m, err := check.ParseMode(j.Mode)
 		if err != nil {
 			it.err = fieldErr("mode", "unknown mode %q (want local, owner, cached or leased)", j.Mode)
 		}
 		it.mode = int64(m)
 	}
 	if it.err == nil {
-		p, err := rlsync.ParsePolicy(j.Policy)
+		p, err := check.ParsePolicy(j.Policy)
 		if err != nil {
 			it.err = fieldErr("policy", "unknown policy %q (want fail-open, fail-closed or local-share)", j.Policy)
 		}
@@ -145,9 +145,9 @@ func jsonDuration(field, s string, prev error) (time.Duration, error) {
 }
 
 // toJSON encodes one answer. An error is never reported as under limit.
-func toJSON(r *rlsync.Response) jsonResult {
-	res := jsonResult{Owner: r.Owner, RetryAfter: "0s", Wait: "0s"}
-	if r.Mode != rlsync.ModeDefault {
+func toJSON(r *check.Response) JSONResult {
+	res := JSONResult{Owner: r.Owner, RetryAfter: "0s", Wait: "0s"}
+	if r.Mode != check.ModeDefault {
 		res.Mode = r.Mode.String()
 	}
 	if r.Err != nil {

@@ -1,4 +1,4 @@
-package ringlimit
+package api
 
 import (
 	"bytes"
@@ -9,53 +9,20 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"time"
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
-// handler returns the node's HTTP API:
-//
-//	POST /v1/check   the JSON form of RateLimiter/Check
-//	GET  /v1/cluster self, members and ring
-//	GET  /healthz    200 while the process serves
-//	GET  /readyz     200 once joined, 503 before and while shutting down
-//	GET  /metrics    Prometheus metrics of this node
-//	*    /v1/nginx/auth nginx's auth_request endpoint (docs/middleware.md)
-//	GET  /debug/pprof/ Go's profiler, when Config.Pprof is set
-func (n *Node) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", n.httpCheck)
-	mux.HandleFunc("GET /v1/cluster", n.httpCluster)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", n.httpReady)
-	mux.Handle("/v1/nginx/auth", n.rules.nginx)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(n.cfg.Registry, promhttp.HandlerOpts{
-		ErrorLog: slogPrinter{n.log}, Registry: n.cfg.Registry,
-	}))
-	if n.cfg.Pprof {
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	}
-	return headerLimit(n.cfg.MaxHeaderBytes, mux)
-}
-
-// headerLimit answers 431 to a request whose request line and headers take
+// HeaderLimit answers 431 to a request whose request line and headers take
 // more than max bytes as sent (each header line "Key: value\r\n"). Go's
 // server refuses them only past its own bound plus a read-buffer's slop (4
 // KiB and more), so without this a 64 KiB limit refused from about 80 KiB.
-func headerLimit(max int, next http.Handler) http.Handler {
+func HeaderLimit(max int, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		size := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
 		for k, vs := range r.Header {
@@ -67,57 +34,58 @@ func headerLimit(max int, next http.Handler) http.Handler {
 			size += len("Host: ") + len(r.Host) + 2
 		}
 		if size > max {
-			httpError(w, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("request headers: %d bytes, more than the maximum %d", size, max))
+			WriteError(w, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("request headers: %d bytes, more than the maximum %d", size, max))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-func (n *Node) httpCheck(w http.ResponseWriter, r *http.Request) {
+// HTTP returns the handler of POST /v1/check, the JSON form of
+// RateLimiter/Check (docs/api.md), bound by Config.HTTPRulesOnly.
+func (s *Server) HTTP() http.Handler { return http.HandlerFunc(s.httpCheck) }
+
+func (s *Server) httpCheck(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != "application/json" {
-			httpError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: want application/json", ct))
+			WriteError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: want application/json", ct))
 			return
 		}
 	} else {
-		httpError(w, http.StatusUnsupportedMediaType, "Content-Type missing: want application/json")
+		WriteError(w, http.StatusUnsupportedMediaType, "Content-Type missing: want application/json")
 		return
 	}
-	var req jsonCheckRequest
-	body, code, msg := readBody(w, r, n.cfg.MaxBodyBytes)
+	var req JSONCheckRequest
+	body, code, msg := readBody(w, r, s.cfg.MaxBodyBytes)
 	if code == 0 {
 		code, msg = decodeJSON(bytes.NewReader(body), &req)
 	}
 	if code != 0 {
-		httpError(w, code, msg)
+		WriteError(w, code, msg)
 		return
 	}
-	if err := n.checkBatch(len(req.Items)); err != nil {
-		httpError(w, http.StatusBadRequest, status.Convert(err).Message())
+	if err := s.checkBatch(len(req.Items)); err != nil {
+		WriteError(w, http.StatusBadRequest, status.Convert(err).Message())
 		return
 	}
 	items := make([]item, len(req.Items))
 	for i := range req.Items {
 		items[i] = fromJSON(&req.Items[i])
 	}
-	ruled := n.resolveRules(items, n.cfg.HTTPRulesOnly)
-	out := make([]rlsync.Response, len(items))
-	if err := n.check(r.Context(), items, out); err != nil {
-		s := status.Convert(err)
-		httpError(w, httpStatus(s.Code()), s.Message())
+	out := make([]check.Response, len(items))
+	if err := s.decide(r.Context(), items, out, s.cfg.HTTPRulesOnly); err != nil {
+		st := status.Convert(err)
+		WriteError(w, httpStatus(st.Code()), st.Message())
 		return
 	}
-	applyRuleAnswers(ruled, out)
-	resp := jsonCheckResponse{Items: make([]jsonResult, len(out)), Node: n.cfg.Name}
+	resp := JSONCheckResponse{Items: make([]JSONResult, len(out)), Node: s.cfg.Node}
 	for i := range out {
 		resp.Items[i] = toJSON(&out[i])
-		n.metrics.decision(&items[i], &out[i])
 	}
-	n.metrics.call(apiHTTP, len(items), time.Since(start))
-	writeJSON(w, http.StatusOK, resp)
+	s.obs.Call(HTTP, len(items), time.Since(start))
+	WriteJSON(w, http.StatusOK, resp)
 }
 
 // readBody reads r's body, at most limit bytes, and checks that it is UTF-8
@@ -255,18 +223,6 @@ func tooLarge(err error) bool {
 	return errors.As(err, &mbe)
 }
 
-func (n *Node) httpReady(w http.ResponseWriter, _ *http.Request) {
-	if reason := n.notReady(); reason != "" {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": reason})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-}
-
-func (n *Node) httpCluster(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, n.ClusterStatus())
-}
-
 // httpStatus maps the gRPC code of a failed call to an HTTP status.
 func httpStatus(c codes.Code) int {
 	switch c {
@@ -281,11 +237,14 @@ func httpStatus(c codes.Code) int {
 	}
 }
 
-func httpError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, jsonError{Error: msg})
+// WriteError writes msg as the body of an error answer with the HTTP
+// status code: {"error": msg}, the shape of every error of the HTTP API.
+func WriteError(w http.ResponseWriter, code int, msg string) {
+	WriteJSON(w, code, JSONError{Error: msg})
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
+// WriteJSON writes v as JSON with the HTTP status code.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v) // the client went away; nothing to do

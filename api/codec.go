@@ -1,4 +1,4 @@
-package ringlimit
+package api
 
 import (
 	"context"
@@ -33,7 +33,10 @@ type rawFrame struct{ b []byte }
 // codec, except that a *rawFrame receives the message's bytes as they are.
 type serverCodec struct{ proto encoding.CodecV2 }
 
-func newServerCodec() serverCodec { return serverCodec{proto: encoding.GetCodecV2("proto")} }
+// Codec returns the codec of a node's gRPC servers (grpc.ForceServerCodecV2):
+// gRPC's protobuf codec, with which the services of this package, and
+// RegisterEnvoy's, decode their requests themselves.
+func Codec() encoding.CodecV2 { return serverCodec{proto: encoding.GetCodecV2("proto")} }
 
 // Marshal implements encoding.CodecV2.
 func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
@@ -61,6 +64,13 @@ var rateLimiterDesc = func() grpc.ServiceDesc {
 		})}}
 	return d
 }()
+
+// RegisterEnvoy registers Envoy's RateLimitService v3 served by srv on g,
+// decoding its requests as RateLimiter's are: a request that is not valid
+// protobuf or UTF-8 gets InvalidArgument, not Internal. g must use Codec.
+func RegisterEnvoy(g *grpc.Server, srv rlsv3.RateLimitServiceServer) {
+	g.RegisterService(&envoyDesc, srv)
+}
 
 // envoyDesc is Envoy's RateLimitService_ServiceDesc with a ShouldRateLimit
 // handler that decodes its request itself, as rateLimiterDesc does: a

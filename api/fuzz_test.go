@@ -1,4 +1,4 @@
-package ringlimit
+package api
 
 import (
 	"bytes"
@@ -15,25 +15,34 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ringlimit/ringlimit/check"
+	"github.com/ringlimit/ringlimit/internal/checkertest"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
-// fuzzNode starts a node of one for a fuzz target, stopped when it ends. Its
-// store is kept small: every input may add keys.
-func fuzzNode(f *testing.F) *Node {
-	cfg := testConfig("fuzz")
-	cfg.Logger = nil
-	cfg.Sync.MaxKeys = 10_000
-	n, err := Start(context.Background(), cfg)
+// fuzzServer returns a Server over an in-memory Backend (real buckets, one
+// per key, on a fixed clock: the core's coordination is not what these
+// targets fuzz, the decoding and validation in front of it are).
+func fuzzServer(f *testing.F) *Server {
+	clock := checkertest.NewClock(time.Unix(1_700_000_000, 0))
+	s, err := New(Config{Node: "fuzz", MaxKeyLen: 1024, MaxBatchItems: 1000, MaxBodyBytes: 1 << 20},
+		checkertest.NewChecker(clock), nil)
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = n.Shutdown(ctx)
-	})
-	return n
+	return s
+}
+
+// goodJSON is one valid item of POST /v1/check.
+const goodJSON = `{"name":"api","unique_key":"good","hits":1,"limit":100,"period":"1h","mode":"local"}`
+
+// item1 is a valid item of limit (10 if 0) per hour in mode.
+func item1(name, key string, limit int64, mode ringlimitv1.Mode) *ringlimitv1.CheckItem {
+	if limit == 0 {
+		limit = 10
+	}
+	return &ringlimitv1.CheckItem{Name: name, UniqueKey: key, Hits: proto.Int64(1), Limit: limit,
+		Period: durationpb.New(time.Hour), Mode: mode}
 }
 
 // checkItemError fails t unless msg is an item error of the API's form,
@@ -47,7 +56,7 @@ func checkItemError(t *testing.T, msg string) {
 }
 
 // FuzzHTTPCheck posts arbitrary bytes as the JSON body of POST /v1/check
-// through the node's handler: it answers 200 with one well-formed result
+// through the Server's handler: it answers 200 with one well-formed result
 // per item, or 400 or 413 with a message; never anything else, never a
 // panic.
 func FuzzHTTPCheck(f *testing.F) {
@@ -63,8 +72,7 @@ func FuzzHTTPCheck(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	n := fuzzNode(f)
-	h := n.handler()
+	h := fuzzServer(f).HTTP()
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/check", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -73,7 +81,7 @@ func FuzzHTTPCheck(f *testing.F) {
 		switch rec.Code {
 		case http.StatusOK:
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
-			var e jsonError
+			var e JSONError
 			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == "" {
 				t.Fatalf("HTTP %d with body %q: want a JSON error message", rec.Code, rec.Body.Bytes())
 			}
@@ -81,11 +89,11 @@ func FuzzHTTPCheck(f *testing.F) {
 		default:
 			t.Fatalf("HTTP %d %q", rec.Code, rec.Body.Bytes())
 		}
-		var in jsonCheckRequest
+		var in JSONCheckRequest
 		if err := json.Unmarshal(body, &in); err != nil {
 			t.Fatalf("HTTP 200 for a body that does not decode: %v", err)
 		}
-		var resp jsonCheckResponse
+		var resp JSONCheckResponse
 		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
 			t.Fatalf("answer %q: %v", rec.Body.Bytes(), err)
 		}
@@ -94,9 +102,9 @@ func FuzzHTTPCheck(f *testing.F) {
 		}
 		for i, r := range resp.Items {
 			switch r.Status {
-			case statusError:
+			case check.StatusError.String():
 				checkItemError(t, r.Error)
-			case statusUnderLimit, statusOverLimit:
+			case check.StatusUnderLimit.String(), check.StatusOverLimit.String():
 				if r.Error != "" {
 					t.Fatalf("item %d: %s with an error %q", i, r.Status, r.Error)
 				}
@@ -134,7 +142,7 @@ func FuzzGRPCCheck(f *testing.F) {
 	}
 	f.Add([]byte{0x0a, 0x10, 0x0a, 0x03, 'a'})
 	f.Add([]byte{0x0a, 0x03, 0x0a, 0x01, 0xff})
-	n := fuzzNode(f)
+	n := fuzzServer(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		req := &ringlimitv1.CheckRequest{}
 		if err := decodeRequest(b, req); err != nil {
