@@ -204,7 +204,11 @@ func Check(spec CheckSpec, m CheckMode, s Schedule) (*CheckResult, error) {
 	p := r.Phase("all")
 	res := &CheckResult{Mode: m.String(), Schedule: s, Admitted: p.Admitted, Ideal: p.Ideal,
 		Degraded: p.Degraded, Anomalies: r.Anomalies}
-	lag := int64(sc.Network.Latency + sc.Network.Jitter)
+	// A decision and the answer the checker logs are at most one link
+	// (an owner's reply), one interleave window (the reply applied late)
+	// and one tick (a reply sent with the next batch) apart: the span of
+	// decisions may be that much longer than the span of answers.
+	lag := int64(sc.Network.Latency+sc.Network.Jitter) + int64(spec.Interleave) + int64(cfg.TickInterval)
 	if m.LeaseSlack {
 		lag += int64(cfg.LeaseTTL)
 	}
