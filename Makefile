@@ -137,8 +137,9 @@ sim:
 ## key over every span: owner and leased mode (fail-closed) within the
 ## token bucket's envelope, cached (local-share) within the envelope plus
 ## one allowance per fault. A failure prints its seed and a minimal
-## schedule; exit 1 then. A progress bar on a terminal only; about 2 to 5
-## minutes on 2 cores. SIMCHECKFLAGS adds flags (-mode, -seed, -shrink).
+## schedule; exit 1 then. A progress bar on a terminal only. About 300
+## CPU-seconds with today's failures shrunk (docs/accuracy.md, "The fault
+## checker"). SIMCHECKFLAGS adds flags (-mode, -seed, -shrink).
 SIMCHECK_N    ?= 1000
 SIMCHECKFLAGS ?=
 sim-check:
