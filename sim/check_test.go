@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,6 +209,39 @@ func TestFaultCheckNoFaultKeepsEnvelope(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFaultCheckHandoffsKeepEnvelope: owner mode with fail-closed keeps
+// every key within the envelope through joins, graceful leaves and
+// one-way cuts (the schedules of seeds 1 to 100 with their other faults
+// dropped): hand-offs move keys with their state, and a one-way cut
+// removes nobody. (make sim-check: no failure of owner mode shrinks to one
+// of these alone.)
+func TestFaultCheckHandoffsKeepEnvelope(t *testing.T) {
+	spec := checkSpecShort()
+	m := CheckModes()[0]
+	ran := 0
+	for seed := uint64(1); seed <= 100; seed++ {
+		s := NewSchedule(spec, seed)
+		s.Faults = slices.DeleteFunc(s.Faults, func(f Fault) bool { return f.Kind != "join" && f.Kind != "leave" && f.Kind != "cut" })
+		if len(s.Faults) == 0 {
+			continue
+		}
+		ran++
+		r, err := Check(spec, m, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Failed() {
+			var b bytes.Buffer
+			_ = WriteFailure(&b, s, r)
+			t.Errorf("%s", b.String())
+		}
+	}
+	if ran < 20 {
+		t.Errorf("only %d of 100 seeds drew a join, a leave or a cut", ran)
+	}
+	t.Logf("%d schedules of joins, graceful leaves and one-way cuts", ran)
 }
 
 // TestFailClosedEnvelopeUnderFaults is issue #15's promise (item 3) under
