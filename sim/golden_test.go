@@ -11,7 +11,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // TestGolden pins the comparison table of every standard scenario, run short
-// (10s, 3000 requests/s, seed 1), so that a change to bucket/, ring/ or sync/
+// (10s, at most 3000 requests/s, seed 1), so that a change to bucket/, ring/ or sync/
 // that moves the figures shows up in review. After an intended change:
 //
 //	go test ./sim -run TestGolden -update

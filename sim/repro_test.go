@@ -9,7 +9,8 @@ import (
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
-// short returns the standard scenario name at 10s and 3000 requests/s.
+// short returns the standard scenario name at 10s and at most 3000
+// requests/s (the small-limit scenarios keep their own, lower rates).
 func short(t *testing.T, name string) Scenario {
 	t.Helper()
 	s, err := Named(name)
@@ -17,7 +18,7 @@ func short(t *testing.T, name string) Scenario {
 		t.Fatal(err)
 	}
 	s = s.Scale(0, 10*time.Second)
-	s.Workload.Rate = 3000
+	s.Workload.Rate = min(s.Workload.Rate, 3000)
 	return s
 }
 
