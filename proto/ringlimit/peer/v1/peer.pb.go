@@ -182,7 +182,27 @@ type Envelope struct {
 	//	*Envelope_HandoffAck
 	//	*Envelope_Backup
 	//	*Envelope_BackupAck
-	Body          isEnvelope_Body `protobuf_oneof:"body"`
+	Body isEnvelope_Body `protobuf_oneof:"body"`
+	// The clock fields let nodes whose clocks differ agree on time (see
+	// docs/consistency.md, "Clocks", and sync/clock.go). A sender that does
+	// not set them (clock_ns 0, an older node) is not measured and its states
+	// are read as they are.
+	//
+	// clock_ns is the sender's own clock when it sent the envelope, Unix ns,
+	// before any correction.
+	ClockNs int64 `protobuf:"varint,40,opt,name=clock_ns,json=clockNs,proto3" json:"clock_ns,omitempty"`
+	// clock_correction_ns is what the sender adds to its clock to get the
+	// cluster time its bucket states are stamped in: every instant in the
+	// states of this envelope is on the sender's clock_ns + clock_correction_ns.
+	ClockCorrectionNs int64 `protobuf:"varint,41,opt,name=clock_correction_ns,json=clockCorrectionNs,proto3" json:"clock_correction_ns,omitempty"`
+	// clock_seen_ns, valid when clock_seen is set, is the smallest recent
+	// value of (the sender's clock at receipt - clock_ns) over envelopes the
+	// sender received from the receiver: their clock difference plus the
+	// one-way delay. With its own measure of the other direction the receiver
+	// gets the offset between the two clocks, to within half the difference
+	// of the two delays (the NTP estimate).
+	ClockSeenNs   int64 `protobuf:"varint,42,opt,name=clock_seen_ns,json=clockSeenNs,proto3" json:"clock_seen_ns,omitempty"`
+	ClockSeen     bool  `protobuf:"varint,43,opt,name=clock_seen,json=clockSeen,proto3" json:"clock_seen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,6 +344,34 @@ func (x *Envelope) GetBackupAck() *BackupAck {
 		}
 	}
 	return nil
+}
+
+func (x *Envelope) GetClockNs() int64 {
+	if x != nil {
+		return x.ClockNs
+	}
+	return 0
+}
+
+func (x *Envelope) GetClockCorrectionNs() int64 {
+	if x != nil {
+		return x.ClockCorrectionNs
+	}
+	return 0
+}
+
+func (x *Envelope) GetClockSeenNs() int64 {
+	if x != nil {
+		return x.ClockSeenNs
+	}
+	return 0
+}
+
+func (x *Envelope) GetClockSeen() bool {
+	if x != nil {
+		return x.ClockSeen
+	}
+	return false
 }
 
 type isEnvelope_Body interface {
@@ -1447,7 +1495,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x1cringlimit/peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"K\n" +
 	"\x0eDeliverRequest\x129\n" +
 	"\tenvelopes\x18\x01 \x03(\v2\x1b.ringlimit.peer.v1.EnvelopeR\tenvelopes\"\x11\n" +
-	"\x0fDeliverResponse\"\xe3\x04\n" +
+	"\x0fDeliverResponse\"\xf1\x05\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12 \n" +
@@ -1463,7 +1511,12 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"handoffAck\x123\n" +
 	"\x06backup\x18\x11 \x01(\v2\x19.ringlimit.peer.v1.BackupH\x00R\x06backup\x12=\n" +
 	"\n" +
-	"backup_ack\x18\x12 \x01(\v2\x1c.ringlimit.peer.v1.BackupAckH\x00R\tbackupAckB\x06\n" +
+	"backup_ack\x18\x12 \x01(\v2\x1c.ringlimit.peer.v1.BackupAckH\x00R\tbackupAck\x12\x19\n" +
+	"\bclock_ns\x18( \x01(\x03R\aclockNs\x12.\n" +
+	"\x13clock_correction_ns\x18) \x01(\x03R\x11clockCorrectionNs\x12\"\n" +
+	"\rclock_seen_ns\x18* \x01(\x03R\vclockSeenNs\x12\x1d\n" +
+	"\n" +
+	"clock_seen\x18+ \x01(\bR\tclockSeenB\x06\n" +
 	"\x04body\"\xc7\x02\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +

@@ -1,0 +1,289 @@
+package sync
+
+import (
+	"slices"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// Clocks. Each node's driver passes its own clock as now; clocks of
+// different machines differ. Timers (flush intervals, timeouts, lease TTLs)
+// only measure durations on one node and run on that node's clock as given.
+// Bucket states hold instants, and travel between nodes (flush answers,
+// pushes, hand-offs, backups, the views a new owner rebuilds from): they
+// run on cluster time, the median of the members' clocks as this node
+// measures it, so that every node reads every state the same way and
+// windows aligned to the clock (fixed window, sliding counter) have the
+// same edges everywhere.
+//
+// Measuring. Every envelope carries the sender's clock (clock_ns), the
+// correction it applies (clock_correction_ns) and the smallest recent
+// (receipt - clock_ns) it measured on envelopes from the receiver
+// (clock_seen_ns): the NTP estimate, from both directions. For a peer p,
+// seen = (ours - p's) + delay p->us, and p's seen of us = (p's - ours) +
+// delay us->p, so (p's seen - ours)/2 = p's clock - ours, to within half
+// the difference of the two delays; taking the minimum of each over a
+// window (clockWindow) drops queueing delays. The correction is the median
+// of {0} and the offsets to the peers measured, so every node's cluster
+// time is the median of the members' clocks, to within the measurement
+// error, and a single wrong clock among three or more does not move it.
+//
+// Steps. The correction follows the median only when it moved by more than
+// clockStep (a fraction of MaxClockOffset): then every state this node
+// holds is shifted by the change (bucket.Shift), so a step neither refills
+// nor locks out a key. A node whose correction exceeds MaxClockOffset says
+// so (ClockStatus, Metrics.ClockSkewed; the driver logs it and the node is
+// not ready) and keeps deciding on cluster time.
+//
+// Receiving. States in an envelope are on the sender's cluster time. When
+// the receiver's differs from it by more than clockStep (the sender has not
+// measured its peers yet, or its estimate and ours disagree), the states
+// are shifted by the difference as they are decoded: by the measured one,
+// or, before any measurement, by (our time - the sender's) at receipt when
+// that exceeds MaxClockOffset. The latter includes the one-way delay, which
+// makes states look younger than they are: a receiver may under-admit by
+// the delay's worth of refill, never over-admit.
+
+// clockWindow is how long a minimum of the one-way measurements is kept:
+// the estimate uses the current and the previous window's minimum, so it
+// follows a clock that drifts or steps within two windows.
+const clockWindow = 10 * time.Second
+
+// clockStepDiv sets clockStep = MaxClockOffset / clockStepDiv: the least
+// change of the median that moves the correction and shifts the states.
+const clockStepDiv = 16
+
+// ClockStatus is what a Node knows of its clock against its peers'.
+type ClockStatus struct {
+	// Offset is this node's clock minus cluster time (the median of the
+	// members' clocks as measured): positive when this clock runs ahead.
+	// The node decides on its clock minus Offset.
+	Offset time.Duration
+	// Measured is the number of peers whose offset is measured; Peers the
+	// number of current peers.
+	Measured, Peers int
+	// Bound is Config.MaxClockOffset.
+	Bound time.Duration
+	// Skewed reports |Offset| > Bound: this node's clock differs from its
+	// peers' by more than the bound. Its decisions are still on cluster time.
+	Skewed bool
+}
+
+// clockMin is a windowed minimum of one-way measurements.
+type clockMin struct {
+	start    int64 // when the current window started, this node's clock (ns)
+	cur, old int64 // minimum of the current and previous windows
+	hasCur   bool
+	hasOld   bool
+}
+
+// add records v, measured at t.
+func (m *clockMin) add(t, v int64) {
+	if !m.hasCur || t-m.start >= int64(clockWindow) || t < m.start {
+		m.old, m.hasOld = m.cur, m.hasCur
+		m.start, m.cur, m.hasCur = t, v, true
+		return
+	}
+	m.cur = min(m.cur, v)
+}
+
+// get returns the minimum over both windows.
+func (m *clockMin) get() (int64, bool) {
+	switch {
+	case m.hasCur && m.hasOld:
+		return min(m.cur, m.old), true
+	case m.hasCur:
+		return m.cur, true
+	}
+	return 0, false
+}
+
+// peerClock is this node's measure of one peer's clock.
+type peerClock struct {
+	// inc is the incarnation of the peer measured.
+	inc uint64
+	// seen: (our clock at receipt - the peer's clock_ns), windowed minimum.
+	seen clockMin
+	// theirs is the peer's seen of us, from its latest envelope.
+	theirs    int64
+	hasTheirs bool
+	// off is the peer's clock minus ours; has once both directions are in.
+	off int64
+	has bool
+}
+
+// nodeClock is a Node's clock correction.
+type nodeClock struct {
+	// corr is added to the driver's now to get cluster time (ns).
+	corr int64
+	// skewed is |corr| > MaxClockOffset, as last reported.
+	skewed bool
+	// rx is the shift applied to the states of the envelope being handled.
+	rx time.Duration
+	// now is the driver's time of the input being applied (ns), which
+	// stamps the envelopes it sends.
+	now int64
+}
+
+// at records now, the time of the input being applied.
+func (c *nodeClock) at(now time.Time) { c.now = now.UnixNano() }
+
+// bt returns the cluster time of now: the time every bucket is read and
+// written at.
+func (n *Node) bt(now time.Time) time.Time {
+	if n.clk.corr == 0 {
+		return now
+	}
+	return now.Add(time.Duration(n.clk.corr))
+}
+
+// clockStep is the least change of the median that moves the correction.
+func (n *Node) clockStep() int64 { return int64(n.cfg.MaxClockOffset / clockStepDiv) }
+
+// stampClock sets the clock fields of env, about to be sent to p (nil: not
+// a current peer) during the input being applied.
+func (n *Node) stampClock(p *peer, env *peerv1.Envelope) {
+	env.ClockNs = n.clk.now
+	env.ClockCorrectionNs = n.clk.corr
+	if p != nil {
+		env.ClockSeenNs, env.ClockSeen = p.clk.seen.get()
+	}
+}
+
+// observeClock measures p's clock from env, received at now, moves the
+// correction when the median moved, and sets the shift of env's states.
+func (n *Node) observeClock(now time.Time, v *view, p *peer, env *peerv1.Envelope) {
+	n.clk.rx = 0
+	if env.ClockNs == 0 {
+		return // an older node: not measured, its states read as they are
+	}
+	t := now.UnixNano()
+	pc := &p.clk
+	switch {
+	case env.Incarnation < pc.inc:
+		return // from a process that has restarted since
+	case env.Incarnation > pc.inc:
+		*pc = peerClock{inc: env.Incarnation} // a restarted process: measure again
+	}
+	pc.seen.add(t, t-env.ClockNs)
+	if env.ClockSeen {
+		pc.theirs, pc.hasTheirs = env.ClockSeenNs, true
+	}
+	if seen, ok := pc.seen.get(); ok && pc.hasTheirs {
+		if off := (pc.theirs - seen) / 2; !pc.has || off != pc.off {
+			pc.off, pc.has = off, true
+			n.recorrect(v)
+		}
+	}
+	// The sender's cluster time is its clock + its correction; ours is ours
+	// + ours. Their difference is the shift of its states.
+	var diff int64
+	if pc.has {
+		diff = n.clk.corr - env.ClockCorrectionNs - pc.off
+		if abs64(diff) <= n.clockStep() {
+			diff = 0
+		}
+	} else {
+		diff = t + n.clk.corr - (env.ClockNs + env.ClockCorrectionNs)
+		if abs64(diff) <= int64(n.cfg.MaxClockOffset) {
+			diff = 0
+		}
+	}
+	if diff != 0 {
+		n.clk.rx = time.Duration(diff)
+		n.metrics.ClockRebased.Add(1)
+	}
+}
+
+// recorrect moves the correction to the median of the measured offsets
+// when it moved by more than clockStep, shifting every held state.
+func (n *Node) recorrect(v *view) {
+	offs := make([]int64, 1, len(v.peers)+1) // 0: this node
+	for _, p := range v.peers {
+		if p.clk.has {
+			offs = append(offs, p.clk.off)
+		}
+	}
+	slices.Sort(offs)
+	k := len(offs)
+	med := offs[k/2]
+	if k%2 == 0 {
+		med = offs[k/2-1] + (offs[k/2]-offs[k/2-1])/2
+	}
+	if d := med - n.clk.corr; abs64(d) > n.clockStep() {
+		n.shiftAll(time.Duration(d))
+		n.clk.corr = med
+		n.metrics.ClockSteps.Add(1)
+	}
+	n.metrics.ClockOffsetNs.Store(-n.clk.corr)
+	skewed := abs64(n.clk.corr) > int64(n.cfg.MaxClockOffset)
+	n.clk.skewed = skewed
+	if skewed {
+		n.metrics.ClockSkewed.Store(1)
+	} else {
+		n.metrics.ClockSkewed.Store(0)
+	}
+}
+
+// shiftAll shifts every bucket state this node holds by d: its store (owned,
+// cached, local and share entries) and the backups it keeps for others.
+func (n *Node) shiftAll(d time.Duration) {
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		for _, e := range s.m.all() {
+			e.b.Shift(d)
+		}
+		for _, m := range []map[string]*entry{s.local, s.share} {
+			for _, e := range m {
+				e.b.Shift(d)
+			}
+		}
+	}
+	for _, h := range n.dur.held {
+		h.b.Shift(d)
+	}
+}
+
+// rebase shifts b, decoded from the envelope being handled, to this node's
+// cluster time, and returns it.
+func (n *Node) rebase(b bucket.Bucket) bucket.Bucket {
+	if n.clk.rx != 0 && b != nil {
+		b.Shift(n.clk.rx)
+	}
+	return b
+}
+
+// rebaseAt moves t, an instant of the envelope being handled, to this
+// node's cluster time.
+func (n *Node) rebaseAt(t time.Time) time.Time {
+	if n.clk.rx == 0 || t.IsZero() {
+		return t
+	}
+	return t.Add(n.clk.rx)
+}
+
+// ClockStatus returns what the node knows of its clock against its peers'.
+// Like every read of state, it is called from the driver's loop.
+func (n *Node) ClockStatus() ClockStatus {
+	st := ClockStatus{
+		Offset: -time.Duration(n.clk.corr),
+		Peers:  len(n.view.peers),
+		Bound:  n.cfg.MaxClockOffset,
+		Skewed: n.clk.skewed,
+	}
+	for _, p := range n.view.peers {
+		if p.clk.has {
+			st.Measured++
+		}
+	}
+	return st
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
