@@ -26,7 +26,7 @@ import (
 // delay us->p, so (p's seen - ours)/2 = p's clock - ours, to within half
 // the difference of the two delays; taking the minimum of each over a
 // window (clockWindow) drops queueing delays. The correction is the median
-// of {0} and the offsets to the peers measured, so every node's cluster
+// of {0} and the offsets to the peers (0 for one not measured yet), so every node's cluster
 // time is the median of the members' clocks, to within the measurement
 // error, and a single wrong clock among three or more does not move it.
 //
@@ -50,6 +50,11 @@ import (
 // the estimate uses the current and the previous window's minimum, so it
 // follows a clock that drifts or steps within two windows.
 const clockWindow = 10 * time.Second
+
+// clockProbeEvery is how long a node sends nothing to a peer before it
+// sends it a clock probe, so that every pair of members is measured
+// within about two of these, with or without traffic.
+const clockProbeEvery = time.Second
 
 // clockStepDiv sets clockStep = MaxClockOffset / clockStepDiv: the least
 // change of the median that moves the correction and shifts the states.
@@ -112,6 +117,8 @@ type peerClock struct {
 	// off is the peer's clock minus ours; has once both directions are in.
 	off int64
 	has bool
+	// sent is when this node last sent the peer an envelope (its clock, ns).
+	sent int64
 }
 
 // nodeClock is a Node's clock correction.
@@ -125,6 +132,8 @@ type nodeClock struct {
 	// now is the driver's time of the input being applied (ns), which
 	// stamps the envelopes it sends.
 	now int64
+	// round is when tickClock last ran its round (ns).
+	round int64
 }
 
 // at records now, the time of the input being applied.
@@ -149,7 +158,36 @@ func (n *Node) stampClock(p *peer, env *peerv1.Envelope) {
 	env.ClockCorrectionNs = n.clk.corr
 	if p != nil {
 		env.ClockSeenNs, env.ClockSeen = p.clk.seen.get()
+		p.clk.sent = n.clk.now
 	}
+}
+
+type clockProbeBody struct{}
+
+func (clockProbeBody) set(e *peerv1.Envelope) {
+	e.Body = &peerv1.Envelope_ClockProbe{ClockProbe: &peerv1.ClockProbe{}}
+}
+
+// tickClock sends a clock probe to every peer this node sent nothing to
+// for clockProbeEvery, and once per probe round follows the median (a
+// peer may have left the membership since).
+func (n *Node) tickClock(now time.Time, v *view) {
+	t := now.UnixNano()
+	if t-n.clk.round < int64(clockProbeEvery) && t >= n.clk.round {
+		return
+	}
+	n.clk.round = t
+	names := make([]string, 0, len(v.peers))
+	for name, p := range v.peers {
+		if t-p.clk.sent >= int64(clockProbeEvery) || t < p.clk.sent {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names) // the order of sends is reproducible
+	for _, name := range names {
+		n.send(name, clockProbeBody{})
+	}
+	n.recorrect(v)
 }
 
 // observeClock measures p's clock from env, received at now, moves the
@@ -200,11 +238,16 @@ func (n *Node) observeClock(now time.Time, v *view, p *peer, env *peerv1.Envelop
 // recorrect moves the correction to the median of the measured offsets
 // when it moved by more than clockStep, shifting every held state.
 func (n *Node) recorrect(v *view) {
-	offs := make([]int64, 1, len(v.peers)+1) // 0: this node
+	// This node counts 0, and so does a peer not measured yet: until it is,
+	// it is taken to agree, so that a node that measured only part of the
+	// members does not follow the one it measured.
+	offs := make([]int64, 1, len(v.peers)+1)
 	for _, p := range v.peers {
+		var off int64
 		if p.clk.has {
-			offs = append(offs, p.clk.off)
+			off = p.clk.off
 		}
+		offs = append(offs, off)
 	}
 	slices.Sort(offs)
 	k := len(offs)

@@ -122,6 +122,8 @@ func bodyName(env *peerv1.Envelope) string {
 		return "backup"
 	case *peerv1.Envelope_BackupAck:
 		return "backupack"
+	case *peerv1.Envelope_ClockProbe:
+		return "clock"
 	}
 	return "?"
 }

@@ -287,6 +287,8 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		n.onBackup(now, p, env.Incarnation, b.Backup)
 	case *peerv1.Envelope_BackupAck:
 		n.onBackupAck(p, b.BackupAck)
+	case *peerv1.Envelope_ClockProbe:
+		// measured by observeClock; nothing else to do
 	default:
 		n.metrics.Malformed.Add(1)
 	}
@@ -348,6 +350,7 @@ func (n *Node) Tick(now time.Time) {
 	n.tickBackups(now, v)
 	n.tickParked(now, v)
 	n.tickContested(now, v)
+	n.tickClock(now, v) // clock.go
 	i, sweep := n.sweepDue(now)
 	if sweep {
 		n.sweepShard(now, i)

@@ -182,6 +182,7 @@ type Envelope struct {
 	//	*Envelope_HandoffAck
 	//	*Envelope_Backup
 	//	*Envelope_BackupAck
+	//	*Envelope_ClockProbe
 	Body isEnvelope_Body `protobuf_oneof:"body"`
 	// The clock fields let nodes whose clocks differ agree on time (see
 	// docs/consistency.md, "Clocks", and sync/clock.go). A sender that does
@@ -346,6 +347,15 @@ func (x *Envelope) GetBackupAck() *BackupAck {
 	return nil
 }
 
+func (x *Envelope) GetClockProbe() *ClockProbe {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_ClockProbe); ok {
+			return x.ClockProbe
+		}
+	}
+	return nil
+}
+
 func (x *Envelope) GetClockNs() int64 {
 	if x != nil {
 		return x.ClockNs
@@ -415,6 +425,14 @@ type Envelope_BackupAck struct {
 	BackupAck *BackupAck `protobuf:"bytes,18,opt,name=backup_ack,json=backupAck,proto3,oneof"`
 }
 
+type Envelope_ClockProbe struct {
+	// A clock probe carries nothing but the envelope's clock fields; a node
+	// sends one to each peer it sent nothing else to for a second, so that
+	// clocks are measured between every pair of members (sync/clock.go).
+	// An older node counts it as malformed and drops it.
+	ClockProbe *ClockProbe `protobuf:"bytes,39,opt,name=clock_probe,json=clockProbe,proto3,oneof"`
+}
+
 func (*Envelope_Flush) isEnvelope_Body() {}
 
 func (*Envelope_FlushAck) isEnvelope_Body() {}
@@ -432,6 +450,46 @@ func (*Envelope_HandoffAck) isEnvelope_Body() {}
 func (*Envelope_Backup) isEnvelope_Body() {}
 
 func (*Envelope_BackupAck) isEnvelope_Body() {}
+
+func (*Envelope_ClockProbe) isEnvelope_Body() {}
+
+// ClockProbe is an envelope body that carries nothing: the envelope's clock
+// fields are its content.
+type ClockProbe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClockProbe) Reset() {
+	*x = ClockProbe{}
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClockProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClockProbe) ProtoMessage() {}
+
+func (x *ClockProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClockProbe.ProtoReflect.Descriptor instead.
+func (*ClockProbe) Descriptor() ([]byte, []int) {
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+}
 
 // Limit mirrors bucket.Limit: the configuration of one key's bucket.
 type Limit struct {
@@ -455,7 +513,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +525,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +538,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Limit) GetAlgorithm() uint32 {
@@ -568,7 +626,7 @@ type Flush struct {
 
 func (x *Flush) Reset() {
 	*x = Flush{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +638,7 @@ func (x *Flush) String() string {
 func (*Flush) ProtoMessage() {}
 
 func (x *Flush) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +651,7 @@ func (x *Flush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flush.ProtoReflect.Descriptor instead.
 func (*Flush) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Flush) GetSeq() uint64 {
@@ -636,7 +694,7 @@ type FlushItem struct {
 
 func (x *FlushItem) Reset() {
 	*x = FlushItem{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +706,7 @@ func (x *FlushItem) String() string {
 func (*FlushItem) ProtoMessage() {}
 
 func (x *FlushItem) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +719,7 @@ func (x *FlushItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushItem.ProtoReflect.Descriptor instead.
 func (*FlushItem) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FlushItem) GetKey() string {
@@ -734,7 +792,7 @@ type FlushAck struct {
 
 func (x *FlushAck) Reset() {
 	*x = FlushAck{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +804,7 @@ func (x *FlushAck) String() string {
 func (*FlushAck) ProtoMessage() {}
 
 func (x *FlushAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +817,7 @@ func (x *FlushAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushAck.ProtoReflect.Descriptor instead.
 func (*FlushAck) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FlushAck) GetSeq() uint64 {
@@ -806,7 +864,7 @@ type KeyState struct {
 
 func (x *KeyState) Reset() {
 	*x = KeyState{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +876,7 @@ func (x *KeyState) String() string {
 func (*KeyState) ProtoMessage() {}
 
 func (x *KeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +889,7 @@ func (x *KeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
 func (*KeyState) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeyState) GetKey() string {
@@ -891,7 +949,7 @@ type Push struct {
 
 func (x *Push) Reset() {
 	*x = Push{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +961,7 @@ func (x *Push) String() string {
 func (*Push) ProtoMessage() {}
 
 func (x *Push) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +974,7 @@ func (x *Push) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Push.ProtoReflect.Descriptor instead.
 func (*Push) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Push) GetAppliedSeq() uint64 {
@@ -952,7 +1010,7 @@ type Forward struct {
 
 func (x *Forward) Reset() {
 	*x = Forward{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1022,7 @@ func (x *Forward) String() string {
 func (*Forward) ProtoMessage() {}
 
 func (x *Forward) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1035,7 @@ func (x *Forward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forward.ProtoReflect.Descriptor instead.
 func (*Forward) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Forward) GetId() uint64 {
@@ -1014,7 +1072,7 @@ type ForwardItem struct {
 
 func (x *ForwardItem) Reset() {
 	*x = ForwardItem{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1084,7 @@ func (x *ForwardItem) String() string {
 func (*ForwardItem) ProtoMessage() {}
 
 func (x *ForwardItem) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1097,7 @@ func (x *ForwardItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardItem.ProtoReflect.Descriptor instead.
 func (*ForwardItem) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ForwardItem) GetKey() string {
@@ -1096,7 +1154,7 @@ type ForwardReply struct {
 
 func (x *ForwardReply) Reset() {
 	*x = ForwardReply{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1166,7 @@ func (x *ForwardReply) String() string {
 func (*ForwardReply) ProtoMessage() {}
 
 func (x *ForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1179,7 @@ func (x *ForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardReply.ProtoReflect.Descriptor instead.
 func (*ForwardReply) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ForwardReply) GetId() uint64 {
@@ -1165,7 +1223,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1235,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1248,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -1273,7 +1331,7 @@ type Handoff struct {
 
 func (x *Handoff) Reset() {
 	*x = Handoff{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1343,7 @@ func (x *Handoff) String() string {
 func (*Handoff) ProtoMessage() {}
 
 func (x *Handoff) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1356,7 @@ func (x *Handoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
 func (*Handoff) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Handoff) GetSeq() uint64 {
@@ -1333,7 +1391,7 @@ type HandoffAck struct {
 
 func (x *HandoffAck) Reset() {
 	*x = HandoffAck{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1403,7 @@ func (x *HandoffAck) String() string {
 func (*HandoffAck) ProtoMessage() {}
 
 func (x *HandoffAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1416,7 @@ func (x *HandoffAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffAck.ProtoReflect.Descriptor instead.
 func (*HandoffAck) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HandoffAck) GetSeq() uint64 {
@@ -1393,7 +1451,7 @@ type Backup struct {
 
 func (x *Backup) Reset() {
 	*x = Backup{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1463,7 @@ func (x *Backup) String() string {
 func (*Backup) ProtoMessage() {}
 
 func (x *Backup) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1476,7 @@ func (x *Backup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backup.ProtoReflect.Descriptor instead.
 func (*Backup) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Backup) GetSeq() uint64 {
@@ -1446,7 +1504,7 @@ type BackupAck struct {
 
 func (x *BackupAck) Reset() {
 	*x = BackupAck{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1516,7 @@ func (x *BackupAck) String() string {
 func (*BackupAck) ProtoMessage() {}
 
 func (x *BackupAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1529,7 @@ func (x *BackupAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupAck.ProtoReflect.Descriptor instead.
 func (*BackupAck) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BackupAck) GetSeq() uint64 {
@@ -1495,7 +1553,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x1cringlimit/peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"K\n" +
 	"\x0eDeliverRequest\x129\n" +
 	"\tenvelopes\x18\x01 \x03(\v2\x1b.ringlimit.peer.v1.EnvelopeR\tenvelopes\"\x11\n" +
-	"\x0fDeliverResponse\"\xf1\x05\n" +
+	"\x0fDeliverResponse\"\xb3\x06\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12 \n" +
@@ -1511,13 +1569,17 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"handoffAck\x123\n" +
 	"\x06backup\x18\x11 \x01(\v2\x19.ringlimit.peer.v1.BackupH\x00R\x06backup\x12=\n" +
 	"\n" +
-	"backup_ack\x18\x12 \x01(\v2\x1c.ringlimit.peer.v1.BackupAckH\x00R\tbackupAck\x12\x19\n" +
+	"backup_ack\x18\x12 \x01(\v2\x1c.ringlimit.peer.v1.BackupAckH\x00R\tbackupAck\x12@\n" +
+	"\vclock_probe\x18' \x01(\v2\x1d.ringlimit.peer.v1.ClockProbeH\x00R\n" +
+	"clockProbe\x12\x19\n" +
 	"\bclock_ns\x18( \x01(\x03R\aclockNs\x12.\n" +
 	"\x13clock_correction_ns\x18) \x01(\x03R\x11clockCorrectionNs\x12\"\n" +
 	"\rclock_seen_ns\x18* \x01(\x03R\vclockSeenNs\x12\x1d\n" +
 	"\n" +
 	"clock_seen\x18+ \x01(\bR\tclockSeenB\x06\n" +
-	"\x04body\"\xc7\x02\n" +
+	"\x04body\"\f\n" +
+	"\n" +
+	"ClockProbe\"\xc7\x02\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1b\n" +
@@ -1620,57 +1682,59 @@ func file_ringlimit_peer_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_peer_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ringlimit_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_ringlimit_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_ringlimit_peer_v1_peer_proto_goTypes = []any{
 	(ErrorCode)(0),          // 0: ringlimit.peer.v1.ErrorCode
 	(*DeliverRequest)(nil),  // 1: ringlimit.peer.v1.DeliverRequest
 	(*DeliverResponse)(nil), // 2: ringlimit.peer.v1.DeliverResponse
 	(*Envelope)(nil),        // 3: ringlimit.peer.v1.Envelope
-	(*Limit)(nil),           // 4: ringlimit.peer.v1.Limit
-	(*Flush)(nil),           // 5: ringlimit.peer.v1.Flush
-	(*FlushItem)(nil),       // 6: ringlimit.peer.v1.FlushItem
-	(*FlushAck)(nil),        // 7: ringlimit.peer.v1.FlushAck
-	(*KeyState)(nil),        // 8: ringlimit.peer.v1.KeyState
-	(*Push)(nil),            // 9: ringlimit.peer.v1.Push
-	(*Forward)(nil),         // 10: ringlimit.peer.v1.Forward
-	(*ForwardItem)(nil),     // 11: ringlimit.peer.v1.ForwardItem
-	(*ForwardReply)(nil),    // 12: ringlimit.peer.v1.ForwardReply
-	(*Decision)(nil),        // 13: ringlimit.peer.v1.Decision
-	(*Handoff)(nil),         // 14: ringlimit.peer.v1.Handoff
-	(*HandoffAck)(nil),      // 15: ringlimit.peer.v1.HandoffAck
-	(*Backup)(nil),          // 16: ringlimit.peer.v1.Backup
-	(*BackupAck)(nil),       // 17: ringlimit.peer.v1.BackupAck
+	(*ClockProbe)(nil),      // 4: ringlimit.peer.v1.ClockProbe
+	(*Limit)(nil),           // 5: ringlimit.peer.v1.Limit
+	(*Flush)(nil),           // 6: ringlimit.peer.v1.Flush
+	(*FlushItem)(nil),       // 7: ringlimit.peer.v1.FlushItem
+	(*FlushAck)(nil),        // 8: ringlimit.peer.v1.FlushAck
+	(*KeyState)(nil),        // 9: ringlimit.peer.v1.KeyState
+	(*Push)(nil),            // 10: ringlimit.peer.v1.Push
+	(*Forward)(nil),         // 11: ringlimit.peer.v1.Forward
+	(*ForwardItem)(nil),     // 12: ringlimit.peer.v1.ForwardItem
+	(*ForwardReply)(nil),    // 13: ringlimit.peer.v1.ForwardReply
+	(*Decision)(nil),        // 14: ringlimit.peer.v1.Decision
+	(*Handoff)(nil),         // 15: ringlimit.peer.v1.Handoff
+	(*HandoffAck)(nil),      // 16: ringlimit.peer.v1.HandoffAck
+	(*Backup)(nil),          // 17: ringlimit.peer.v1.Backup
+	(*BackupAck)(nil),       // 18: ringlimit.peer.v1.BackupAck
 }
 var file_ringlimit_peer_v1_peer_proto_depIdxs = []int32{
 	3,  // 0: ringlimit.peer.v1.DeliverRequest.envelopes:type_name -> ringlimit.peer.v1.Envelope
-	5,  // 1: ringlimit.peer.v1.Envelope.flush:type_name -> ringlimit.peer.v1.Flush
-	7,  // 2: ringlimit.peer.v1.Envelope.flush_ack:type_name -> ringlimit.peer.v1.FlushAck
-	9,  // 3: ringlimit.peer.v1.Envelope.push:type_name -> ringlimit.peer.v1.Push
-	10, // 4: ringlimit.peer.v1.Envelope.forward:type_name -> ringlimit.peer.v1.Forward
-	12, // 5: ringlimit.peer.v1.Envelope.forward_reply:type_name -> ringlimit.peer.v1.ForwardReply
-	14, // 6: ringlimit.peer.v1.Envelope.handoff:type_name -> ringlimit.peer.v1.Handoff
-	15, // 7: ringlimit.peer.v1.Envelope.handoff_ack:type_name -> ringlimit.peer.v1.HandoffAck
-	16, // 8: ringlimit.peer.v1.Envelope.backup:type_name -> ringlimit.peer.v1.Backup
-	17, // 9: ringlimit.peer.v1.Envelope.backup_ack:type_name -> ringlimit.peer.v1.BackupAck
-	6,  // 10: ringlimit.peer.v1.Flush.items:type_name -> ringlimit.peer.v1.FlushItem
-	4,  // 11: ringlimit.peer.v1.FlushItem.limit:type_name -> ringlimit.peer.v1.Limit
-	8,  // 12: ringlimit.peer.v1.FlushAck.items:type_name -> ringlimit.peer.v1.KeyState
-	8,  // 13: ringlimit.peer.v1.Push.items:type_name -> ringlimit.peer.v1.KeyState
-	11, // 14: ringlimit.peer.v1.Forward.items:type_name -> ringlimit.peer.v1.ForwardItem
-	4,  // 15: ringlimit.peer.v1.ForwardItem.limit:type_name -> ringlimit.peer.v1.Limit
-	13, // 16: ringlimit.peer.v1.ForwardReply.items:type_name -> ringlimit.peer.v1.Decision
-	0,  // 17: ringlimit.peer.v1.Decision.error:type_name -> ringlimit.peer.v1.ErrorCode
-	8,  // 18: ringlimit.peer.v1.Handoff.items:type_name -> ringlimit.peer.v1.KeyState
-	8,  // 19: ringlimit.peer.v1.Backup.items:type_name -> ringlimit.peer.v1.KeyState
-	1,  // 20: ringlimit.peer.v1.Peer.Deliver:input_type -> ringlimit.peer.v1.DeliverRequest
-	1,  // 21: ringlimit.peer.v1.Peer.Stream:input_type -> ringlimit.peer.v1.DeliverRequest
-	2,  // 22: ringlimit.peer.v1.Peer.Deliver:output_type -> ringlimit.peer.v1.DeliverResponse
-	2,  // 23: ringlimit.peer.v1.Peer.Stream:output_type -> ringlimit.peer.v1.DeliverResponse
-	22, // [22:24] is the sub-list for method output_type
-	20, // [20:22] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	6,  // 1: ringlimit.peer.v1.Envelope.flush:type_name -> ringlimit.peer.v1.Flush
+	8,  // 2: ringlimit.peer.v1.Envelope.flush_ack:type_name -> ringlimit.peer.v1.FlushAck
+	10, // 3: ringlimit.peer.v1.Envelope.push:type_name -> ringlimit.peer.v1.Push
+	11, // 4: ringlimit.peer.v1.Envelope.forward:type_name -> ringlimit.peer.v1.Forward
+	13, // 5: ringlimit.peer.v1.Envelope.forward_reply:type_name -> ringlimit.peer.v1.ForwardReply
+	15, // 6: ringlimit.peer.v1.Envelope.handoff:type_name -> ringlimit.peer.v1.Handoff
+	16, // 7: ringlimit.peer.v1.Envelope.handoff_ack:type_name -> ringlimit.peer.v1.HandoffAck
+	17, // 8: ringlimit.peer.v1.Envelope.backup:type_name -> ringlimit.peer.v1.Backup
+	18, // 9: ringlimit.peer.v1.Envelope.backup_ack:type_name -> ringlimit.peer.v1.BackupAck
+	4,  // 10: ringlimit.peer.v1.Envelope.clock_probe:type_name -> ringlimit.peer.v1.ClockProbe
+	7,  // 11: ringlimit.peer.v1.Flush.items:type_name -> ringlimit.peer.v1.FlushItem
+	5,  // 12: ringlimit.peer.v1.FlushItem.limit:type_name -> ringlimit.peer.v1.Limit
+	9,  // 13: ringlimit.peer.v1.FlushAck.items:type_name -> ringlimit.peer.v1.KeyState
+	9,  // 14: ringlimit.peer.v1.Push.items:type_name -> ringlimit.peer.v1.KeyState
+	12, // 15: ringlimit.peer.v1.Forward.items:type_name -> ringlimit.peer.v1.ForwardItem
+	5,  // 16: ringlimit.peer.v1.ForwardItem.limit:type_name -> ringlimit.peer.v1.Limit
+	14, // 17: ringlimit.peer.v1.ForwardReply.items:type_name -> ringlimit.peer.v1.Decision
+	0,  // 18: ringlimit.peer.v1.Decision.error:type_name -> ringlimit.peer.v1.ErrorCode
+	9,  // 19: ringlimit.peer.v1.Handoff.items:type_name -> ringlimit.peer.v1.KeyState
+	9,  // 20: ringlimit.peer.v1.Backup.items:type_name -> ringlimit.peer.v1.KeyState
+	1,  // 21: ringlimit.peer.v1.Peer.Deliver:input_type -> ringlimit.peer.v1.DeliverRequest
+	1,  // 22: ringlimit.peer.v1.Peer.Stream:input_type -> ringlimit.peer.v1.DeliverRequest
+	2,  // 23: ringlimit.peer.v1.Peer.Deliver:output_type -> ringlimit.peer.v1.DeliverResponse
+	2,  // 24: ringlimit.peer.v1.Peer.Stream:output_type -> ringlimit.peer.v1.DeliverResponse
+	23, // [23:25] is the sub-list for method output_type
+	21, // [21:23] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_peer_v1_peer_proto_init() }
@@ -1688,6 +1752,7 @@ func file_ringlimit_peer_v1_peer_proto_init() {
 		(*Envelope_HandoffAck)(nil),
 		(*Envelope_Backup)(nil),
 		(*Envelope_BackupAck)(nil),
+		(*Envelope_ClockProbe)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1695,7 +1760,7 @@ func file_ringlimit_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_peer_v1_peer_proto_rawDesc), len(file_ringlimit_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
