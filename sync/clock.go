@@ -56,6 +56,12 @@ const clockWindow = 10 * time.Second
 // within about two of these, with or without traffic.
 const clockProbeEvery = time.Second
 
+// clockStampEvery is the least time between two envelopes to one peer that
+// carry the clock fields (clock_ns and clock_seen_ns, about 20 bytes):
+// enough measurements for the windowed minimum, a small cost per envelope.
+// An envelope without them is read with the sender's last correction.
+const clockStampEvery = 100 * time.Millisecond
+
 // clockStepDiv sets clockStep = MaxClockOffset / clockStepDiv: the least
 // change of the median that moves the correction and shifts the states.
 const clockStepDiv = 16
@@ -117,8 +123,12 @@ type peerClock struct {
 	// off is the peer's clock minus ours; has once both directions are in.
 	off int64
 	has bool
-	// sent is when this node last sent the peer an envelope (its clock, ns).
-	sent int64
+	// sent is when this node last sent the peer an envelope, and stamped
+	// when it last sent one with the clock fields (its clock, ns).
+	sent, stamped int64
+	// corr is the peer's correction, from its latest stamped envelope;
+	// diff, when !has, the shift its states took on that envelope.
+	corr, diff int64
 }
 
 // nodeClock is a Node's clock correction.
@@ -152,14 +162,21 @@ func (n *Node) bt(now time.Time) time.Time {
 func (n *Node) clockStep() int64 { return int64(n.cfg.MaxClockOffset / clockStepDiv) }
 
 // stampClock sets the clock fields of env, about to be sent to p (nil: not
-// a current peer) during the input being applied.
+// a current peer) during the input being applied: on the first envelope
+// to p, then at most once per clockStampEvery (and at once after a step).
 func (n *Node) stampClock(p *peer, env *peerv1.Envelope) {
-	env.ClockNs = n.clk.now
-	env.ClockCorrectionNs = n.clk.corr
-	if p != nil {
-		env.ClockSeenNs, env.ClockSeen = p.clk.seen.get()
-		p.clk.sent = n.clk.now
+	t := n.clk.now
+	if p == nil {
+		env.ClockNs, env.ClockCorrectionNs = t, n.clk.corr
+		return
 	}
+	p.clk.sent = t
+	if p.clk.stamped != 0 && t-p.clk.stamped < int64(clockStampEvery) && t >= p.clk.stamped {
+		return
+	}
+	p.clk.stamped = t
+	env.ClockNs, env.ClockCorrectionNs = t, n.clk.corr
+	env.ClockSeenNs, env.ClockSeen = p.clk.seen.get()
 }
 
 type clockProbeBody struct{}
@@ -194,17 +211,24 @@ func (n *Node) tickClock(now time.Time, v *view) {
 // correction when the median moved, and sets the shift of env's states.
 func (n *Node) observeClock(now time.Time, v *view, p *peer, env *peerv1.Envelope) {
 	n.clk.rx = 0
+	pc := &p.clk
 	if env.ClockNs == 0 {
-		return // an older node: not measured, its states read as they are
+		// Not stamped: read with the sender's last correction (an older
+		// node never stamps: its states are read as they are).
+		if env.Incarnation == pc.inc {
+			n.setRx(n.peerDiff(pc))
+		}
+		return
 	}
 	t := now.UnixNano()
-	pc := &p.clk
 	switch {
 	case env.Incarnation < pc.inc:
 		return // from a process that has restarted since
 	case env.Incarnation > pc.inc:
-		*pc = peerClock{inc: env.Incarnation} // a restarted process: measure again
+		sent, stamped := pc.sent, pc.stamped
+		*pc = peerClock{inc: env.Incarnation, sent: sent, stamped: stamped} // a restarted process: measure again
 	}
+	pc.corr = env.ClockCorrectionNs
 	pc.seen.add(t, t-env.ClockNs)
 	if env.ClockSeen {
 		pc.theirs, pc.hasTheirs = env.ClockSeenNs, true
@@ -215,22 +239,34 @@ func (n *Node) observeClock(now time.Time, v *view, p *peer, env *peerv1.Envelop
 			n.recorrect(v)
 		}
 	}
-	// The sender's cluster time is its clock + its correction; ours is ours
-	// + ours. Their difference is the shift of its states.
-	var diff int64
-	if pc.has {
-		diff = n.clk.corr - env.ClockCorrectionNs - pc.off
-		if abs64(diff) <= n.clockStep() {
-			diff = 0
-		}
-	} else {
-		diff = t + n.clk.corr - (env.ClockNs + env.ClockCorrectionNs)
-		if abs64(diff) <= int64(n.cfg.MaxClockOffset) {
-			diff = 0
-		}
+	if !pc.has {
+		pc.diff = t + n.clk.corr - (env.ClockNs + env.ClockCorrectionNs)
 	}
-	if diff != 0 {
-		n.clk.rx = time.Duration(diff)
+	n.setRx(n.peerDiff(pc))
+}
+
+// peerDiff returns the shift of the states a peer sends: our cluster time
+// minus its (its clock + its correction), measured, or before the peer is
+// measured the difference seen on its latest stamped envelope, delay
+// included. A difference within clockStep (measured) or MaxClockOffset
+// (not measured) is none.
+func (n *Node) peerDiff(pc *peerClock) int64 {
+	if pc.has {
+		if d := n.clk.corr - pc.corr - pc.off; abs64(d) > n.clockStep() {
+			return d
+		}
+		return 0
+	}
+	if abs64(pc.diff) > int64(n.cfg.MaxClockOffset) {
+		return pc.diff
+	}
+	return 0
+}
+
+// setRx sets the shift of the states of the envelope being handled.
+func (n *Node) setRx(d int64) {
+	n.clk.rx = time.Duration(d)
+	if d != 0 {
 		n.metrics.ClockRebased.Add(1)
 	}
 }
@@ -259,6 +295,9 @@ func (n *Node) recorrect(v *view) {
 		n.shiftAll(time.Duration(d))
 		n.clk.corr = med
 		n.metrics.ClockSteps.Add(1)
+		for _, p := range v.peers {
+			p.clk.stamped = 0 // the next envelope tells the new correction
+		}
 	}
 	n.metrics.ClockOffsetNs.Store(-n.clk.corr)
 	skewed := abs64(n.clk.corr) > int64(n.cfg.MaxClockOffset)
