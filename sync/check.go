@@ -128,7 +128,7 @@ func (a *asyncs) wait() *call {
 // budget, never waiting; leased from this node's lease. An invalid item gets
 // Response.Err and the others are still answered.
 func (n *Node) Check(now time.Time, reqs []Request, resps []Response, done func()) {
-	n.clk.at(now)
+	n.enter(now)
 	v := n.view
 	a := asyncs{done: done, pool: &n.calls}
 	var one [1]*fwdItem // room for the forward of a Check of one item, on the stack

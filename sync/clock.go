@@ -113,8 +113,9 @@ func (m *clockMin) get() (int64, bool) {
 
 // peerClock is this node's measure of one peer's clock.
 type peerClock struct {
-	// inc is the incarnation of the peer measured.
-	inc uint64
+	// inc and epoch are the incarnation and clock epoch of the peer
+	// measured.
+	inc, epoch uint64
 	// seen: (our clock at receipt - the peer's clock_ns), windowed minimum.
 	seen clockMin
 	// theirs is the peer's seen of us, from its latest envelope.
@@ -144,10 +145,35 @@ type nodeClock struct {
 	now int64
 	// round is when tickClock last ran its round (ns).
 	round int64
+	// epoch counts the times this node's clock went back (clockJumped).
+	epoch uint64
 }
 
-// at records now, the time of the input being applied.
-func (c *nodeClock) at(now time.Time) { c.now = now.UnixNano() }
+// enter records now, the time of an input about to be applied. A time
+// earlier than the last input's by more than clockStep is the host's clock
+// stepping back (the driver's inputs come in time order): see clockJumped.
+func (n *Node) enter(now time.Time) {
+	t := now.UnixNano()
+	if n.clk.now != 0 && n.clk.now-t > n.clockStep() {
+		n.clockJumped(time.Duration(t - n.clk.now))
+	}
+	n.clk.now = t
+}
+
+// clockJumped handles this node's clock stepping by d (d < 0: back). The
+// correction takes the step back out, so cluster time goes on where it was
+// and no state moves; the measurements, which the step made wrong on both
+// sides, start again: a new epoch tells the peers to measure this node
+// afresh, and this node measures them afresh.
+func (n *Node) clockJumped(d time.Duration) {
+	n.clk.corr -= int64(d)
+	n.clk.epoch++
+	n.metrics.ClockSteps.Add(1)
+	n.metrics.ClockOffsetNs.Store(-n.clk.corr)
+	for _, p := range n.view.peers {
+		p.clk = peerClock{inc: p.clk.inc, epoch: p.clk.epoch, corr: p.clk.corr, diff: p.clk.diff}
+	}
+}
 
 // bt returns the cluster time of now: the time every bucket is read and
 // written at.
@@ -167,7 +193,7 @@ func (n *Node) clockStep() int64 { return int64(n.cfg.MaxClockOffset / clockStep
 func (n *Node) stampClock(p *peer, env *peerv1.Envelope) {
 	t := n.clk.now
 	if p == nil {
-		env.ClockNs, env.ClockCorrectionNs = t, n.clk.corr
+		env.ClockNs, env.ClockCorrectionNs, env.ClockEpoch = t, n.clk.corr, n.clk.epoch
 		return
 	}
 	p.clk.sent = t
@@ -175,7 +201,7 @@ func (n *Node) stampClock(p *peer, env *peerv1.Envelope) {
 		return
 	}
 	p.clk.stamped = t
-	env.ClockNs, env.ClockCorrectionNs = t, n.clk.corr
+	env.ClockNs, env.ClockCorrectionNs, env.ClockEpoch = t, n.clk.corr, n.clk.epoch
 	env.ClockSeenNs, env.ClockSeen = p.clk.seen.get()
 }
 
@@ -225,8 +251,9 @@ func (n *Node) observeClock(now time.Time, v *view, p *peer, env *peerv1.Envelop
 	case env.Incarnation < pc.inc:
 		return // from a process that has restarted since
 	case env.Incarnation > pc.inc:
-		sent, stamped := pc.sent, pc.stamped
-		*pc = peerClock{inc: env.Incarnation, sent: sent, stamped: stamped} // a restarted process: measure again
+		*pc = peerClock{inc: env.Incarnation, epoch: env.ClockEpoch, sent: pc.sent, stamped: pc.stamped} // a restarted process: measure again
+	case env.ClockEpoch != pc.epoch:
+		*pc = peerClock{inc: pc.inc, epoch: env.ClockEpoch, sent: pc.sent, stamped: pc.stamped} // its clock went back: measure again
 	}
 	pc.corr = env.ClockCorrectionNs
 	pc.seen.add(t, t-env.ClockNs)

@@ -283,3 +283,46 @@ func TestClockOffsetMeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestClockComesBack: a node whose clock was 30 minutes ahead and is set
+// right (a step back on its host) is measured again and stops reporting
+// itself skewed within the two windows of the minimum, and its owned key,
+// spent while it was ahead, is neither refilled nor locked out by the step.
+func TestClockComesBack(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	skew := map[string]time.Duration{"c": 30 * time.Minute}
+	nw := newSkewedNet(t, skew, nil, members...)
+	nw.run(3 * time.Second)
+	if !nw.nodes["c"].ClockStatus().Skewed {
+		t.Fatal("c not skewed at +30m")
+	}
+	key := keyOwnedBy(t, "c", members...)
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 60, Period: time.Minute}
+	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}
+	for range 60 {
+		if r := nw.checkAnswered(nw.nodes["a"], req); !r.Allowed {
+			t.Fatal("spending: rejected")
+		}
+	}
+	skew["c"] = 0
+	back := nw.now
+	for nw.nodes["c"].ClockStatus().Skewed {
+		if nw.now.Sub(back) > 2*clockWindow+time.Second {
+			t.Fatalf("c still skewed %v after its clock came back: %+v", nw.now.Sub(back), nw.nodes["c"].ClockStatus())
+		}
+		nw.run(100 * time.Millisecond)
+	}
+	t.Logf("c within the bound %v after its clock came back", nw.now.Sub(back))
+	nw.run(10 * time.Second)
+	// About 10 to 30 s since the key was spent: that many tokens.
+	since := int(nw.now.Sub(back)/time.Second) + 1
+	admitted := 0
+	for range 60 {
+		if r := nw.checkAnswered(nw.nodes["a"], req); r.Allowed {
+			admitted++
+		}
+	}
+	if admitted < since-2 || admitted > since+1 {
+		t.Errorf("after the step back: %d of 60 admitted, want the refill of about %d s", admitted, since)
+	}
+}

@@ -40,7 +40,7 @@ type handoffBatch struct {
 // keeps a cut-off minority from taking over the keys of the members it
 // lost (quorum.go).
 func (n *Node) SetMembers(now time.Time, members []string) {
-	n.clk.at(now)
+	n.enter(now)
 	n.SetMembership(now, members, nil)
 }
 
@@ -49,7 +49,7 @@ func (n *Node) SetMembers(now time.Time, members []string) {
 // given back and its pending hits flushed. Poll HandedOff (while calling
 // Tick and Step) to know when it may go.
 func (n *Node) Leave(now time.Time) {
-	n.clk.at(now)
+	n.enter(now)
 	if n.leaving {
 		return
 	}

@@ -244,7 +244,7 @@ func clone[M proto.Message](m M) M { return proto.Clone(m).(M) }
 // that are not current members, or addressed to another node, are dropped
 // and counted; malformed items are dropped and counted, never a panic.
 func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
-	n.clk.at(now)
+	n.enter(now)
 	if env == nil {
 		n.metrics.Malformed.Add(1)
 		return
@@ -324,7 +324,7 @@ func (n *Node) peerRestarted(v *view, p *peer) {
 // checks of its keys are decided by the partition policy at once; flushes
 // and hand-offs to it are retried on Tick.
 func (n *Node) Unreachable(now time.Time, peer string) {
-	n.clk.at(now)
+	n.enter(now)
 	p := n.view.peers[peer]
 	if p == nil {
 		return
@@ -338,7 +338,7 @@ func (n *Node) Unreachable(now time.Time, peer string) {
 // of the store's sweep (idle eviction, interest and lease expiry, hot keys).
 // The driver calls it every Config.TickInterval.
 func (n *Node) Tick(now time.Time) {
-	n.clk.at(now)
+	n.enter(now)
 	v := n.view
 	if n.expireFailed(now) {
 		v = n.view

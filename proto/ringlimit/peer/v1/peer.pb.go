@@ -202,8 +202,12 @@ type Envelope struct {
 	// one-way delay. With its own measure of the other direction the receiver
 	// gets the offset between the two clocks, to within half the difference
 	// of the two delays (the NTP estimate).
-	ClockSeenNs   int64 `protobuf:"varint,42,opt,name=clock_seen_ns,json=clockSeenNs,proto3" json:"clock_seen_ns,omitempty"`
-	ClockSeen     bool  `protobuf:"varint,43,opt,name=clock_seen,json=clockSeen,proto3" json:"clock_seen,omitempty"`
+	ClockSeenNs int64 `protobuf:"varint,42,opt,name=clock_seen_ns,json=clockSeenNs,proto3" json:"clock_seen_ns,omitempty"`
+	ClockSeen   bool  `protobuf:"varint,43,opt,name=clock_seen,json=clockSeen,proto3" json:"clock_seen,omitempty"`
+	// clock_epoch changes when the sender's clock went back (a step of its
+	// host's clock): the receiver measures it again from scratch, as the
+	// measurements of the old epoch no longer hold.
+	ClockEpoch    uint64 `protobuf:"varint,44,opt,name=clock_epoch,json=clockEpoch,proto3" json:"clock_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +386,13 @@ func (x *Envelope) GetClockSeen() bool {
 		return x.ClockSeen
 	}
 	return false
+}
+
+func (x *Envelope) GetClockEpoch() uint64 {
+	if x != nil {
+		return x.ClockEpoch
+	}
+	return 0
 }
 
 type isEnvelope_Body interface {
@@ -1553,7 +1564,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x1cringlimit/peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"K\n" +
 	"\x0eDeliverRequest\x129\n" +
 	"\tenvelopes\x18\x01 \x03(\v2\x1b.ringlimit.peer.v1.EnvelopeR\tenvelopes\"\x11\n" +
-	"\x0fDeliverResponse\"\xb3\x06\n" +
+	"\x0fDeliverResponse\"\xd4\x06\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12 \n" +
@@ -1576,7 +1587,9 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x13clock_correction_ns\x18) \x01(\x03R\x11clockCorrectionNs\x12\"\n" +
 	"\rclock_seen_ns\x18* \x01(\x03R\vclockSeenNs\x12\x1d\n" +
 	"\n" +
-	"clock_seen\x18+ \x01(\bR\tclockSeenB\x06\n" +
+	"clock_seen\x18+ \x01(\bR\tclockSeen\x12\x1f\n" +
+	"\vclock_epoch\x18, \x01(\x04R\n" +
+	"clockEpochB\x06\n" +
 	"\x04body\"\f\n" +
 	"\n" +
 	"ClockProbe\"\xc7\x02\n" +
