@@ -22,14 +22,21 @@ type ClockStatus struct {
 	// MeasuredPeers of Peers have had their clocks measured.
 	MeasuredPeers int `json:"measured_peers"`
 	Peers         int `json:"peers"`
-	// Skewed reports |OffsetMs| > BoundMs: the node is not ready.
+	// Skewed reports |OffsetMs| > BoundMs (ringlimit_clock_skewed, a log
+	// line).
 	Skewed bool `json:"skewed"`
+	// Outlier reports Skewed while most members' clocks are within the
+	// bound of cluster time: this node's clock is the wrong one, and the
+	// node is not ready. With two members, or no such majority, no node
+	// can tell which clock is wrong: they report Skewed and stay ready.
+	Outlier bool `json:"outlier"`
 }
 
 // clockStatusOf converts the core's report.
 func clockStatusOf(s rlsync.ClockStatus) ClockStatus {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	return ClockStatus{OffsetMs: ms(s.Offset), BoundMs: ms(s.Bound), MeasuredPeers: s.Measured, Peers: s.Peers, Skewed: s.Skewed}
+	return ClockStatus{OffsetMs: ms(s.Offset), BoundMs: ms(s.Bound), MeasuredPeers: s.Measured, Peers: s.Peers,
+		Skewed: s.Skewed, Outlier: s.Outlier}
 }
 
 // watchClock, on the driver's loop after each tick, publishes the core's
@@ -43,16 +50,18 @@ func (n *Node) watchClock() {
 	prev := n.clockSt.Swap(&s)
 	switch was := prev != nil && prev.Skewed; {
 	case s.Skewed && !was:
-		n.log.Warn("clock differs from the cluster's beyond the bound: not ready; decisions stay on cluster time (fix this host's time sync)",
-			"offset", s.Offset, "bound", s.Bound, "measured_peers", s.Measured, "peers", s.Peers)
+		n.log.Warn("clock differs from the cluster's beyond the bound; decisions stay on cluster time (fix the time sync)",
+			"offset", s.Offset, "bound", s.Bound, "outlier_not_ready", s.Outlier, "measured_peers", s.Measured, "peers", s.Peers)
 	case !s.Skewed && was:
 		n.log.Info("clock back within the bound of the cluster's", "offset", s.Offset, "bound", s.Bound)
+	case s.Outlier && !prev.Outlier:
+		n.log.Warn("clock is the one off among the members: not ready", "offset", s.Offset, "bound", s.Bound)
 	}
 }
 
 // clockNotReady returns why the node's clock makes it not ready, or "".
 func (n *Node) clockNotReady() string {
-	if s := n.clockSt.Load(); s != nil && s.Skewed {
+	if s := n.clockSt.Load(); s != nil && s.Outlier {
 		return fmt.Sprintf("clock offset %v from the cluster's beyond the bound %v", s.Offset, s.Bound)
 	}
 	return ""

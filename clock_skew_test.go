@@ -24,7 +24,7 @@ import (
 
 // startSkewed starts n1, n2 and n3, n3's clock skew ahead, and waits until
 // every ring holds the three, n1 and n2 are ready and n3 reports its clock
-// beyond the bound (it measured its peers).
+// the one beyond the bound (it measured its peers).
 func startSkewed(t *testing.T, skew time.Duration) []*Node {
 	t.Helper()
 	var nodes []*Node
@@ -53,7 +53,7 @@ func startSkewed(t *testing.T, skew time.Duration) []*Node {
 				return false
 			}
 		}
-		return nodes[0].Ready() && nodes[1].Ready() && nodes[2].ClusterStatus().Clock.Skewed
+		return nodes[0].Ready() && nodes[1].Ready() && nodes[2].ClusterStatus().Clock.Outlier
 	})
 	return nodes
 }

@@ -80,6 +80,11 @@ type ClockStatus struct {
 	// Skewed reports |Offset| > Bound: this node's clock differs from its
 	// peers' by more than the bound. Its decisions are still on cluster time.
 	Skewed bool
+	// Outlier reports Skewed while most members (more than half, this node
+	// included) are within the bound: this node's clock is the wrong one.
+	// With two members, or no such majority, a skewed node cannot tell
+	// whether its clock or the others' is wrong, and Outlier is false.
+	Outlier bool
 }
 
 // clockMin is a windowed minimum of one-way measurements.
@@ -382,11 +387,22 @@ func (n *Node) ClockStatus() ClockStatus {
 		Bound:  n.cfg.MaxClockOffset,
 		Skewed: n.clk.skewed,
 	}
+	// Members within the bound of cluster time: this node if not skewed,
+	// and each measured peer whose clock (ours + its offset) is within it.
+	within := 0
+	if !st.Skewed {
+		within++
+	}
+	bound := int64(n.cfg.MaxClockOffset)
 	for _, p := range n.view.peers {
 		if p.clk.has {
 			st.Measured++
+			if abs64(p.clk.off-n.clk.corr) <= bound { // its clock minus cluster time
+				within++
+			}
 		}
 	}
+	st.Outlier = st.Skewed && 2*within > st.Peers+1
 	return st
 }
 

@@ -326,3 +326,25 @@ func TestClockComesBack(t *testing.T) {
 		t.Errorf("after the step back: %d of 60 admitted, want the refill of about %d s", admitted, since)
 	}
 }
+
+// TestClockOutlier: among three members the one wrong clock is the outlier
+// (the node is not ready); between two, neither can tell which clock is
+// wrong: both report skewed (each is half the difference from their
+// midpoint) and neither is the outlier.
+func TestClockOutlier(t *testing.T) {
+	nw := newSkewedNet(t, map[string]time.Duration{"c": 30 * time.Minute}, nil, "a", "b", "c")
+	nw.run(3 * time.Second)
+	for name, want := range map[string]bool{"a": false, "b": false, "c": true} {
+		if st := nw.nodes[name].ClockStatus(); st.Skewed != want || st.Outlier != want {
+			t.Errorf("three members, c ahead: %s's status %+v, want skewed and outlier %v", name, st, want)
+		}
+	}
+	nw = newSkewedNet(t, map[string]time.Duration{"b": 30 * time.Minute}, nil, "a", "b")
+	nw.run(3 * time.Second)
+	for _, name := range []string{"a", "b"} {
+		st := nw.nodes[name].ClockStatus()
+		if half := 15 * time.Minute; !st.Skewed || st.Outlier || st.Offset.Abs() < half-time.Millisecond || st.Offset.Abs() > half+time.Millisecond {
+			t.Errorf("two members, b ahead: %s's status %+v, want skewed by 15m, not outlier", name, st)
+		}
+	}
+}
