@@ -73,8 +73,8 @@ func batchOf(key string, l *ringlimitv1.CheckItem, count int) *ringlimitv1.Check
 // reason and its offset in /v1/cluster, /readyz 503, ringlimit_clock_skewed
 // 1), n1 does not; a fixed window of 1000 a minute checked 1200 times
 // through n3 (calls of 10 items) admits at most 1000 per window (plus cached mode's drift), and
-// a token bucket of 1000 a minute checked through every node at most its
-// burst plus the refill.
+// a token bucket of 1000 a minute checked the same way at most its burst
+// plus the refill.
 func TestClockSkewRealNodes(t *testing.T) {
 	for _, skew := range []time.Duration{2 * time.Second, 30 * time.Minute} {
 		t.Run(skew.String(), func(t *testing.T) {
@@ -128,8 +128,8 @@ func TestClockSkewRealNodes(t *testing.T) {
 			tb := &ringlimitv1.CheckItem{Name: "skew-tb", Hits: proto.Int64(1), Limit: limit, Period: durationpb.New(time.Minute)}
 			key = keysOwnedBy(t, nodes[0], "skew-tb", nodes[0].Name(), 1)[0]
 			start, admitted := time.Now(), 0
-			for i := range 120 {
-				r, err := clients[i%3].Check(t.Context(), batchOf(key, tb, 10))
+			for range 120 {
+				r, err := clients[2].Check(t.Context(), batchOf(key, tb, 10))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -140,7 +140,7 @@ func TestClockSkewRealNodes(t *testing.T) {
 				}
 			}
 			refill := int(time.Since(start)*limit/time.Minute) + 1
-			t.Logf("token bucket through every node: admitted %d of 1200 (burst %d + refill %d)", admitted, limit, refill)
+			t.Logf("token bucket through n3: admitted %d of 1200 (burst %d + refill %d)", admitted, limit, refill)
 			if admitted > limit+refill+drift {
 				t.Errorf("token bucket admitted %d, burst %d + refill %d + drift %d", admitted, limit, refill, drift)
 			}
