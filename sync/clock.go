@@ -26,7 +26,8 @@ import (
 // delay us->p, so (p's seen - ours)/2 = p's clock - ours, to within half
 // the difference of the two delays; taking the minimum of each over a
 // window (clockWindow) drops queueing delays. The correction is the median
-// of {0} and the offsets to the peers (0 for one not measured yet), so every node's cluster
+// of {0} and the offsets to the peers (one not measured yet counting as
+// agreeing with the current correction), so every node's cluster
 // time is the median of the members' clocks, to within the measurement
 // error, and a single wrong clock among three or more does not move it.
 //
@@ -313,12 +314,14 @@ func (n *Node) setRx(d int64) {
 // recorrect moves the correction to the median of the measured offsets
 // when it moved by more than clockStep, shifting every held state.
 func (n *Node) recorrect(v *view) {
-	// This node counts 0, and so does a peer not measured yet: until it is,
-	// it is taken to agree, so that a node that measured only part of the
-	// members does not follow the one it measured.
+	// This node counts 0 (its own clock). A peer not measured yet counts
+	// as on this node's cluster time (corr): until it is measured, it is
+	// taken to agree, so that a node that measured only part of the members
+	// does not follow the one it measured, and one that measures afresh
+	// after its clock stepped (clockJumped) keeps its correction.
 	offs := make([]int64, 1, len(v.peers)+1)
 	for _, p := range v.peers {
-		var off int64
+		off := n.clk.corr
 		if p.clk.has {
 			off = p.clk.off
 		}

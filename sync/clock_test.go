@@ -348,3 +348,44 @@ func TestClockOutlier(t *testing.T) {
 		}
 	}
 }
+
+// TestClockStepsBack: a node whose clock was right and steps 30 minutes back
+// while it runs keeps its cluster time (the step is taken out of its
+// correction), is measured again as the one wrong clock, and its owned key,
+// spent before the step, admits exactly the refill of the time since: not
+// locked out for 30 minutes, not refilled.
+func TestClockStepsBack(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	skew := map[string]time.Duration{}
+	nw := newSkewedNet(t, skew, nil, members...)
+	nw.run(3 * time.Second)
+	key := keyOwnedBy(t, "a", members...)
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 60, Period: time.Minute}
+	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}
+	for range 60 {
+		if r := nw.checkAnswered(nw.nodes["b"], req); !r.Allowed {
+			t.Fatal("spending: rejected")
+		}
+	}
+	spent := nw.now
+	skew["a"] = -30 * time.Minute
+	nw.run(5 * time.Second)
+	if st := nw.nodes["a"].ClockStatus(); !st.Outlier || st.Offset > -29*time.Minute {
+		t.Errorf("a after its clock stepped back: %+v, want the outlier at -30m", st)
+	}
+	for _, o := range []string{"b", "c"} {
+		if st := nw.nodes[o].ClockStatus(); st.Skewed {
+			t.Errorf("%s after a's clock stepped back: %+v, want not skewed", o, st)
+		}
+	}
+	since := int(nw.now.Sub(spent) / time.Second)
+	admitted := 0
+	for range 60 {
+		if r := nw.checkAnswered(nw.nodes["b"], req); r.Allowed {
+			admitted++
+		}
+	}
+	if admitted < since-1 || admitted > since+1 {
+		t.Errorf("after a's clock stepped back: %d of 60 admitted, want the refill of %d s", admitted, since)
+	}
+}
