@@ -120,6 +120,8 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 		{"ringlimit_backups_received_total", "Backup messages kept for other owners.", &c.BackupsReceived},
 		{"ringlimit_backup_keys_dropped_total", "Backed-up key states not kept because MaxKeys states were held.", &c.BackupKeysDropped},
 		{"ringlimit_backup_keys_restored_total", "Held key states given to a key's new owner after its owner failed or restarted.", &c.BackupKeysRestored},
+		{"ringlimit_clock_steps_total", "Times this node's clock correction moved (every state it held shifted with it).", &c.ClockSteps},
+		{"ringlimit_clock_rebased_total", "Messages whose states were shifted on receipt to this node's cluster time (a sender whose clock is not yet measured, or whose cluster time differs).", &c.ClockRebased},
 	}
 }
 
@@ -137,6 +139,7 @@ func coreCollectors(c *rlsync.Metrics) []prometheus.Collector {
 		Name: "ringlimit_keys", Help: "Keys stored by this node, owned and cached.",
 	}, func() float64 { return float64(c.Keys.Load()) }))
 	out = append(out, coreDecisions{c})
+	out = append(out, clockCollectors(c)...)
 	return out
 }
 

@@ -72,6 +72,9 @@ type Node struct {
 	membersIn    chan struct{}
 	firstMembers sync.Once
 	wg           sync.WaitGroup // every goroutine the node started
+	// clockSt is the core's clock status, published by the driver's loop
+	// (clock.go).
+	clockSt atomic.Pointer[rlsync.ClockStatus]
 
 	stopOnce sync.Once
 	stopErr  error
@@ -387,6 +390,7 @@ func (n *Node) publishRing() {
 // closes handed once a Leave has handed every key off.
 func (n *Node) afterTick(time.Time) {
 	n.publishRing()
+	n.watchClock()
 	if !n.handedClosed && n.leaving.Load() && n.core.HandedOff() {
 		n.handedClosed = true
 		close(n.handed)
@@ -519,7 +523,7 @@ func (n *Node) notReady() string {
 	case !n.cl.Ready():
 		return "not joined yet"
 	}
-	return ""
+	return n.clockNotReady()
 }
 
 // Owner returns the node that owns the bucket of (name, uniqueKey) in this

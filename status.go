@@ -22,6 +22,10 @@ type ClusterStatus struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Ready is what GET /readyz reports.
 	Ready bool `json:"ready"`
+	// NotReady says why the node is not ready; empty when it is.
+	NotReady string `json:"not_ready,omitempty"`
+	// Clock is this node's clock against its peers'.
+	Clock ClockStatus `json:"clock"`
 	// Mode and Policy are the node's defaults.
 	Mode   string `json:"mode"`
 	Policy string `json:"policy"`
@@ -63,6 +67,8 @@ func (n *Node) ClusterStatus() ClusterStatus {
 		PeerAddr:   n.peerAddr,
 		PeerAuth:   n.cfg.peerAuth(),
 		Ready:      n.Ready(),
+		NotReady:   n.notReady(),
+		Clock:      n.clockStatus(),
 		Mode:       n.cfg.Sync.Mode.String(),
 		Policy:     n.cfg.Sync.Policy.String(),
 		Ring:       r.Summary(),

@@ -63,6 +63,11 @@ type Bucket interface {
 	Idle(now time.Time) bool
 	// Clone returns an independent copy.
 	Clone() Bucket
+	// Shift moves every instant the state holds by d, as if all it records
+	// had happened d later (earlier for d < 0): counts, levels and window
+	// contents are kept, only their place in time moves. It converts a state
+	// kept on one clock to another clock that differs from it by -d.
+	Shift(d time.Duration)
 	// AppendBinary appends the bucket's state (its Limit included) in the
 	// compact binary form that Decode reads.
 	AppendBinary(b []byte) ([]byte, error)

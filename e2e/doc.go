@@ -2,7 +2,8 @@
 
 // Package e2e runs ringlimit nodes as real processes, in containers on
 // private Docker networks, and injects real faults: kill -9, a node cut off
-// the network, a rolling restart with SIGTERM, a cluster split in two. Every
+// the network, a rolling restart with SIGTERM, a cluster split in two, a
+// node whose clock is 30 minutes ahead (its test hook). Every
 // scenario runs under steady load from the test process (gRPC, bounded in
 // count and time), reports what it measured (t.Logf, and one machine-readable
 // line "E2E-RESULT {json}" on standard output) and asserts the properties of

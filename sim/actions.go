@@ -74,6 +74,10 @@ func (c *Cluster) act(idx int32, iter uint32) error {
 		}
 	case "heal":
 		c.net.heal()
+	case "clock":
+		if k := c.pick(e.Node); k >= 0 {
+			c.nodes[k].skew = int64(e.Offset)
+		}
 	case "crash":
 		if k := c.pick(e.Node); k >= 0 {
 			c.stopNode(k)

@@ -234,6 +234,10 @@ func (c *Cluster) Reordered() int64 {
 // time returns the cluster's virtual time as a time.Time.
 func (c *Cluster) time() time.Time { return c.at(c.now) }
 
+// clockOf returns the instant t nanoseconds after the epoch on node s's
+// clock, which a "clock" event may have set apart from the simulation's.
+func (c *Cluster) clockOf(s *simNode, t int64) time.Time { return c.at(t + s.skew) }
+
 // at returns the instant t nanoseconds after the epoch.
 func (c *Cluster) at(t int64) time.Time { return c.epoch.Add(time.Duration(t)) }
 

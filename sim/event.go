@@ -35,6 +35,10 @@ type Event struct {
 	//     restarted as by "restart".
 	//   - "churn": every Every until Until, a random node leaves (crashing and
 	//     leaving gracefully in turn) and a new node joins Down later.
+	//   - "clock": from then on Node's clock reads Offset ahead of the
+	//     simulation's (behind if negative): the time it is given, not the
+	//     time its messages take. At 0 the node never saw another clock; later,
+	//     the change is a step of its clock (backwards if Offset decreased).
 	Action string `json:"action"`
 	// Node, From and To select nodes; see the type's comment.
 	Node string `json:"node,omitempty"`
@@ -52,12 +56,14 @@ type Event struct {
 	Down Duration `json:"down,omitempty"`
 	// Graceful makes restart and rolling-restart leave gracefully first.
 	Graceful bool `json:"graceful,omitempty"`
+	// Offset is the clock offset a "clock" event gives Node.
+	Offset Duration `json:"offset,omitempty"`
 }
 
 // actions lists the actions of Event.
 func actions() []string {
 	return []string{"partition", "isolate", "cut", "flap", "heal", "crash", "restart", "leave",
-		"join", "rolling-restart", "churn"}
+		"join", "rolling-restart", "churn", "clock"}
 }
 
 // isCut reports whether the action leaves links cut until a heal.
@@ -102,7 +108,7 @@ func (e Event) validate(s *Scenario) error {
 		return fmt.Errorf("%s at %v: outside the run [0, %v]", e.Action, e.At, s.Duration)
 	}
 	switch e.Action {
-	case "isolate", "flap", "crash", "restart", "leave":
+	case "isolate", "flap", "crash", "restart", "leave", "clock":
 		if !validSelector(e.Node, false) {
 			return fmt.Errorf("%s: bad node %q", e.Action, e.Node)
 		}

@@ -42,6 +42,9 @@ type simNode struct {
 	// restartAfter is how long after going down the node starts again; -1
 	// keeps it down.
 	restartAfter int64
+	// skew is added to the simulation's time on this node's clock (ns; a
+	// "clock" event).
+	skew int64
 
 	// Membership as this node sees it, by subject index: believed is its
 	// view, target what the view will become once gossip arrives, and
@@ -103,7 +106,7 @@ func (c *Cluster) startNode(i int32) error {
 		s.believed[j], s.target[j] = a, a
 		s.pairGen[j]++
 	}
-	s.n.SetMembership(c.time(), c.view(s), c.failedView(s))
+	s.n.SetMembership(c.clockOf(s, c.now), c.view(s), c.failedView(s))
 	ev := s.q.newEvent()
 	ev.at, ev.kind, ev.a, ev.gen = c.now+c.rngMem.Int64N(c.tick), evTick, i, s.gen
 	s.q.push(ev)
@@ -137,7 +140,7 @@ func (c *Cluster) leaveNode(i int32) {
 		return
 	}
 	s.state, s.leaveAt, s.now = stateLeaving, c.now, c.now
-	s.n.Leave(c.time())
+	s.n.Leave(c.clockOf(s, c.now))
 	c.checkLeave(s)
 }
 
@@ -220,7 +223,7 @@ func (c *Cluster) viewChange(s *simNode, ev *event) {
 	}
 	s.believed[ev.b] = s.target[ev.b]
 	s.viewChanges++
-	s.n.SetMembership(c.at(s.now), c.view(s), c.failedView(s))
+	s.n.SetMembership(c.clockOf(s, s.now), c.view(s), c.failedView(s))
 }
 
 // view returns the members s believes in, itself included.

@@ -199,7 +199,7 @@ func (c *Cluster) deliver(dst *simNode, ev *event) {
 	if dst.gen != ev.gen || !dst.running() || !c.net.connected(int(ev.a), int(ev.b)) {
 		return
 	}
-	dst.n.Step(c.at(dst.now), ev.env)
+	dst.n.Step(c.clockOf(dst, dst.now), ev.env)
 }
 
 // unreachable tells a sender that a send failed.
@@ -208,5 +208,5 @@ func (c *Cluster) unreachable(src *simNode, ev *event) {
 	if src.gen != ev.gen || !src.running() {
 		return
 	}
-	src.n.Unreachable(c.at(src.now), c.nodes[ev.b].name)
+	src.n.Unreachable(c.clockOf(src, src.now), c.nodes[ev.b].name)
 }

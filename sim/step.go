@@ -205,7 +205,7 @@ func (c *Cluster) stepNode(s *simNode, end int64) {
 		}
 		s.next++
 		s.now = max(s.now, p.at)
-		s.n.Check(c.at(s.now), p.reqs, p.resps, p.done)
+		s.n.Check(c.clockOf(s, s.now), p.reqs, p.resps, p.done)
 	}
 	clear(s.arrivals)
 	s.arrivals, s.next = s.arrivals[:0], 0
@@ -218,7 +218,7 @@ func (c *Cluster) fire(s *simNode, e *event) {
 		if s.gen != e.gen || !s.running() {
 			return
 		}
-		s.n.Tick(c.at(s.now))
+		s.n.Tick(c.clockOf(s, s.now))
 		if s.state == stateLeaving {
 			s.leaving = true
 		}

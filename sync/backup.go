@@ -392,7 +392,7 @@ func (n *Node) holdBackup(now time.Time, p *peer, ks *peerv1.KeyState, h *heldBa
 		}
 		d.held[ks.Key] = &heldBackup{from: p.name, b: bk, dem: ks.Demand}
 		return true
-	case h.from != p.name || h.b.Merge(now, bk) != nil:
+	case h.from != p.name || h.b.Merge(n.bt(now), bk) != nil:
 		d.spare = h.b
 		h.from, h.b, h.dem = p.name, bk, ks.Demand
 	default:
@@ -411,7 +411,7 @@ func (n *Node) sweepHeld(now time.Time) {
 	}
 	d.nextSweep = now.Add(n.cfg.SweepInterval)
 	for key, h := range d.held {
-		if h.b.Idle(now) {
+		if h.b.Idle(n.bt(now)) {
 			delete(d.held, key)
 		}
 	}

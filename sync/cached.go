@@ -15,13 +15,13 @@ func (n *Node) cachedEntry(s *shard, key string, l bucket.Limit, hits int64, now
 	h := n.st.hash(key)
 	e = s.m.get(h, key)
 	if e == nil {
-		if e, _, err = newKeyedEntry(key, l, now, c); err != nil {
+		if e, _, err = newKeyedEntry(key, l, n.bt(now), c); err != nil {
 			return nil, false, false, err
 		}
 		n.st.insertEntry(s, h, e, c)
 		return e, true, false, nil
 	}
-	reconf, err = configure(e, l, now, hits)
+	reconf, err = configure(e, l, n.bt(now), hits)
 	return e, false, reconf, err
 }
 
@@ -47,7 +47,7 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Reques
 		// Owned until the membership walk hands it off: decide exactly; the
 		// hit goes with the hand-off.
 		e.touch(c, r.Hits, true)
-		resp.Decision, resp.Err = take(e.b, now, r)
+		resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 		return
 	}
 	e.touch(c, r.Hits, false)
@@ -59,9 +59,9 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Reques
 	}
 	t := n.syncThreshold(&r.Limit, members)
 	if share >= shareExact {
-		resp.Decision, resp.Err = take(e.b, now, r)
+		resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 	} else {
-		resp.Decision, resp.Err = n.takeBudget(e, now, r, share, e.n1+e.n2, members, t)
+		resp.Decision, resp.Err = n.takeBudget(e, n.bt(now), r, share, e.n1+e.n2, members, t)
 	}
 	if resp.Err == nil && resp.Allowed {
 		e.n1 += r.Hits
@@ -393,10 +393,10 @@ func (n *Node) install(e *entry, b bucket.Bucket, share float32, since int64, no
 	old := e.b
 	e.b = b
 	if since > 0 {
-		_ = e.b.Drain(now, since)
+		_ = e.b.Drain(n.bt(now), since)
 	}
 	if e.has(flagMoved) && !reported {
-		_ = e.b.Merge(now, old)
+		_ = e.b.Merge(n.bt(now), old)
 	} else {
 		e.clear(flagMoved)
 	}
@@ -429,7 +429,7 @@ func (n *Node) decodeStateInto(spare bucket.Bucket, ks *peerv1.KeyState) (bucket
 		n.metrics.Malformed.Add(1)
 		return nil, false
 	}
-	return b, true
+	return n.rebase(b), true // clock.go: to this node's time
 }
 
 // decodeShared is decodeState for an owner's answer or push, which also
@@ -458,7 +458,7 @@ func (n *Node) decodeSharedFor(e *entry, ks *peerv1.KeyState, reported bool) (bu
 		n.metrics.Malformed.Add(1)
 		return nil, false
 	}
-	return b, true
+	return n.rebase(b), true // clock.go: to this node's time
 }
 
 // finite reports whether f is a finite, non-negative count.

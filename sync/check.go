@@ -128,6 +128,7 @@ func (a *asyncs) wait() *call {
 // budget, never waiting; leased from this node's lease. An invalid item gets
 // Response.Err and the others are still answered.
 func (n *Node) Check(now time.Time, reqs []Request, resps []Response, done func()) {
+	n.enter(now)
 	v := n.view
 	a := asyncs{done: done, pool: &n.calls}
 	var one [1]*fwdItem // room for the forward of a Check of one item, on the stack
@@ -310,16 +311,16 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) 
 	if e == nil {
 		var err error
 		var own string
-		if e, own, err = newKeyedEntry(r.Key, r.Limit, now, c); err != nil {
+		if e, own, err = newKeyedEntry(r.Key, r.Limit, n.bt(now), c); err != nil {
 			resp.Err = err
 			return
 		}
 		n.st.insertOwn(s, s.local, own, e, c)
-	} else if resp.Reconfigured, resp.Err = configure(e, r.Limit, now, r.Hits); resp.Err != nil {
+	} else if resp.Reconfigured, resp.Err = configure(e, r.Limit, n.bt(now), r.Hits); resp.Err != nil {
 		return
 	}
 	e.meta = e.meta&flagMask | c<<flagBits
-	resp.Decision, resp.Err = take(e.b, now, r)
+	resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 }
 
 // ownedEntry returns the owned entry of key, creating a fresh one or
@@ -330,7 +331,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 	h := n.st.hash(key)
 	e = s.m.get(h, key)
 	if e == nil {
-		if e, _, err = newKeyedEntry(key, l, now, c); err != nil {
+		if e, _, err = newKeyedEntry(key, l, n.bt(now), c); err != nil {
 			return nil, false, err
 		}
 		e.makeOwned()
@@ -341,7 +342,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 		n.dropLease(s, key)
 		e.makeOwned()
 	}
-	reconf, err = configure(e, l, now, hits)
+	reconf, err = configure(e, l, n.bt(now), hits)
 	return e, reconf, err
 }
 
@@ -374,9 +375,9 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *Request, resp *Res
 	shared := cached && e.interest() != 0 && !n.smallForShares(&r.Limit, v.size())
 	if shared {
 		t := n.syncThreshold(&r.Limit, v.size())
-		resp.Decision, resp.Err = n.takeBudget(e, now, r, float64(activeShare(e, v.size())), e.n2, v.size(), t)
+		resp.Decision, resp.Err = n.takeBudget(e, n.bt(now), r, float64(activeShare(e, v.size())), e.n2, v.size(), t)
 	} else {
-		resp.Decision, resp.Err = take(e.b, now, r)
+		resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 	}
 	if resp.Err != nil || !resp.Allowed || r.Hits == 0 {
 		return false

@@ -100,6 +100,19 @@ type Config struct {
 	// quorum rule off: every departure counts as a leave, and a node cut off
 	// takes over every key (the behaviour before the rule).
 	FailedMemberTTL time.Duration
+	// MaxClockOffset is the bound on how far this node's clock may differ
+	// from cluster time (the median of the members' clocks, as measured
+	// from the envelopes they exchange; clock.go). Beyond it the node
+	// reports itself skewed (ClockStatus, Metrics.ClockSkewed; the node is
+	// not ready) and keeps deciding on cluster time. It also sets the
+	// least change of the measured median that moves this node's
+	// correction (MaxClockOffset/16), and the difference beyond which the
+	// states of a sender not yet measured are shifted to this node's time
+	// on receipt. Default 500ms: far above what NTP keeps machines to
+	// (milliseconds) and the measurement error on a loaded LAN, far below
+	// a clock that is wrong. docs/consistency.md ("Clocks") states its
+	// effect.
+	MaxClockOffset time.Duration
 }
 
 // DefaultConfig returns the defaults documented on each field. Self is empty
@@ -125,6 +138,7 @@ func DefaultConfig() Config {
 		HandoffWait:      time.Second,
 		MaxRetries:       4,
 		FailedMemberTTL:  2 * time.Minute,
+		MaxClockOffset:   500 * time.Millisecond,
 	}
 }
 
@@ -169,6 +183,8 @@ func (c Config) Validate() error {
 		return errors.New("sync: config: MaxRetries must not be negative")
 	case c.FailedMemberTTL < 0:
 		return errors.New("sync: config: FailedMemberTTL must not be negative")
+	case c.MaxClockOffset <= 0:
+		return errors.New("sync: config: MaxClockOffset must be positive")
 	}
 	return c.Ring.Validate()
 }

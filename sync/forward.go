@@ -243,6 +243,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 			continue
 		}
 		d, err := decisionFromWire(rep.Items[i])
+		d.ResetAt = n.rebaseAt(d.ResetAt) // clock.go
 		if errors.Is(err, ErrLeaving) && !p.gone {
 			// The answer is an announcement of p's leave (see leave.go).
 			n.depart(now, p, p.seenInc)

@@ -147,7 +147,7 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Reques
 	}
 	if e.has(flagOwned) {
 		e.touch(c, r.Hits, true)
-		resp.Decision, resp.Err = take(e.b, now, r)
+		resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 		return false
 	}
 	e.touch(c, r.Hits, false)

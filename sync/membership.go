@@ -40,6 +40,7 @@ type handoffBatch struct {
 // keeps a cut-off minority from taking over the keys of the members it
 // lost (quorum.go).
 func (n *Node) SetMembers(now time.Time, members []string) {
+	n.enter(now)
 	n.SetMembership(now, members, nil)
 }
 
@@ -48,6 +49,7 @@ func (n *Node) SetMembers(now time.Time, members []string) {
 // given back and its pending hits flushed. Poll HandedOff (while calling
 // Tick and Step) to know when it may go.
 func (n *Node) Leave(now time.Time) {
+	n.enter(now)
 	if n.leaving {
 		return
 	}
@@ -308,7 +310,7 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 		n.dropLease(s, key)
 		e.makeOwned()
 	}
-	if e.b.Merge(now, b) != nil && e.has(flagOwned) {
+	if e.b.Merge(n.bt(now), b) != nil && e.has(flagOwned) {
 		return // another algorithm: the live state wins
 	}
 	if e.has(flagOwned) {

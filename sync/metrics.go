@@ -69,4 +69,10 @@ type Metrics struct {
 	// owner left without handing off, or restarted (backup.go).
 	BackupsSent, BackupKeys, BackupsRetried                atomic.Int64
 	BackupsReceived, BackupKeysDropped, BackupKeysRestored atomic.Int64
+	// ClockOffsetNs is this node's clock minus cluster time, in ns, as last
+	// measured (clock.go); ClockSkewed is 1 while its magnitude exceeds
+	// Config.MaxClockOffset, else 0. ClockSteps counts the times the
+	// correction moved (every held state shifted); ClockRebased the
+	// envelopes whose states were shifted on receipt to this node's time.
+	ClockOffsetNs, ClockSkewed, ClockSteps, ClockRebased atomic.Int64
 }

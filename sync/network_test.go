@@ -43,7 +43,13 @@ type testNet struct {
 	sent    map[string]int
 	bytes   int
 	dropped int
+	// skew is added to the network's time on each node's clock (see
+	// nowOf): nil or missing, the node's clock is the network's.
+	skew map[string]time.Duration
 }
+
+// nowOf returns the network's time on node name's clock.
+func (nw *testNet) nowOf(name string) time.Time { return nw.now.Add(nw.skew[name]) }
 
 type netMsg struct {
 	at   time.Time
@@ -116,6 +122,8 @@ func bodyName(env *peerv1.Envelope) string {
 		return "backup"
 	case *peerv1.Envelope_BackupAck:
 		return "backupack"
+	case *peerv1.Envelope_ClockProbe:
+		return "clock"
 	}
 	return "?"
 }
@@ -162,7 +170,7 @@ func (nw *testNet) deliver(until time.Time) {
 			nw.now = m.at
 		}
 		if n := nw.nodes[m.to]; n != nil {
-			n.Step(nw.now, m.env)
+			n.Step(nw.nowOf(m.to), m.env)
 		}
 	}
 	if until.After(nw.now) {
@@ -188,7 +196,7 @@ func (nw *testNet) settle() {
 func (nw *testNet) tick() {
 	for _, name := range nw.names {
 		if n := nw.nodes[name]; n != nil {
-			n.Tick(nw.now)
+			n.Tick(nw.nowOf(name))
 		}
 	}
 }
@@ -254,7 +262,7 @@ func (nw *testNet) withJitter(seed uint64, max time.Duration) {
 // setMembers gives every listed node the membership names.
 func (nw *testNet) setMembers(names []string, on ...string) {
 	for _, o := range on {
-		nw.nodes[o].SetMembers(nw.now, names)
+		nw.nodes[o].SetMembers(nw.nowOf(o), names)
 	}
 }
 
@@ -314,7 +322,7 @@ func check(t testing.TB, n *Node, now time.Time, r Request) Response {
 // checkAnswered runs r on n at the network's time and delivers, ticking,
 // until it is answered (a client that waits for each answer).
 func (nw *testNet) checkAnswered(n *Node, r Request) Response {
-	p := checkAsync(n, nw.now, r)
+	p := checkAsync(n, nw.nowOf(n.cfg.Self), r)
 	for !p.done {
 		nw.run(100 * time.Microsecond)
 	}

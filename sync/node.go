@@ -49,6 +49,8 @@ type Node struct {
 	// nextSweep is when the store's sweep visits shard sweepAt next.
 	nextSweep time.Time
 	sweepAt   int
+	// clk is the clock correction (clock.go).
+	clk nodeClock
 	// fwdID numbers forward batches.
 	fwdID uint64
 	// wireLimit is the wire form of wireLimitOf, shared by the forwards
@@ -120,6 +122,8 @@ type peer struct {
 	urgent bool
 	// seenInc is the highest incarnation of the peer seen in an envelope.
 	seenInc uint64
+	// clk measures the peer's clock (clock.go).
+	clk peerClock
 
 	// The fields below are guarded by Node.mu.
 
@@ -191,6 +195,7 @@ func (n *Node) send(to string, body isBody) {
 // the transport.
 func (n *Node) sendEnvelope(to string, env *peerv1.Envelope) {
 	env.From, env.To, env.Incarnation = n.cfg.Self, to, n.cfg.Incarnation
+	n.stampClock(n.view.peers[to], env) // clock.go
 	n.tr.Send(to, env)
 }
 
@@ -239,6 +244,7 @@ func clone[M proto.Message](m M) M { return proto.Clone(m).(M) }
 // that are not current members, or addressed to another node, are dropped
 // and counted; malformed items are dropped and counted, never a panic.
 func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
+	n.enter(now)
 	if env == nil {
 		n.metrics.Malformed.Add(1)
 		return
@@ -253,6 +259,7 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		return
 	}
 	p.downUntil = 0
+	n.observeClock(now, v, p, env) // clock.go: before any state is read
 	if prev := p.seenInc; env.Incarnation > prev {
 		p.seenInc = env.Incarnation
 		if prev != 0 {
@@ -280,9 +287,12 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		n.onBackup(now, p, env.Incarnation, b.Backup)
 	case *peerv1.Envelope_BackupAck:
 		n.onBackupAck(p, b.BackupAck)
+	case *peerv1.Envelope_ClockProbe:
+		// measured by observeClock; nothing else to do
 	default:
 		n.metrics.Malformed.Add(1)
 	}
+	n.clk.rx = 0
 }
 
 // peerRestarted handles a peer seen with a new incarnation without a
@@ -314,6 +324,7 @@ func (n *Node) peerRestarted(v *view, p *peer) {
 // checks of its keys are decided by the partition policy at once; flushes
 // and hand-offs to it are retried on Tick.
 func (n *Node) Unreachable(now time.Time, peer string) {
+	n.enter(now)
 	p := n.view.peers[peer]
 	if p == nil {
 		return
@@ -327,6 +338,7 @@ func (n *Node) Unreachable(now time.Time, peer string) {
 // of the store's sweep (idle eviction, interest and lease expiry, hot keys).
 // The driver calls it every Config.TickInterval.
 func (n *Node) Tick(now time.Time) {
+	n.enter(now)
 	v := n.view
 	if n.expireFailed(now) {
 		v = n.view
@@ -338,6 +350,7 @@ func (n *Node) Tick(now time.Time) {
 	n.tickBackups(now, v)
 	n.tickParked(now, v)
 	n.tickContested(now, v)
+	n.tickClock(now, v) // clock.go
 	i, sweep := n.sweepDue(now)
 	if sweep {
 		n.sweepShard(now, i)
@@ -363,6 +376,6 @@ func (n *Node) sweepDue(now time.Time) (int, bool) {
 func (n *Node) sweepShard(now time.Time, i int) {
 	s := &n.st.shards[i]
 	c := coarse(now)
-	n.st.sweepEntries(s, now, c, toCoarse(n.cfg.SweepInterval), toCoarse(n.cfg.InterestTTL))
+	n.st.sweepEntries(s, n.bt(now), c, toCoarse(n.cfg.SweepInterval), toCoarse(n.cfg.InterestTTL))
 	n.sweepLeases(s, now)
 }

@@ -108,7 +108,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, bit uin
 		if vb, err := bucket.Decode(it.View); err != nil {
 			n.metrics.Malformed.Add(1)
 		} else {
-			_ = e.b.Merge(now, vb) // most consumed wins; another algorithm is ignored
+			_ = e.b.Merge(n.bt(now), n.rebase(vb)) // most consumed wins; another algorithm is ignored
 		}
 	}
 	e.touch(c, it.Demand, false)
@@ -116,13 +116,13 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, bit uin
 	in := e.interest() | bit
 	e.setSets(in, e.stale())
 	if it.Hits > 0 {
-		_ = e.b.Drain(now, it.Hits)
+		_ = e.b.Drain(n.bt(now), it.Hits)
 	}
 	var refund int64
 	if it.LeaseReturn > 0 {
 		refund = p.takeReturn(it.Key, it.LeaseReturn, now, n.grantMemory())
 		if refund > 0 {
-			_ = e.b.Refund(now, refund)
+			_ = e.b.Refund(n.bt(now), refund)
 			n.metrics.LeasesReturned.Add(1)
 			n.metrics.LeaseTokensReturned.Add(refund)
 		}
@@ -173,7 +173,7 @@ func activeShare(e *entry, members int) float32 {
 // asked for. The tokens are drained at once, so the leases outstanding never
 // exceed what the bucket had.
 func (n *Node) grantLease(e *entry, now time.Time, it *peerv1.FlushItem) int64 {
-	peek, err := e.b.Take(now, 0)
+	peek, err := e.b.Take(n.bt(now), 0)
 	if err != nil || peek.Remaining <= 0 {
 		return 0
 	}
@@ -183,7 +183,7 @@ func (n *Node) grantLease(e *entry, now time.Time, it *peerv1.FlushItem) int64 {
 	}
 	g := int64(share * float64(peek.Remaining))
 	g = min(max(g, 1), it.LeaseWant, peek.Remaining)
-	if err := e.b.Drain(now, g); err != nil {
+	if err := e.b.Drain(n.bt(now), g); err != nil {
 		return 0
 	}
 	n.metrics.LeasesGranted.Add(1)

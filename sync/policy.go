@@ -28,7 +28,7 @@ func (n *Node) degrade(now time.Time, c uint32, v *view, r *Request, resp *Respo
 	capacity := r.Limit.Capacity()
 	switch pol {
 	case PolicyFailOpen:
-		resp.Decision = bucket.Decision{Allowed: true, Limit: capacity, Remaining: capacity, ResetAt: now}
+		resp.Decision = bucket.Decision{Allowed: true, Limit: capacity, Remaining: capacity, ResetAt: n.bt(now)}
 	case PolicyFailClosed:
 		resp.Decision = bucket.Decision{Limit: capacity, RetryAfter: n.cfg.UnreachableAfter}
 	default:
@@ -72,7 +72,7 @@ func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *Requ
 	}
 	if e == nil {
 		var err error
-		if e, err = newEntry(l, now, c); err != nil {
+		if e, err = newEntry(l, n.bt(now), c); err != nil {
 			resp.Err = err
 			return
 		}
@@ -81,16 +81,16 @@ func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *Requ
 			from = base.b.Clone()
 		}
 		if from != nil && from.Config().Algorithm == l.Algorithm {
-			if b, reconf, err := reconfigure(from, l, now, r.Hits); err == nil {
+			if b, reconf, err := reconfigure(from, l, n.bt(now), r.Hits); err == nil {
 				e.b, resp.Reconfigured = b, reconf
 			}
 		}
 		n.st.insertInto(s, s.share, r.Key, e, c)
-	} else if resp.Reconfigured, resp.Err = configure(e, l, now, r.Hits); resp.Err != nil {
+	} else if resp.Reconfigured, resp.Err = configure(e, l, n.bt(now), r.Hits); resp.Err != nil {
 		return
 	}
 	e.meta = e.meta&flagMask | c<<flagBits
-	resp.Decision, resp.Err = take(e.b, now, r)
+	resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 	if resp.Err != nil || !resp.Allowed || r.Hits == 0 || resp.Mode != ModeCached {
 		return
 	}

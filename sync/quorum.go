@@ -180,6 +180,7 @@ func (n *Node) currentQuorum() Quorum {
 // partition policy, degraded (see quorum.go). SetMembers(now, live) is
 // SetMembership(now, live, nil): every departure counts as a leave.
 func (n *Node) SetMembership(now time.Time, live, failed []string) {
+	n.enter(now)
 	prev := n.members
 	n.members = slices.Clone(live)
 	n.quorum.update(now, n.cfg.FailedMemberTTL, prev, live, failed)

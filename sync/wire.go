@@ -26,6 +26,12 @@ import (
 //	Backup{seq, items}   -> an owner's changed states, to the member that
 //	                        takes its keys over if it fails (backup.go)
 //	BackupAck{seq}       <- kept
+//	ClockProbe{}         <> nothing but the envelope's clock fields, to a
+//	                        peer sent nothing else for a second (clock.go)
+//
+// Every envelope may carry the sender's clock, correction and measure of
+// the receiver (clock.go): bucket states in it are on the sender's cluster
+// time, which the receiver shifts to its own when they differ.
 //
 // One flush per pair is in flight at a time (stop-and-wait); it is sent
 // again with the same seq after RequestTimeout, and the owner applies each

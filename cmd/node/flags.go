@@ -22,7 +22,17 @@ type options struct {
 	logLevel        slog.Level
 	logJSON         bool
 	shutdownTimeout time.Duration
+	// testClockOffset is the test hook's offset (testClockOffsetEnv), 0
+	// when unset.
+	testClockOffset time.Duration
 }
+
+// testClockOffsetEnv is a test hook, not a setting, and has no flag: set to
+// a Go duration ("30m", "-2s"), the node reads its clock that far ahead of
+// the host's (ringlimit.OffsetClock), as a host whose time is wrong would.
+// The clock tests of e2e/ use it to give one container a skewed clock, which
+// the containers' shared kernel clock cannot have. docs/operations.md.
+const testClockOffsetEnv = "RINGLIMIT_TEST_CLOCK_OFFSET"
 
 // envPrefix prefixes the environment variable of every flag:
 // --flush-interval is RINGLIMIT_FLUSH_INTERVAL.
@@ -66,6 +76,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.StringVar(&c.Gossip.Profile, "gossip-profile", c.Gossip.Profile, `gossip tuning: "lan" (nodes on a network) or "local" (many nodes on one host)`)
 	fs.DurationVar(&c.Gossip.ReconnectInterval, "gossip-reconnect-interval", c.Gossip.ReconnectInterval, "how often seeds and failed members missing from the membership are joined again, so partitions heal (0: the profile's 2s; negative: never)")
 	fs.DurationVar(&c.Gossip.ReconnectTimeout, "gossip-reconnect-timeout", c.Gossip.ReconnectTimeout, "how long a failed member is tried again before it is forgotten (0: the profile's 10m)")
+	fs.DurationVar(&c.Sync.MaxClockOffset, "max-clock-offset", c.Sync.MaxClockOffset, "bound on how far this node's clock may differ from the cluster's (the median of the members' clocks, measured): beyond it the node logs it, reports it (ringlimit_clock_skewed) and, when most members agree and it does not, is not ready")
 	fs.DurationVar(&c.Sync.FailedMemberTTL, "failed-member-ttl", c.Sync.FailedMemberTTL, "how long a failed member still counts in the quorum baseline: a node seeing no more than half of it decides the lost members' keys by the partition policy (0: no quorum rule)")
 	flagvalue.ChoiceVar(fs, &mode, "mode", c.Sync.Mode.String(), []string{"local", "owner", "cached", "leased"}, "default consistency mode of checks that do not name one")
 	flagvalue.ChoiceVar(fs, &policy, "policy", c.Sync.Policy.String(), []string{"fail-open", "fail-closed", "local-share"}, "default partition policy when a key's owner is unreachable")
@@ -183,6 +194,14 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	o.logJSON = logFormat == "json"
 	if o.shutdownTimeout <= 0 {
 		return o, usageErr(out, "--shutdown-timeout must be positive")
+	}
+	if v := getenv(testClockOffsetEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return o, usageErr(out, "%s=%q (a test hook): %v", testClockOffsetEnv, v, err)
+		}
+		o.testClockOffset = d
+		c.Clock = ringlimit.OffsetClock(d)
 	}
 	if err := c.Validate(); err != nil {
 		return o, usageErr(out, "%s", inFlagNames(err, flags))

@@ -68,6 +68,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		h = slog.NewTextHandler(stderr, hopts)
 	}
 	log := slog.New(h)
+	if o.testClockOffset != 0 {
+		log.Warn("test hook "+testClockOffsetEnv+" set: this node's clock reads offset from the host's; for tests only", "offset", o.testClockOffset)
+	}
 	o.cfg.Logger = log
 	o.cfg.Registry = prometheus.NewRegistry()
 	o.cfg.Registry.MustRegister(collectors.NewGoCollector(),

@@ -182,7 +182,32 @@ type Envelope struct {
 	//	*Envelope_HandoffAck
 	//	*Envelope_Backup
 	//	*Envelope_BackupAck
-	Body          isEnvelope_Body `protobuf_oneof:"body"`
+	//	*Envelope_ClockProbe
+	Body isEnvelope_Body `protobuf_oneof:"body"`
+	// The clock fields let nodes whose clocks differ agree on time (see
+	// docs/consistency.md, "Clocks", and sync/clock.go). A sender that does
+	// not set them (clock_ns 0, an older node) is not measured and its states
+	// are read as they are.
+	//
+	// clock_ns is the sender's own clock when it sent the envelope, Unix ns,
+	// before any correction.
+	ClockNs int64 `protobuf:"varint,40,opt,name=clock_ns,json=clockNs,proto3" json:"clock_ns,omitempty"`
+	// clock_correction_ns is what the sender adds to its clock to get the
+	// cluster time its bucket states are stamped in: every instant in the
+	// states of this envelope is on the sender's clock_ns + clock_correction_ns.
+	ClockCorrectionNs int64 `protobuf:"varint,41,opt,name=clock_correction_ns,json=clockCorrectionNs,proto3" json:"clock_correction_ns,omitempty"`
+	// clock_seen_ns, valid when clock_seen is set, is the smallest recent
+	// value of (the sender's clock at receipt - clock_ns) over envelopes the
+	// sender received from the receiver: their clock difference plus the
+	// one-way delay. With its own measure of the other direction the receiver
+	// gets the offset between the two clocks, to within half the difference
+	// of the two delays (the NTP estimate).
+	ClockSeenNs int64 `protobuf:"varint,42,opt,name=clock_seen_ns,json=clockSeenNs,proto3" json:"clock_seen_ns,omitempty"`
+	ClockSeen   bool  `protobuf:"varint,43,opt,name=clock_seen,json=clockSeen,proto3" json:"clock_seen,omitempty"`
+	// clock_epoch changes when the sender's clock went back (a step of its
+	// host's clock): the receiver measures it again from scratch, as the
+	// measurements of the old epoch no longer hold.
+	ClockEpoch    uint64 `protobuf:"varint,44,opt,name=clock_epoch,json=clockEpoch,proto3" json:"clock_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -326,6 +351,50 @@ func (x *Envelope) GetBackupAck() *BackupAck {
 	return nil
 }
 
+func (x *Envelope) GetClockProbe() *ClockProbe {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_ClockProbe); ok {
+			return x.ClockProbe
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetClockNs() int64 {
+	if x != nil {
+		return x.ClockNs
+	}
+	return 0
+}
+
+func (x *Envelope) GetClockCorrectionNs() int64 {
+	if x != nil {
+		return x.ClockCorrectionNs
+	}
+	return 0
+}
+
+func (x *Envelope) GetClockSeenNs() int64 {
+	if x != nil {
+		return x.ClockSeenNs
+	}
+	return 0
+}
+
+func (x *Envelope) GetClockSeen() bool {
+	if x != nil {
+		return x.ClockSeen
+	}
+	return false
+}
+
+func (x *Envelope) GetClockEpoch() uint64 {
+	if x != nil {
+		return x.ClockEpoch
+	}
+	return 0
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -367,6 +436,14 @@ type Envelope_BackupAck struct {
 	BackupAck *BackupAck `protobuf:"bytes,18,opt,name=backup_ack,json=backupAck,proto3,oneof"`
 }
 
+type Envelope_ClockProbe struct {
+	// A clock probe carries nothing but the envelope's clock fields; a node
+	// sends one to each peer it sent nothing else to for a second, so that
+	// clocks are measured between every pair of members (sync/clock.go).
+	// An older node counts it as malformed and drops it.
+	ClockProbe *ClockProbe `protobuf:"bytes,39,opt,name=clock_probe,json=clockProbe,proto3,oneof"`
+}
+
 func (*Envelope_Flush) isEnvelope_Body() {}
 
 func (*Envelope_FlushAck) isEnvelope_Body() {}
@@ -384,6 +461,46 @@ func (*Envelope_HandoffAck) isEnvelope_Body() {}
 func (*Envelope_Backup) isEnvelope_Body() {}
 
 func (*Envelope_BackupAck) isEnvelope_Body() {}
+
+func (*Envelope_ClockProbe) isEnvelope_Body() {}
+
+// ClockProbe is an envelope body that carries nothing: the envelope's clock
+// fields are its content.
+type ClockProbe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClockProbe) Reset() {
+	*x = ClockProbe{}
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClockProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClockProbe) ProtoMessage() {}
+
+func (x *ClockProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClockProbe.ProtoReflect.Descriptor instead.
+func (*ClockProbe) Descriptor() ([]byte, []int) {
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+}
 
 // Limit mirrors bucket.Limit: the configuration of one key's bucket.
 type Limit struct {
@@ -407,7 +524,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +536,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[3]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +549,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Limit) GetAlgorithm() uint32 {
@@ -520,7 +637,7 @@ type Flush struct {
 
 func (x *Flush) Reset() {
 	*x = Flush{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +649,7 @@ func (x *Flush) String() string {
 func (*Flush) ProtoMessage() {}
 
 func (x *Flush) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[4]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +662,7 @@ func (x *Flush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flush.ProtoReflect.Descriptor instead.
 func (*Flush) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Flush) GetSeq() uint64 {
@@ -588,7 +705,7 @@ type FlushItem struct {
 
 func (x *FlushItem) Reset() {
 	*x = FlushItem{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +717,7 @@ func (x *FlushItem) String() string {
 func (*FlushItem) ProtoMessage() {}
 
 func (x *FlushItem) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[5]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +730,7 @@ func (x *FlushItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushItem.ProtoReflect.Descriptor instead.
 func (*FlushItem) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FlushItem) GetKey() string {
@@ -686,7 +803,7 @@ type FlushAck struct {
 
 func (x *FlushAck) Reset() {
 	*x = FlushAck{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +815,7 @@ func (x *FlushAck) String() string {
 func (*FlushAck) ProtoMessage() {}
 
 func (x *FlushAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[6]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +828,7 @@ func (x *FlushAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushAck.ProtoReflect.Descriptor instead.
 func (*FlushAck) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FlushAck) GetSeq() uint64 {
@@ -758,7 +875,7 @@ type KeyState struct {
 
 func (x *KeyState) Reset() {
 	*x = KeyState{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +887,7 @@ func (x *KeyState) String() string {
 func (*KeyState) ProtoMessage() {}
 
 func (x *KeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[7]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +900,7 @@ func (x *KeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
 func (*KeyState) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeyState) GetKey() string {
@@ -843,7 +960,7 @@ type Push struct {
 
 func (x *Push) Reset() {
 	*x = Push{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +972,7 @@ func (x *Push) String() string {
 func (*Push) ProtoMessage() {}
 
 func (x *Push) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[8]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +985,7 @@ func (x *Push) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Push.ProtoReflect.Descriptor instead.
 func (*Push) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Push) GetAppliedSeq() uint64 {
@@ -904,7 +1021,7 @@ type Forward struct {
 
 func (x *Forward) Reset() {
 	*x = Forward{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1033,7 @@ func (x *Forward) String() string {
 func (*Forward) ProtoMessage() {}
 
 func (x *Forward) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1046,7 @@ func (x *Forward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forward.ProtoReflect.Descriptor instead.
 func (*Forward) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Forward) GetId() uint64 {
@@ -966,7 +1083,7 @@ type ForwardItem struct {
 
 func (x *ForwardItem) Reset() {
 	*x = ForwardItem{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1095,7 @@ func (x *ForwardItem) String() string {
 func (*ForwardItem) ProtoMessage() {}
 
 func (x *ForwardItem) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1108,7 @@ func (x *ForwardItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardItem.ProtoReflect.Descriptor instead.
 func (*ForwardItem) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ForwardItem) GetKey() string {
@@ -1048,7 +1165,7 @@ type ForwardReply struct {
 
 func (x *ForwardReply) Reset() {
 	*x = ForwardReply{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1177,7 @@ func (x *ForwardReply) String() string {
 func (*ForwardReply) ProtoMessage() {}
 
 func (x *ForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1190,7 @@ func (x *ForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardReply.ProtoReflect.Descriptor instead.
 func (*ForwardReply) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ForwardReply) GetId() uint64 {
@@ -1117,7 +1234,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1246,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1259,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -1225,7 +1342,7 @@ type Handoff struct {
 
 func (x *Handoff) Reset() {
 	*x = Handoff{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1354,7 @@ func (x *Handoff) String() string {
 func (*Handoff) ProtoMessage() {}
 
 func (x *Handoff) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1367,7 @@ func (x *Handoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
 func (*Handoff) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Handoff) GetSeq() uint64 {
@@ -1285,7 +1402,7 @@ type HandoffAck struct {
 
 func (x *HandoffAck) Reset() {
 	*x = HandoffAck{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1414,7 @@ func (x *HandoffAck) String() string {
 func (*HandoffAck) ProtoMessage() {}
 
 func (x *HandoffAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1427,7 @@ func (x *HandoffAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffAck.ProtoReflect.Descriptor instead.
 func (*HandoffAck) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HandoffAck) GetSeq() uint64 {
@@ -1345,7 +1462,7 @@ type Backup struct {
 
 func (x *Backup) Reset() {
 	*x = Backup{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1474,7 @@ func (x *Backup) String() string {
 func (*Backup) ProtoMessage() {}
 
 func (x *Backup) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1487,7 @@ func (x *Backup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backup.ProtoReflect.Descriptor instead.
 func (*Backup) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Backup) GetSeq() uint64 {
@@ -1398,7 +1515,7 @@ type BackupAck struct {
 
 func (x *BackupAck) Reset() {
 	*x = BackupAck{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1527,7 @@ func (x *BackupAck) String() string {
 func (*BackupAck) ProtoMessage() {}
 
 func (x *BackupAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1540,7 @@ func (x *BackupAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupAck.ProtoReflect.Descriptor instead.
 func (*BackupAck) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BackupAck) GetSeq() uint64 {
@@ -1447,7 +1564,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x1cringlimit/peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"K\n" +
 	"\x0eDeliverRequest\x129\n" +
 	"\tenvelopes\x18\x01 \x03(\v2\x1b.ringlimit.peer.v1.EnvelopeR\tenvelopes\"\x11\n" +
-	"\x0fDeliverResponse\"\xe3\x04\n" +
+	"\x0fDeliverResponse\"\xd4\x06\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12 \n" +
@@ -1463,8 +1580,19 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"handoffAck\x123\n" +
 	"\x06backup\x18\x11 \x01(\v2\x19.ringlimit.peer.v1.BackupH\x00R\x06backup\x12=\n" +
 	"\n" +
-	"backup_ack\x18\x12 \x01(\v2\x1c.ringlimit.peer.v1.BackupAckH\x00R\tbackupAckB\x06\n" +
-	"\x04body\"\xc7\x02\n" +
+	"backup_ack\x18\x12 \x01(\v2\x1c.ringlimit.peer.v1.BackupAckH\x00R\tbackupAck\x12@\n" +
+	"\vclock_probe\x18' \x01(\v2\x1d.ringlimit.peer.v1.ClockProbeH\x00R\n" +
+	"clockProbe\x12\x19\n" +
+	"\bclock_ns\x18( \x01(\x03R\aclockNs\x12.\n" +
+	"\x13clock_correction_ns\x18) \x01(\x03R\x11clockCorrectionNs\x12\"\n" +
+	"\rclock_seen_ns\x18* \x01(\x03R\vclockSeenNs\x12\x1d\n" +
+	"\n" +
+	"clock_seen\x18+ \x01(\bR\tclockSeen\x12\x1f\n" +
+	"\vclock_epoch\x18, \x01(\x04R\n" +
+	"clockEpochB\x06\n" +
+	"\x04body\"\f\n" +
+	"\n" +
+	"ClockProbe\"\xc7\x02\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1b\n" +
@@ -1567,57 +1695,59 @@ func file_ringlimit_peer_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_peer_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ringlimit_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_ringlimit_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_ringlimit_peer_v1_peer_proto_goTypes = []any{
 	(ErrorCode)(0),          // 0: ringlimit.peer.v1.ErrorCode
 	(*DeliverRequest)(nil),  // 1: ringlimit.peer.v1.DeliverRequest
 	(*DeliverResponse)(nil), // 2: ringlimit.peer.v1.DeliverResponse
 	(*Envelope)(nil),        // 3: ringlimit.peer.v1.Envelope
-	(*Limit)(nil),           // 4: ringlimit.peer.v1.Limit
-	(*Flush)(nil),           // 5: ringlimit.peer.v1.Flush
-	(*FlushItem)(nil),       // 6: ringlimit.peer.v1.FlushItem
-	(*FlushAck)(nil),        // 7: ringlimit.peer.v1.FlushAck
-	(*KeyState)(nil),        // 8: ringlimit.peer.v1.KeyState
-	(*Push)(nil),            // 9: ringlimit.peer.v1.Push
-	(*Forward)(nil),         // 10: ringlimit.peer.v1.Forward
-	(*ForwardItem)(nil),     // 11: ringlimit.peer.v1.ForwardItem
-	(*ForwardReply)(nil),    // 12: ringlimit.peer.v1.ForwardReply
-	(*Decision)(nil),        // 13: ringlimit.peer.v1.Decision
-	(*Handoff)(nil),         // 14: ringlimit.peer.v1.Handoff
-	(*HandoffAck)(nil),      // 15: ringlimit.peer.v1.HandoffAck
-	(*Backup)(nil),          // 16: ringlimit.peer.v1.Backup
-	(*BackupAck)(nil),       // 17: ringlimit.peer.v1.BackupAck
+	(*ClockProbe)(nil),      // 4: ringlimit.peer.v1.ClockProbe
+	(*Limit)(nil),           // 5: ringlimit.peer.v1.Limit
+	(*Flush)(nil),           // 6: ringlimit.peer.v1.Flush
+	(*FlushItem)(nil),       // 7: ringlimit.peer.v1.FlushItem
+	(*FlushAck)(nil),        // 8: ringlimit.peer.v1.FlushAck
+	(*KeyState)(nil),        // 9: ringlimit.peer.v1.KeyState
+	(*Push)(nil),            // 10: ringlimit.peer.v1.Push
+	(*Forward)(nil),         // 11: ringlimit.peer.v1.Forward
+	(*ForwardItem)(nil),     // 12: ringlimit.peer.v1.ForwardItem
+	(*ForwardReply)(nil),    // 13: ringlimit.peer.v1.ForwardReply
+	(*Decision)(nil),        // 14: ringlimit.peer.v1.Decision
+	(*Handoff)(nil),         // 15: ringlimit.peer.v1.Handoff
+	(*HandoffAck)(nil),      // 16: ringlimit.peer.v1.HandoffAck
+	(*Backup)(nil),          // 17: ringlimit.peer.v1.Backup
+	(*BackupAck)(nil),       // 18: ringlimit.peer.v1.BackupAck
 }
 var file_ringlimit_peer_v1_peer_proto_depIdxs = []int32{
 	3,  // 0: ringlimit.peer.v1.DeliverRequest.envelopes:type_name -> ringlimit.peer.v1.Envelope
-	5,  // 1: ringlimit.peer.v1.Envelope.flush:type_name -> ringlimit.peer.v1.Flush
-	7,  // 2: ringlimit.peer.v1.Envelope.flush_ack:type_name -> ringlimit.peer.v1.FlushAck
-	9,  // 3: ringlimit.peer.v1.Envelope.push:type_name -> ringlimit.peer.v1.Push
-	10, // 4: ringlimit.peer.v1.Envelope.forward:type_name -> ringlimit.peer.v1.Forward
-	12, // 5: ringlimit.peer.v1.Envelope.forward_reply:type_name -> ringlimit.peer.v1.ForwardReply
-	14, // 6: ringlimit.peer.v1.Envelope.handoff:type_name -> ringlimit.peer.v1.Handoff
-	15, // 7: ringlimit.peer.v1.Envelope.handoff_ack:type_name -> ringlimit.peer.v1.HandoffAck
-	16, // 8: ringlimit.peer.v1.Envelope.backup:type_name -> ringlimit.peer.v1.Backup
-	17, // 9: ringlimit.peer.v1.Envelope.backup_ack:type_name -> ringlimit.peer.v1.BackupAck
-	6,  // 10: ringlimit.peer.v1.Flush.items:type_name -> ringlimit.peer.v1.FlushItem
-	4,  // 11: ringlimit.peer.v1.FlushItem.limit:type_name -> ringlimit.peer.v1.Limit
-	8,  // 12: ringlimit.peer.v1.FlushAck.items:type_name -> ringlimit.peer.v1.KeyState
-	8,  // 13: ringlimit.peer.v1.Push.items:type_name -> ringlimit.peer.v1.KeyState
-	11, // 14: ringlimit.peer.v1.Forward.items:type_name -> ringlimit.peer.v1.ForwardItem
-	4,  // 15: ringlimit.peer.v1.ForwardItem.limit:type_name -> ringlimit.peer.v1.Limit
-	13, // 16: ringlimit.peer.v1.ForwardReply.items:type_name -> ringlimit.peer.v1.Decision
-	0,  // 17: ringlimit.peer.v1.Decision.error:type_name -> ringlimit.peer.v1.ErrorCode
-	8,  // 18: ringlimit.peer.v1.Handoff.items:type_name -> ringlimit.peer.v1.KeyState
-	8,  // 19: ringlimit.peer.v1.Backup.items:type_name -> ringlimit.peer.v1.KeyState
-	1,  // 20: ringlimit.peer.v1.Peer.Deliver:input_type -> ringlimit.peer.v1.DeliverRequest
-	1,  // 21: ringlimit.peer.v1.Peer.Stream:input_type -> ringlimit.peer.v1.DeliverRequest
-	2,  // 22: ringlimit.peer.v1.Peer.Deliver:output_type -> ringlimit.peer.v1.DeliverResponse
-	2,  // 23: ringlimit.peer.v1.Peer.Stream:output_type -> ringlimit.peer.v1.DeliverResponse
-	22, // [22:24] is the sub-list for method output_type
-	20, // [20:22] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	6,  // 1: ringlimit.peer.v1.Envelope.flush:type_name -> ringlimit.peer.v1.Flush
+	8,  // 2: ringlimit.peer.v1.Envelope.flush_ack:type_name -> ringlimit.peer.v1.FlushAck
+	10, // 3: ringlimit.peer.v1.Envelope.push:type_name -> ringlimit.peer.v1.Push
+	11, // 4: ringlimit.peer.v1.Envelope.forward:type_name -> ringlimit.peer.v1.Forward
+	13, // 5: ringlimit.peer.v1.Envelope.forward_reply:type_name -> ringlimit.peer.v1.ForwardReply
+	15, // 6: ringlimit.peer.v1.Envelope.handoff:type_name -> ringlimit.peer.v1.Handoff
+	16, // 7: ringlimit.peer.v1.Envelope.handoff_ack:type_name -> ringlimit.peer.v1.HandoffAck
+	17, // 8: ringlimit.peer.v1.Envelope.backup:type_name -> ringlimit.peer.v1.Backup
+	18, // 9: ringlimit.peer.v1.Envelope.backup_ack:type_name -> ringlimit.peer.v1.BackupAck
+	4,  // 10: ringlimit.peer.v1.Envelope.clock_probe:type_name -> ringlimit.peer.v1.ClockProbe
+	7,  // 11: ringlimit.peer.v1.Flush.items:type_name -> ringlimit.peer.v1.FlushItem
+	5,  // 12: ringlimit.peer.v1.FlushItem.limit:type_name -> ringlimit.peer.v1.Limit
+	9,  // 13: ringlimit.peer.v1.FlushAck.items:type_name -> ringlimit.peer.v1.KeyState
+	9,  // 14: ringlimit.peer.v1.Push.items:type_name -> ringlimit.peer.v1.KeyState
+	12, // 15: ringlimit.peer.v1.Forward.items:type_name -> ringlimit.peer.v1.ForwardItem
+	5,  // 16: ringlimit.peer.v1.ForwardItem.limit:type_name -> ringlimit.peer.v1.Limit
+	14, // 17: ringlimit.peer.v1.ForwardReply.items:type_name -> ringlimit.peer.v1.Decision
+	0,  // 18: ringlimit.peer.v1.Decision.error:type_name -> ringlimit.peer.v1.ErrorCode
+	9,  // 19: ringlimit.peer.v1.Handoff.items:type_name -> ringlimit.peer.v1.KeyState
+	9,  // 20: ringlimit.peer.v1.Backup.items:type_name -> ringlimit.peer.v1.KeyState
+	1,  // 21: ringlimit.peer.v1.Peer.Deliver:input_type -> ringlimit.peer.v1.DeliverRequest
+	1,  // 22: ringlimit.peer.v1.Peer.Stream:input_type -> ringlimit.peer.v1.DeliverRequest
+	2,  // 23: ringlimit.peer.v1.Peer.Deliver:output_type -> ringlimit.peer.v1.DeliverResponse
+	2,  // 24: ringlimit.peer.v1.Peer.Stream:output_type -> ringlimit.peer.v1.DeliverResponse
+	23, // [23:25] is the sub-list for method output_type
+	21, // [21:23] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_peer_v1_peer_proto_init() }
@@ -1635,6 +1765,7 @@ func file_ringlimit_peer_v1_peer_proto_init() {
 		(*Envelope_HandoffAck)(nil),
 		(*Envelope_Backup)(nil),
 		(*Envelope_BackupAck)(nil),
+		(*Envelope_ClockProbe)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1642,7 +1773,7 @@ func file_ringlimit_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_peer_v1_peer_proto_rawDesc), len(file_ringlimit_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
