@@ -337,7 +337,7 @@ func TestConsistencyMetricsExportEveryCoreCounter(t *testing.T) {
 	v := reflect.ValueOf(&m).Elem()
 	for i := range v.NumField() {
 		f := v.Type().Field(i)
-		if f.Name == "Decisions" || f.Name == "Keys" { // exported by coreDecisions and ringlimit_keys
+		if f.Name == "Decisions" || f.Name == "Keys" || f.Name == "KeyBytes" { // exported by coreDecisions, ringlimit_keys and ringlimit_key_bytes
 			continue
 		}
 		p, ok := v.Field(i).Addr().Interface().(*atomic.Int64)
