@@ -44,6 +44,9 @@ type clusterSpec struct {
 	homes []int
 	// flags are added to every node's command line.
 	flags []string
+	// create are options of docker create added for every node (a memory
+	// limit, environment variables).
+	create []string
 }
 
 // cluster is a set of node containers on networks of its own. Its methods
@@ -111,10 +114,12 @@ func startCluster(t *testing.T, spec clusterSpec) *cluster {
 		n.container = fmt.Sprintf("rle2e-%s-%s", c.id, n.name)
 		args := []string{"create", "--name", n.container, "--hostname", n.name,
 			"--label", runLabel + "=" + runID, "-e", "RINGLIMIT_GOSSIP_KEY=" + gossipKey,
-			"--network", c.client.name, "--ip", n.clientIP.String(), image,
+			"--network", c.client.name, "--ip", n.clientIP.String()}
+		args = append(args, spec.create...)
+		args = append(args, image,
 			"--name", n.name,
 			"--gossip-advertise-addr", netip.AddrPortFrom(c.ipOn(c.homes[n.home], i), gossipPort).String(),
-			"--seeds", strings.Join(seeds, ","), "--gossip-profile", "lan"}
+			"--seeds", strings.Join(seeds, ","), "--gossip-profile", "lan")
 		args = append(args, spec.flags...)
 		c.must(docker(ctx, args...))
 		c.nodes = append(c.nodes, n)
