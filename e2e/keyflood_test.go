@@ -1,12 +1,15 @@
-//go:build e2e
+//go:build e2e && flood
 
 package e2e
 
 // Issue 16 item 4, "memory is a budget", on real nodes in containers:
 //
 //	make flood    # both tests below, about 10 minutes on 2 cores
-//	go test -tags e2e -count=1 -v -run TestKeyMemory ./e2e/
-//	go test -tags e2e -count=1 -v -run TestKeyFlood ./e2e/
+//	go test -tags 'e2e flood' -count=1 -v -run TestKeyMemory ./e2e/
+//	go test -tags 'e2e flood' -count=1 -v -run TestKeyFlood ./e2e/
+//
+// (The tag flood keeps them out of make e2e, whose scenarios they would
+// lengthen by as much again.)
 //
 // TestKeyMemory fills one node with 1M keys and reports its resident memory
 // and heap per key; TestKeyFlood sends 5M distinct keys through one node of
@@ -18,6 +21,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -211,41 +215,78 @@ func (c *cluster) containerState(i int) (string, error) {
 	return docker(ctx, "inspect", "--format", "oom={{.State.OOMKilled}} running={{.State.Running}} exit={{.State.ExitCode}}", c.nodes[i].container)
 }
 
-// TestKeyMemory: one node holding 1M keys (owned token buckets, keys of 15
-// bytes: "flood", NUL, "k00000000") takes at most 200 bytes per key of
-// resident memory and of heap, measured from before the fill to after it.
+// collect makes node i run a garbage collection (the heap profile's
+// ?gc=1; the node runs with --pprof), so that the heap figures read next
+// are the live heap's.
+func (c *cluster) collect(i int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := fmt.Sprintf("http://%s:%d/debug/pprof/heap?gc=1", c.nodes[i].clientIP, httpPort)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return err
+}
+
+// TestKeyMemory: one node filled with 1M keys (owned token buckets, keys
+// of 15 bytes: "flood", NUL, "k00000000"), under Go's default GOGC=100 and
+// under GOGC=20. Per key, from before the fill to 10 s after it: resident
+// memory, heap in use, and the live heap (after a collection). The live
+// heap is at most 200 bytes per key under both. The target of issue 16 is
+// 200 bytes of resident memory per key too: not met (docs/bench.md), since
+// the runtime keeps about 1.1 x (1 + GOGC/100) times the live heap.
 func TestKeyMemory(t *testing.T) {
 	const keys = 1_000_000
-	c := startCluster(t, clusterSpec{nodes: 1})
-	time.Sleep(2 * time.Second) // let the node's start-up garbage go
-	before, err := c.nodeMetrics(0, memorySeries...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := c.flood(floodSpec{node: 0, keys: keys, batch: 1000, concurrency: 4, limit: 5 * time.Minute})
-	if res.sent != keys {
-		t.Fatalf("sent %d of %d keys (%d failed) in %v", res.sent, keys, res.failed, res.took)
-	}
-	// The figures after the fill, and after 10 s with no calls (the
-	// runtime returns memory it does not need to the OS meanwhile).
-	for _, wait := range []time.Duration{0, 10 * time.Second} {
-		time.Sleep(wait)
-		after, err := c.nodeMetrics(0, memorySeries...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stored := after["ringlimit_keys"]
-		per := func(name string) float64 { return (after[name] - before[name]) / stored }
-		rss, inuse, alloc := per("process_resident_memory_bytes"), per("go_memstats_heap_inuse_bytes"), per("go_memstats_heap_alloc_bytes")
-		t.Logf("FIGURE after %v: %.0f keys in %v; per key: RSS %.0f bytes, heap in use %.0f, heap allocated %.0f, charged %.0f (RSS %.0f -> %.0f MiB)",
-			wait, stored, res.took.Round(time.Millisecond), rss, inuse, alloc, after["ringlimit_key_bytes"]/stored,
-			before["process_resident_memory_bytes"]/(1<<20), after["process_resident_memory_bytes"]/(1<<20))
-		if stored != keys {
-			t.Errorf("%.0f keys stored, want %d", stored, keys)
-		}
-		if wait > 0 && (rss > 200 || inuse > 200) {
-			t.Errorf("RSS %.0f and heap in use %.0f bytes per key, want at most 200 each", rss, inuse)
-		}
+	for _, gogc := range []string{"100", "20"} {
+		t.Run("GOGC="+gogc, func(t *testing.T) {
+			c := startCluster(t, clusterSpec{nodes: 1, create: []string{"-e", "GOGC=" + gogc}, flags: []string{"--pprof"}})
+			if err := c.collect(0); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Second) // let the node's start-up memory go back
+			before, err := c.nodeMetrics(0, memorySeries...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := c.flood(floodSpec{node: 0, keys: keys, batch: 1000, concurrency: 4, limit: 5 * time.Minute})
+			if res.sent != keys {
+				t.Fatalf("sent %d of %d keys (%d failed) in %v", res.sent, keys, res.failed, res.took)
+			}
+			time.Sleep(10 * time.Second) // the runtime returns what it does not need meanwhile
+			after, err := c.nodeMetrics(0, memorySeries...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.collect(0); err != nil {
+				t.Fatal(err)
+			}
+			live, err := c.nodeMetrics(0, memorySeries...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored := after["ringlimit_keys"]
+			per := func(m map[string]float64, name string) float64 { return (m[name] - before[name]) / stored }
+			rss, inuse, liveHeap := per(after, "process_resident_memory_bytes"), per(after, "go_memstats_heap_inuse_bytes"), per(live, "go_memstats_heap_alloc_bytes")
+			t.Logf("FIGURE GOGC=%s: %.0f keys in %v; per key: RSS %.0f bytes, heap in use %.0f, live heap %.0f, charged %.0f (RSS %.0f -> %.0f MiB)",
+				gogc, stored, res.took.Round(time.Millisecond), rss, inuse, liveHeap, after["ringlimit_key_bytes"]/stored,
+				before["process_resident_memory_bytes"]/(1<<20), after["process_resident_memory_bytes"]/(1<<20))
+			if stored != keys {
+				t.Errorf("%.0f keys stored, want %d", stored, keys)
+			}
+			if liveHeap > 200 {
+				t.Errorf("live heap %.0f bytes per key, want at most 200", liveHeap)
+			}
+			if rss > 200 {
+				t.Errorf("GOGC=%s: RSS %.0f bytes per key, want at most 200", gogc, rss)
+			}
+		})
 	}
 }
 
