@@ -127,12 +127,13 @@ func bitIndex(b uint64) uint {
 }
 
 // holdCharge reports whether a backup held afresh, of a key of keyLen
-// bytes, fits the budget, and charges it if so. Held backups may take up
-// to half the byte budget, evicting stored keys for it; beyond that half,
-// or when nothing can be evicted, the backup is not kept.
+// bytes, fits the budget, and charges it if so. Held backups take at most
+// half the byte budget, evicting stored keys when the budget is full
+// (stored keys evict only stored keys, so they always have the other half);
+// beyond that half, or when nothing can be evicted, the backup is not kept.
 func (st *store) holdCharge(keyLen int, c uint32) bool {
 	need := heldCharge(keyLen)
-	if st.maxBytes > 0 && st.bytes+need > st.maxBytes {
+	if st.maxBytes > 0 {
 		if st.heldBytes+need > st.maxBytes/2 {
 			return false
 		}

@@ -146,3 +146,41 @@ func TestEvictionHeapFlat(t *testing.T) {
 	}
 	runtime.KeepAlive(n)
 }
+
+// TestHeldBackupsBudget: the backups a node holds for another owner are
+// charged to its byte budget and take at most half of it; the rest are
+// counted as dropped, and a held state given back releases its charge.
+func TestHeldBackupsBudget(t *testing.T) {
+	members := []string{"a", "b"}
+	key := func(i int) string { return fmt.Sprintf("held-%04d", i) }
+	per := heldCharge(len(key(0)))
+	budget := 40 * per // room for 20 held states
+	nw := newTestNet(t, func(cfg *Config) {
+		if cfg.Self == "b" {
+			cfg.MaxKeyBytes = budget
+		}
+	}, members...)
+	a, b := nw.nodes["a"], nw.nodes["b"]
+	owned := 0
+	for i := 0; owned < 60; i++ {
+		if k := key(i); a.view.owner(k) == "a" {
+			check(t, a, nw.now, Request{Key: k, Hits: 1, Limit: perHour(100)})
+			owned++
+		}
+	}
+	nw.run(500 * time.Millisecond)
+	held := len(b.dur.held)
+	m := b.Metrics()
+	if held != 20 || m.BackupKeysDropped.Load() != 40 {
+		t.Errorf("b holds %d backups and dropped %d; want 20 held (half its budget) and 40 dropped", held, m.BackupKeysDropped.Load())
+	}
+	if got, want := b.st.heldBytes, int64(held)*per; got != want || m.KeyBytes.Load() < want {
+		t.Errorf("held charge %d (KeyBytes %d), want %d", got, m.KeyBytes.Load(), want)
+	}
+	// The held states given back (as when their owner fails) release their
+	// charge.
+	b.takeHeld(func(string, *heldBackup) bool { return false })
+	if b.st.heldBytes != 0 {
+		t.Errorf("held charge %d after every held state was taken, want 0", b.st.heldBytes)
+	}
+}
