@@ -15,11 +15,11 @@ import (
 // see allocKeyed; or an entry and a key of their own) and its share of the
 // index that finds it (a table slot or a Go map's), whatever its role
 // (owned, cached, local, share). The backups this node holds for other
-// owners (backup.go) are charged to the same budget. What the charges do
-// not cover is the state of algorithms that do not fit a bucket.Space (a
-// sliding log's hits), and what a node needs whatever its keys (buffers,
-// goroutines, the runtime): the base. TestKeyBytesCharged checks the
-// charges against the heap.
+// owners (backup.go) are charged to the same budget, and take at most half
+// of it (holdCharge). What the charges do not cover is the state of
+// algorithms that do not fit a bucket.Space (a sliding log's hits), and
+// what a node needs whatever its keys (buffers, goroutines, the runtime):
+// the base. TestHeapPerKey100k checks the charges against the heap.
 //
 // Eviction order: when an insert would exceed either bound, the least
 // recently used eighth of the inserting shard's keys goes (ties broken by
