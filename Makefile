@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 # gRPC PORT_BASE+i, HTTP PORT_BASE+1000+i, gossip PORT_BASE+845+i).
 PORT_BASE ?= 7100
 
-.PHONY: all build bins install test race lint bench bench-cluster proto fuzz soak run cluster sim sim-check e2e conformance guava compare compare-short compare-test compare-build
+.PHONY: all build bins install test race lint bench bench-cluster proto fuzz soak run cluster sim sim-check e2e flood conformance guava compare compare-short compare-test compare-build
 
 all: lint test
 
@@ -50,6 +50,7 @@ lint:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags e2e ./e2e/... ./deploy/
+	$(GO) vet -tags 'e2e flood' ./e2e/
 	$(GO) vet -tags guava ./bucket/
 
 ## bench: decision benchmarks of every algorithm, side by side with x/time/rate.
@@ -166,6 +167,18 @@ e2e:
 	@command -v nginx >/dev/null || (apt-get update -qq && apt-get install -y -qq nginx)
 	$(GO) test -tags e2e -count=1 -v -timeout 5m ./e2e/nginx/
 	RINGLIMIT_IMAGE=ringlimit:e2e $(GO) test -tags e2e -count=1 -v -timeout 10m ./deploy/
+
+## flood: issue 16's key flood on containers (e2e/keyflood_test.go, build
+## tags e2e and flood): TestKeyMemory fills one node with 1M keys and
+## reports resident memory and heap per key (GOGC 100 and 20);
+## TestKeyFlood sends 5M distinct keys through one node of three, each
+## limited as deploy/k8s/sidecar.yaml limits its sidecar (256Mi, GOMEMLIMIT,
+## the key budget), while a bystander checks its own keys on another node.
+## Needs a reachable Docker daemon; about 10 minutes on 2 cores.
+flood:
+	@docker version --format '{{.Server.Version}}' >/dev/null 2>&1 || \
+	  { echo "flood: FAIL: the Docker daemon is unreachable (docker version); make flood needs it" >&2; exit 1; }
+	$(GO) test -tags 'e2e flood' -count=1 -v -timeout 30m -run 'TestKeyMemory|TestKeyFlood' ./e2e/
 
 ## conformance: ringlimit's Envoy service against Lyft's reference service
 ## (github.com/envoyproxy/ratelimit, in-process over Debian's redis-server,

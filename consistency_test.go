@@ -338,7 +338,7 @@ func TestConsistencyMetricsExportEveryCoreCounter(t *testing.T) {
 	for i := range v.NumField() {
 		f := v.Type().Field(i)
 		switch f.Name {
-		case "Decisions", "Keys": // exported by coreDecisions and ringlimit_keys
+		case "Decisions", "Keys", "KeyBytes": // exported by coreDecisions, ringlimit_keys and ringlimit_key_bytes
 			continue
 		case "ClockOffsetNs", "ClockSkewed": // gauges, exported by clockCollectors
 			continue

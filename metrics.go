@@ -118,7 +118,7 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 		{"ringlimit_backup_keys_total", "Key states carried by the backup messages sent.", &c.BackupKeys},
 		{"ringlimit_backups_retried_total", "Backup batches not acknowledged in time; their keys go again with the next round.", &c.BackupsRetried},
 		{"ringlimit_backups_received_total", "Backup messages kept for other owners.", &c.BackupsReceived},
-		{"ringlimit_backup_keys_dropped_total", "Backed-up key states not kept because MaxKeys states were held.", &c.BackupKeysDropped},
+		{"ringlimit_backup_keys_dropped_total", "Backed-up key states not kept because MaxKeys states were held or the byte budget (--max-key-bytes) had no room.", &c.BackupKeysDropped},
 		{"ringlimit_backup_keys_restored_total", "Held key states given to a key's new owner after its owner failed or restarted.", &c.BackupKeysRestored},
 		{"ringlimit_clock_steps_total", "Times this node's clock correction moved (every state it held shifted with it).", &c.ClockSteps},
 		{"ringlimit_clock_rebased_total", "Messages whose states were shifted on receipt to this node's cluster time (a sender whose clock is not yet measured, or whose cluster time differs).", &c.ClockRebased},
@@ -129,7 +129,7 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 // and its decisions.
 func coreCollectors(c *rlsync.Metrics) []prometheus.Collector {
 	counters := coreCounters(c)
-	out := make([]prometheus.Collector, 0, len(counters)+2)
+	out := make([]prometheus.Collector, 0, len(counters)+3)
 	for _, k := range counters {
 		v := k.v
 		out = append(out, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: k.name, Help: k.help},
@@ -138,6 +138,9 @@ func coreCollectors(c *rlsync.Metrics) []prometheus.Collector {
 	out = append(out, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ringlimit_keys", Help: "Keys stored by this node, owned and cached.",
 	}, func() float64 { return float64(c.Keys.Load()) }))
+	out = append(out, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ringlimit_key_bytes", Help: "Memory charged for the keys stored and the backups held for other owners, in bytes (bounded by --max-key-bytes).",
+	}, func() float64 { return float64(c.KeyBytes.Load()) }))
 	out = append(out, coreDecisions{c})
 	out = append(out, clockCollectors(c)...)
 	return out

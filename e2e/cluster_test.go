@@ -49,6 +49,9 @@ type clusterSpec struct {
 	// be not ready for its clock: waitMembers does not wait for its
 	// readiness.
 	clockOffset map[int]time.Duration
+	// create are options of docker create added for every node (a memory
+	// limit, environment variables).
+	create []string
 }
 
 // cluster is a set of node containers on networks of its own. Its methods
@@ -122,6 +125,7 @@ func startCluster(t *testing.T, spec clusterSpec) *cluster {
 			args = append(args, "-e", "RINGLIMIT_TEST_CLOCK_OFFSET="+d.String())
 			c.skewed[i] = true
 		}
+		args = append(args, spec.create...)
 		args = append(args, "--network", c.client.name, "--ip", n.clientIP.String(), image,
 			"--name", n.name,
 			"--gossip-advertise-addr", netip.AddrPortFrom(c.ipOn(c.homes[n.home], i), gossipPort).String(),

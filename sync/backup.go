@@ -383,7 +383,7 @@ func (n *Node) holdBackup(now time.Time, p *peer, ks *peerv1.KeyState, h *heldBa
 		d.spare = nil // in use now; what bk no longer needs becomes spare
 	}
 	switch {
-	case h == nil && len(d.held) >= n.cfg.MaxKeys:
+	case h == nil && (len(d.held) >= n.cfg.MaxKeys || !n.st.holdCharge(len(ks.Key), coarse(now))):
 		n.metrics.BackupKeysDropped.Add(1)
 		d.spare = bk
 	case h == nil:
@@ -413,6 +413,7 @@ func (n *Node) sweepHeld(now time.Time) {
 	for key, h := range d.held {
 		if h.b.Idle(n.bt(now)) {
 			delete(d.held, key)
+			n.st.releaseHeld(len(key))
 		}
 	}
 }
@@ -432,6 +433,7 @@ func (n *Node) takeHeld(keep func(key string, h *heldBackup) bool) ([]string, []
 	for i, key := range keys {
 		hs[i] = d.held[key]
 		delete(d.held, key)
+		n.st.releaseHeld(len(key))
 	}
 	return keys, hs
 }

@@ -69,6 +69,15 @@ type Config struct {
 	// MaxKeys bounds the keys a node stores (owned and cached); beyond it the
 	// least recently used are evicted. Default 1,000,000.
 	MaxKeys int
+	// MaxKeyBytes bounds the memory of the keys a node keeps, in bytes:
+	// every stored key (owned, cached, local) and every backup held for
+	// another owner is charged its allocations (budget.go); beyond it, as
+	// beyond MaxKeys, the least recently used keys are evicted, and held
+	// backups beyond half of it are not kept. Zero: no byte bound, MaxKeys
+	// alone. Default 256 MiB: above what MaxKeys of short keys take (about
+	// 180 MB), so that it binds only when keys are long (a million keys of
+	// 1 KiB would take 1.2 GB).
+	MaxKeyBytes int64
 	// MaxKeyLen bounds the length of a key in bytes. Default 1024.
 	MaxKeyLen int
 	// SweepInterval is how long the store takes to visit each of its 64
@@ -133,6 +142,7 @@ func DefaultConfig() Config {
 		InterestTTL:      10 * time.Second,
 		LeaseTTL:         time.Second,
 		MaxKeys:          1_000_000,
+		MaxKeyBytes:      256 << 20,
 		MaxKeyLen:        1024,
 		SweepInterval:    5 * time.Second,
 		HandoffWait:      time.Second,
@@ -173,6 +183,8 @@ func (c Config) Validate() error {
 		return errors.New("sync: config: LeaseTTL must be positive")
 	case c.MaxKeys <= 0:
 		return errors.New("sync: config: MaxKeys must be positive")
+	case c.MaxKeyBytes < 0:
+		return errors.New("sync: config: MaxKeyBytes must not be negative")
 	case c.MaxKeyLen <= 0:
 		return errors.New("sync: config: MaxKeyLen must be positive")
 	case c.HandoffWait < 0:

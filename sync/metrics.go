@@ -37,6 +37,9 @@ type Metrics struct {
 	// Keys is the number of keys stored now; Evicted counts idle and LRU
 	// evictions.
 	Keys, Evicted atomic.Int64
+	// KeyBytes is the memory charged now for the stored keys and the held
+	// backups, in bytes (Config.MaxKeyBytes bounds it; budget.go).
+	KeyBytes atomic.Int64
 	// FlushesAcked counts flush acknowledgements received; PushesReceived
 	// push messages received; ForwardTimeouts owner-mode checks decided by the
 	// partition policy after RequestTimeout or an unreachable owner.
@@ -64,7 +67,8 @@ type Metrics struct {
 	// owner and the key states they carried; BackupsRetried the batches not
 	// acknowledged in time (their keys go again with the next round).
 	// BackupsReceived counts backup messages kept for other owners,
-	// BackupKeysDropped states not kept because MaxKeys were held, and
+	// BackupKeysDropped states not kept because MaxKeys were held or
+	// the byte budget had no room for them (budget.go), and
 	// BackupKeysRestored held states given to a key's new owner after their
 	// owner left without handing off, or restarted (backup.go).
 	BackupsSent, BackupKeys, BackupsRetried                atomic.Int64

@@ -166,7 +166,7 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, tr: tr}
-	n.st = newStore(cfg.MaxKeys, &n.metrics)
+	n.st = newStore(cfg.MaxKeys, cfg.MaxKeyBytes, &n.metrics)
 	n.view = &view{index: map[string]int{}, peers: map[string]*peer{}}
 	return n, nil
 }

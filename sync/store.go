@@ -1,9 +1,7 @@
 package sync
 
 import (
-	"cmp"
 	"hash/maphash"
-	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -208,6 +206,14 @@ type store struct {
 	// maxKeys bounds the keys of all shards (Config.MaxKeys); metrics.Keys
 	// counts them.
 	maxKeys int64
+	// maxBytes bounds the bytes charged for the keys and the held backups
+	// (Config.MaxKeyBytes, 0: none); bytes is the charge now (mirrored in
+	// metrics.KeyBytes), heldBytes the held backups' part of it (budget.go).
+	maxBytes, bytes, heldBytes int64
+	// heldNext is the shard a held backup evicts from next.
+	heldNext int
+	// cands is evict's list of candidates, kept for the next eviction.
+	cands   []evictCand
 	metrics *Metrics
 	// dirtyShards and changedShards have shard i's bit set while its dirty
 	// (changed) list is not empty, so that flushes and pushes visit only
@@ -274,6 +280,7 @@ func (st *store) clearChanged(s *shard) {
 // removeEntry deletes key, whose entry is e, from s.m (see forget).
 func (st *store) removeEntry(s *shard, key string, e *entry) {
 	s.m.del(st.hash(key), e)
+	st.charge(-entryCharge(len(key), e, false))
 	st.forget(e)
 }
 
@@ -281,6 +288,7 @@ func (st *store) removeEntry(s *shard, key string, e *entry) {
 // its shard (see forget).
 func (st *store) removeFrom(m map[string]*entry, key string, e *entry) {
 	delete(m, key)
+	st.charge(-entryCharge(len(key), e, true))
 	st.forget(e)
 }
 
@@ -293,8 +301,8 @@ func (st *store) forget(e *entry) {
 	st.metrics.Keys.Add(-1)
 }
 
-func newStore(maxKeys int, m *Metrics) *store {
-	st := &store{maxKeys: int64(maxKeys), metrics: m, seed: maphash.MakeSeed()}
+func newStore(maxKeys int, maxBytes int64, m *Metrics) *store {
+	st := &store{maxKeys: int64(maxKeys), maxBytes: maxBytes, metrics: m, seed: maphash.MakeSeed()}
 	for i := range st.shards {
 		s := &st.shards[i]
 		s.bit = 1 << i
@@ -337,10 +345,12 @@ func (st *store) insertInto(s *shard, into map[string]*entry, key string, e *ent
 // insertOwn is insertInto for a key that is the store's own copy
 // already (see newKeyedEntry).
 func (st *store) insertOwn(s *shard, into map[string]*entry, key string, e *entry, c uint32) {
-	if st.metrics.Keys.Load() >= st.maxKeys {
-		st.evict(s, c)
+	need := entryCharge(len(key), e, true)
+	if st.full(need) {
+		st.makeRoom(s, c, need)
 	}
 	into[key] = e
+	st.charge(need)
 	st.metrics.Keys.Add(1)
 	st.inserts++
 }
@@ -349,10 +359,13 @@ func (st *store) insertOwn(s *shard, into map[string]*entry, key string, e *entr
 // store hash h and is not in s.m, to s.m, first evicting as insertInto
 // does.
 func (st *store) insertEntry(s *shard, h uint64, e *entry, c uint32) {
-	if st.metrics.Keys.Load() >= st.maxKeys {
-		st.evict(s, c)
+	key, _ := e.key()
+	need := entryCharge(len(key), e, false)
+	if st.full(need) {
+		st.makeRoom(s, c, need)
 	}
 	s.m.put(h, e)
+	st.charge(need)
 	st.metrics.Keys.Add(1)
 	st.inserts++
 }
@@ -524,43 +537,6 @@ func reconfigure(b bucket.Bucket, l bucket.Limit, now time.Time, hits int64) (_ 
 		_ = b.Drain(now, after.Remaining-before.Remaining)
 	}
 	return b, true, nil
-}
-
-// evict makes room in a full store: it removes the least recently used
-// eighth of the shard's keys (by last use, ties broken by key, so the choice
-// is deterministic), at least one. Cached entries with hits still to flush
-// and keys with a live lease are kept. Sorting costs O(n log n) once per
-// about n/8 insertions.
-func (st *store) evict(s *shard, c uint32) {
-	type cand struct {
-		age uint32
-		key string
-		e   *entry
-		m   map[string]*entry // nil for s.m
-	}
-	cands := make([]cand, 0, s.entries())
-	for k, e := range s.m.all() {
-		if e.has(flagDirty) || !e.has(flagOwned) && e.n2 != 0 || s.leases[k] != nil {
-			continue
-		}
-		cands = append(cands, cand{ageOf(c, e.used()), k, e, nil})
-	}
-	for _, m := range []map[string]*entry{s.local, s.share} {
-		for k, e := range m {
-			cands = append(cands, cand{ageOf(c, e.used()), k, e, m})
-		}
-	}
-	slices.SortFunc(cands, func(a, b cand) int {
-		return cmp.Or(cmp.Compare(b.age, a.age), cmp.Compare(a.key, b.key))
-	})
-	n := max(1, len(cands)/8)
-	for _, cd := range cands[:min(n, len(cands))] {
-		if cd.m == nil {
-			st.removeEntry(s, cd.key, cd.e)
-		} else {
-			st.removeFrom(cd.m, cd.key, cd.e)
-		}
-	}
 }
 
 // sweepEntries evicts the keys of s whose state equals a fresh bucket's,

@@ -89,6 +89,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.IntVar(&c.API.MaxBatchItems, "max-check-items", c.API.MaxBatchItems, "most items in one public Check call")
 	fs.IntVar(&c.API.MaxKeyLen, "max-key-len", c.API.MaxKeyLen, "most bytes of name + unique_key in one item")
 	fs.IntVar(&c.Sync.MaxKeys, "max-keys", c.Sync.MaxKeys, "most keys a node keeps (owned, cached, backed up); beyond it the least recently used are evicted")
+	var keyBytesSet bool
+	fs.Var(byteSize{&c.Sync.MaxKeyBytes, &keyBytesSet}, "max-key-bytes", "most memory the keys a node keeps (and the backups it holds for others) may take, e.g. 128MiB; beyond it the least recently used keys are evicted (0: --max-keys alone; default: half of GOMEMLIMIT when set, else 256MiB)")
 	fs.Int64Var(&c.API.MaxBodyBytes, "max-body-bytes", c.API.MaxBodyBytes, "most bytes of an HTTP request body")
 	fs.IntVar(&c.API.MaxRecvMsgBytes, "max-recv-msg-bytes", c.API.MaxRecvMsgBytes, "most bytes of one gRPC message received, public or peer")
 	fs.UintVar(&maxConcurrentStreams, "max-concurrent-streams", uint(c.API.MaxConcurrentStreams), "most concurrent gRPC calls per connection")
@@ -164,6 +166,17 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	}
 
 	c.Gossip.Seeds = splitList(seeds)
+	if !keyBytesSet {
+		// Sized from the memory limit the Go runtime works to, if any: the
+		// manifests set GOMEMLIMIT from the container's limit.
+		budget, ok, err := keyBudgetFromMemLimit(getenv("GOMEMLIMIT"))
+		if err != nil {
+			return o, usageErr(out, "%v", err)
+		}
+		if ok {
+			c.Sync.MaxKeyBytes = budget
+		}
+	}
 	if maxConcurrentStreams > math.MaxUint32 {
 		return o, usageErr(out, "--max-concurrent-streams %d: at most %d", maxConcurrentStreams, uint32(math.MaxUint32))
 	}

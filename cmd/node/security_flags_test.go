@@ -80,6 +80,32 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 			}
 		}},
 		{name: "zero max keys", args: []string{"--max-keys", "0"}, wantErr: "--max-keys must be positive"},
+		{name: "max key bytes default", check: func(t *testing.T, o options) {
+			if o.cfg.Sync.MaxKeyBytes != 256<<20 {
+				t.Errorf("Sync.MaxKeyBytes = %d, want 256 MiB", o.cfg.Sync.MaxKeyBytes)
+			}
+		}},
+		{name: "max key bytes in MiB", args: []string{"--max-key-bytes", "96MiB"}, check: func(t *testing.T, o options) {
+			if o.cfg.Sync.MaxKeyBytes != 96<<20 {
+				t.Errorf("Sync.MaxKeyBytes = %d, want 96 MiB", o.cfg.Sync.MaxKeyBytes)
+			}
+		}},
+		{name: "max key bytes in Kubernetes units", env: map[string]string{"RINGLIMIT_MAX_KEY_BYTES": "96Mi"}, check: func(t *testing.T, o options) {
+			if o.cfg.Sync.MaxKeyBytes != 96<<20 {
+				t.Errorf("Sync.MaxKeyBytes = %d, want 96 MiB", o.cfg.Sync.MaxKeyBytes)
+			}
+		}},
+		{name: "max key bytes from GOMEMLIMIT", env: map[string]string{"GOMEMLIMIT": "268435456"}, check: func(t *testing.T, o options) {
+			if o.cfg.Sync.MaxKeyBytes != 128<<20 {
+				t.Errorf("Sync.MaxKeyBytes = %d, want half of GOMEMLIMIT (128 MiB)", o.cfg.Sync.MaxKeyBytes)
+			}
+		}},
+		{name: "max key bytes given wins over GOMEMLIMIT", args: []string{"--max-key-bytes", "0"}, env: map[string]string{"GOMEMLIMIT": "256MiB"}, check: func(t *testing.T, o options) {
+			if o.cfg.Sync.MaxKeyBytes != 0 {
+				t.Errorf("Sync.MaxKeyBytes = %d, want 0 as given", o.cfg.Sync.MaxKeyBytes)
+			}
+		}},
+		{name: "max key bytes not a size", args: []string{"--max-key-bytes", "1.5GB"}, wantErr: "--max-key-bytes"},
 		{name: "insecure peers", args: []string{"--insecure-peers"}, env: map[string]string{"RINGLIMIT_PEER_SECRET": ""}, check: func(t *testing.T, o options) {
 			if !o.cfg.Peer.Insecure || len(o.cfg.Peer.Secret) != 0 {
 				t.Errorf("InsecurePeers %v, secret %q: want insecure, no secret", o.cfg.Peer.Insecure, o.cfg.Peer.Secret)

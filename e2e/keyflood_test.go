@@ -1,0 +1,367 @@
+//go:build e2e && flood
+
+package e2e
+
+// Issue 16 item 4, "memory is a budget", on real nodes in containers:
+//
+//	make flood    # both tests below, about 10 minutes on 2 cores
+//	go test -tags 'e2e flood' -count=1 -v -run TestKeyMemory ./e2e/
+//	go test -tags 'e2e flood' -count=1 -v -run TestKeyFlood ./e2e/
+//
+// (The tag flood keeps them out of make e2e, whose scenarios they would
+// lengthen by as much again.)
+//
+// TestKeyMemory fills one node with 1M keys and reports its resident memory
+// and heap per key; TestKeyFlood sends 5M distinct keys through one node of
+// three, each limited as deploy/k8s/sidecar.yaml limits its sidecar, while a
+// bystander checks its own keys on another node. docs/bench.md and
+// docs/security.md quote their figures.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
+)
+
+// sidecarMemory reads the sidecar manifest's memory settings
+// (deploy/k8s/sidecar.yaml): the container's memory limit (limits.memory,
+// which GOMEMLIMIT follows there) and the key budget
+// (RINGLIMIT_MAX_KEY_BYTES), as Kubernetes quantities ("256Mi").
+func sidecarMemory(t *testing.T) (limitMiB int64, keyBudget string) {
+	raw, err := os.ReadFile(filepath.Join("..", "deploy", "k8s", "sidecar.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := regexp.MustCompile(`limits: \{memory: (\d+)Mi\}`).FindSubmatch(raw)
+	bud := regexp.MustCompile(`name: RINGLIMIT_MAX_KEY_BYTES\s+value: (\S+)`).FindSubmatch(raw)
+	if lim == nil || bud == nil {
+		t.Fatalf("deploy/k8s/sidecar.yaml: no memory limit in Mi or no RINGLIMIT_MAX_KEY_BYTES")
+	}
+	limitMiB, _ = strconv.ParseInt(string(lim[1]), 10, 64)
+	return limitMiB, string(bud[1])
+}
+
+// nodeMetrics returns the metrics of node i named in names (unlabelled
+// series only).
+func (c *cluster) nodeMetrics(i int, names ...string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	url := fmt.Sprintf("http://%s:%d/metrics", c.nodes[i].clientIP, httpPort)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !slices.Contains(names, name) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(val, 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// memorySeries are the series the tests read.
+var memorySeries = []string{"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes",
+	"go_memstats_heap_alloc_bytes", "ringlimit_keys", "ringlimit_key_bytes", "ringlimit_evicted_total"}
+
+// floodSpec is a flood of distinct keys through one node.
+type floodSpec struct {
+	node        int           // the node called
+	keys        int           // distinct keys, k00000000 on
+	batch       int           // items per call
+	concurrency int           // calls in flight
+	limit       time.Duration // the flood stops after this long, whatever is left
+}
+
+// floodResult is what a flood did.
+type floodResult struct {
+	sent, failed int64 // items in calls answered, and in calls that failed
+	took         time.Duration
+}
+
+// flood sends spec's keys, one hit each of 100 an hour (a key once used
+// stays: its state is not a fresh bucket's), and returns when every key
+// was sent or spec.limit passed.
+func (c *cluster) flood(spec floodSpec) floodResult {
+	ctx, cancel := context.WithTimeout(context.Background(), spec.limit)
+	defer cancel()
+	var next, sent, failed atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range spec.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := &ringlimitv1.CheckRequest{}
+			for ctx.Err() == nil {
+				from := int(next.Add(int64(spec.batch))) - spec.batch
+				if from >= spec.keys {
+					return
+				}
+				req.Items = req.Items[:0]
+				for k := from; k < min(from+spec.batch, spec.keys); k++ {
+					req.Items = append(req.Items, &ringlimitv1.CheckItem{Name: "flood", UniqueKey: fmt.Sprintf("k%08d", k),
+						Hits: proto.Int64(1), Limit: 100, Period: durationpb.New(time.Hour)})
+				}
+				cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+				_, err := c.nodes[spec.node].api.Check(cctx, req)
+				ccancel()
+				if err != nil {
+					failed.Add(int64(len(req.Items)))
+					if ctx.Err() == nil {
+						time.Sleep(100 * time.Millisecond) // a node restarting: do not spin
+					}
+					continue
+				}
+				sent.Add(int64(len(req.Items)))
+			}
+		}()
+	}
+	wg.Wait()
+	return floodResult{sent: sent.Load(), failed: failed.Load(), took: time.Since(start)}
+}
+
+// bystander checks its own 10 keys on one node, one call of one item every
+// interval, and records each call's latency and error.
+type bystander struct {
+	mu   sync.Mutex // guards lat and errs
+	lat  []time.Duration
+	errs int
+}
+
+// run calls node i until ctx ends.
+func (b *bystander) run(ctx context.Context, c *cluster, i int, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for k := 0; ; k++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		req := &ringlimitv1.CheckRequest{Items: []*ringlimitv1.CheckItem{{Name: "bystander", UniqueKey: fmt.Sprintf("user%d", k%10),
+			Hits: proto.Int64(1), Limit: 1_000_000, Period: durationpb.New(time.Second)}}}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		start := time.Now()
+		resp, err := c.nodes[i].api.Check(cctx, req)
+		took := time.Since(start)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		b.mu.Lock()
+		if err != nil || resp.Items[0].Status == ringlimitv1.Status_STATUS_ERROR {
+			b.errs++
+		} else {
+			b.lat = append(b.lat, took)
+		}
+		b.mu.Unlock()
+	}
+}
+
+// take returns the latencies and errors recorded since the last take, and
+// forgets them.
+func (b *bystander) take() ([]time.Duration, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	lat, errs := b.lat, b.errs
+	b.lat, b.errs = nil, 0
+	return lat, errs
+}
+
+// quantile returns the q-quantile of lat (0 when empty).
+func quantile(lat []time.Duration, q float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// containerState returns whether node i's container was OOM-killed, is
+// running, and its restart count.
+func (c *cluster) containerState(i int) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return docker(ctx, "inspect", "--format", "oom={{.State.OOMKilled}} running={{.State.Running}} exit={{.State.ExitCode}}", c.nodes[i].container)
+}
+
+// collect makes node i run a garbage collection (the heap profile's
+// ?gc=1; the node runs with --pprof), so that the heap figures read next
+// are the live heap's.
+func (c *cluster) collect(i int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := fmt.Sprintf("http://%s:%d/debug/pprof/heap?gc=1", c.nodes[i].clientIP, httpPort)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return err
+}
+
+// TestKeyMemory: one node filled with 1M keys (owned token buckets, keys
+// of 15 bytes: "flood", NUL, "k00000000"), under Go's default GOGC=100 and
+// under GOGC=20. Per key, from before the fill to 10 s after it: resident
+// memory, heap in use, and the live heap (after a collection). The live
+// heap is at most 200 bytes per key under both. The target of issue 16 is
+// 200 bytes of resident memory per key too: not met (docs/bench.md), since
+// the runtime keeps about 1.1 x (1 + GOGC/100) times the live heap.
+func TestKeyMemory(t *testing.T) {
+	const keys = 1_000_000
+	for _, gogc := range []string{"100", "20"} {
+		t.Run("GOGC="+gogc, func(t *testing.T) {
+			c := startCluster(t, clusterSpec{nodes: 1, create: []string{"-e", "GOGC=" + gogc}, flags: []string{"--pprof"}})
+			if err := c.collect(0); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Second) // let the node's start-up memory go back
+			before, err := c.nodeMetrics(0, memorySeries...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := c.flood(floodSpec{node: 0, keys: keys, batch: 1000, concurrency: 4, limit: 5 * time.Minute})
+			if res.sent != keys {
+				t.Fatalf("sent %d of %d keys (%d failed) in %v", res.sent, keys, res.failed, res.took)
+			}
+			time.Sleep(10 * time.Second) // the runtime returns what it does not need meanwhile
+			after, err := c.nodeMetrics(0, memorySeries...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.collect(0); err != nil {
+				t.Fatal(err)
+			}
+			live, err := c.nodeMetrics(0, memorySeries...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored := after["ringlimit_keys"]
+			per := func(m map[string]float64, name string) float64 { return (m[name] - before[name]) / stored }
+			rss, inuse, liveHeap := per(after, "process_resident_memory_bytes"), per(after, "go_memstats_heap_inuse_bytes"), per(live, "go_memstats_heap_alloc_bytes")
+			t.Logf("FIGURE GOGC=%s: %.0f keys in %v; per key: RSS %.0f bytes, heap in use %.0f, live heap %.0f, charged %.0f (RSS %.0f -> %.0f MiB)",
+				gogc, stored, res.took.Round(time.Millisecond), rss, inuse, liveHeap, after["ringlimit_key_bytes"]/stored,
+				before["process_resident_memory_bytes"]/(1<<20), after["process_resident_memory_bytes"]/(1<<20))
+			if stored != keys {
+				t.Errorf("%.0f keys stored, want %d", stored, keys)
+			}
+			if liveHeap > 200 {
+				t.Errorf("live heap %.0f bytes per key, want at most 200", liveHeap)
+			}
+			if rss > 200 {
+				t.Errorf("GOGC=%s: RSS %.0f bytes per key, want at most 200", gogc, rss)
+			}
+		})
+	}
+}
+
+// TestKeyFlood: 5M distinct keys through one node of three, each node
+// limited as the sidecar manifest limits it (a container of 256 MiB, no
+// swap, GOMEMLIMIT at the limit, the key budget of the manifest), while a
+// bystander checks 10 keys of its own on another node every 10 ms. No node
+// is killed, the bystander sees no error, and its p99 latency during the
+// flood stays within twice its quiet value.
+func TestKeyFlood(t *testing.T) {
+	const keys = 5_000_000
+	limitMiB, budget := sidecarMemory(t)
+	t.Logf("each node: --memory %dm, GOMEMLIMIT %d, RINGLIMIT_MAX_KEY_BYTES %s (deploy/k8s/sidecar.yaml)", limitMiB, limitMiB<<20, budget)
+	mem := strconv.FormatInt(limitMiB, 10) + "m"
+	c := startCluster(t, clusterSpec{nodes: 3,
+		create: []string{"--memory", mem, "--memory-swap", mem,
+			"-e", "GOMEMLIMIT=" + strconv.FormatInt(limitMiB<<20, 10), "-e", "RINGLIMIT_MAX_KEY_BYTES=" + budget}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var by bystander
+	done := make(chan struct{})
+	go func() { defer close(done); by.run(ctx, c, 1, 10*time.Millisecond) }()
+	time.Sleep(20 * time.Second)
+	quiet, quietErrs := by.take()
+
+	peak := make([]float64, len(c.nodes))
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() { // the nodes' peak resident memory, every second
+		defer close(watched)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(time.Second):
+			}
+			for i := range c.nodes {
+				if m, err := c.nodeMetrics(i, "process_resident_memory_bytes"); err == nil {
+					peak[i] = max(peak[i], m["process_resident_memory_bytes"])
+				}
+			}
+		}
+	}()
+	res := c.flood(floodSpec{node: 0, keys: keys, batch: 1000, concurrency: 4, limit: 8 * time.Minute})
+	close(stopWatch)
+	<-watched
+	during, duringErrs := by.take()
+	cancel()
+	<-done
+
+	qp99, dp99 := quantile(quiet, 0.99), quantile(during, 0.99)
+	t.Logf("FIGURE flood: %d keys sent (%d failed) through n1 in %v (%.0f keys/s)", res.sent, res.failed,
+		res.took.Round(time.Millisecond), float64(res.sent)/res.took.Seconds())
+	t.Logf("FIGURE bystander on n2: quiet %d calls, %d errors, p50 %v p99 %v; during the flood %d calls, %d errors, p50 %v p99 %v",
+		len(quiet), quietErrs, quantile(quiet, 0.5), qp99, len(during), duringErrs, quantile(during, 0.5), dp99)
+	for i := range c.nodes {
+		state, err := c.containerState(i)
+		m, merr := c.nodeMetrics(i, memorySeries...)
+		t.Logf("FIGURE %s: %s; peak RSS %.0f MiB; now RSS %.0f MiB, heap in use %.0f MiB, %.0f keys, %.0f MiB charged, %.0f evicted (%v %v)",
+			c.nodes[i].name, strings.TrimSpace(state), peak[i]/(1<<20), m["process_resident_memory_bytes"]/(1<<20),
+			m["go_memstats_heap_inuse_bytes"]/(1<<20), m["ringlimit_keys"], m["ringlimit_key_bytes"]/(1<<20), m["ringlimit_evicted_total"], err, merr)
+		if err != nil || merr != nil || !strings.Contains(state, "oom=false running=true") {
+			t.Errorf("%s: %s (%v, %v): want running, never OOM-killed", c.nodes[i].name, strings.TrimSpace(state), err, merr)
+		}
+	}
+	if res.sent != keys || res.failed != 0 {
+		t.Errorf("flood: %d of %d keys sent, %d failed", res.sent, keys, res.failed)
+	}
+	if quietErrs != 0 || duringErrs != 0 {
+		t.Errorf("bystander errors: %d quiet, %d during the flood; want none", quietErrs, duringErrs)
+	}
+	if len(quiet) < 100 || len(during) < 100 {
+		t.Fatalf("bystander calls: %d quiet, %d during; too few to measure", len(quiet), len(during))
+	}
+	if dp99 > 2*qp99 {
+		t.Errorf("bystander p99 %v during the flood, more than twice its quiet %v", dp99, qp99)
+	}
+}

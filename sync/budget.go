@@ -1,0 +1,205 @@
+package sync
+
+import (
+	"cmp"
+	"slices"
+	"unsafe"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// The memory budget of a store (issue 16): the keys a node keeps are
+// bounded by count (Config.MaxKeys) and by bytes (Config.MaxKeyBytes).
+// Every stored key is charged what holding it costs the heap: its
+// allocation in Go's size classes (the entry, its key and its token bucket,
+// see allocKeyed; or an entry and a key of their own) and its share of the
+// index that finds it (a table slot or a Go map's), whatever its role
+// (owned, cached, local, share). The backups this node holds for other
+// owners (backup.go) are charged to the same budget, and take at most half
+// of it (holdCharge). What the charges do not cover is the state of
+// algorithms that do not fit a bucket.Space (a sliding log's hits), and
+// what a node needs whatever its keys (buffers, goroutines, the runtime):
+// the base. TestHeapPerKey100k checks the charges against the heap.
+//
+// Eviction order: when an insert would exceed either bound, the least
+// recently used eighth of the inserting shard's keys goes (ties broken by
+// key), the keys that cannot go kept: cached keys with hits not yet
+// flushed (dirty or in flight) and keys with a live lease. If that shard
+// has none to give, the next shards are tried in turn. The cost of an
+// evicted key in accuracy: an owned key evicted while spent restarts from a
+// fresh bucket at its next check (up to its limit admitted again, once
+// per eviction); a cached view evicted restarts as a fresh view (it asks
+// the owner at once and admits at most limit/N meanwhile, as a key seen
+// for the first time); a held backup dropped leaves the key with its
+// cached-mode rebuild only if its owner crashes (consistency.md).
+
+// The charges, in bytes, of a key's share of the index that finds it: a
+// table slot (16 bytes at 3/8 to 3/4 load, and the old slots while a table
+// grows) or a Go map's (a 16-byte key header, an 8-byte pointer and a
+// control byte per slot at up to 7/8 load, and the map's own growth).
+const (
+	slotCharge = 32
+	mapCharge  = 48
+)
+
+// heldBucketCharge is what a held backup's token bucket costs (decoded on
+// its own, not in a Space).
+var heldBucketCharge = sizeClass(unsafe.Sizeof(bucket.Space{}))
+
+// sizeClass returns the bytes Go's allocator hands out for an object of n
+// bytes (its size classes, to within a few percent above 1 KiB; n itself,
+// rounded to a page, beyond 32 KiB).
+func sizeClass(n uintptr) int64 {
+	classes := [...]int64{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256,
+		288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048}
+	if n == 0 {
+		return 0
+	}
+	for _, c := range classes {
+		if int64(n) <= c {
+			return c
+		}
+	}
+	const page = 8192
+	return (int64(n) + page - 1) / page * page
+}
+
+// entryCharge returns what key's entry e costs the store: in s.m (inMap
+// false) or in a shard's local or share map (inMap true). It depends only
+// on the key's length and the entry's form, which never change, so the
+// charge taken at insertion is the one given back at removal.
+func entryCharge(keyLen int, e *entry, inMap bool) int64 {
+	c := int64(slotCharge)
+	if inMap {
+		c = mapCharge
+	}
+	if !e.has(flagKeyed) {
+		// newEntry's entry and bucket, and insertInto's copy of the key.
+		return c + sizeClass(unsafe.Sizeof(entryBucket{})) + sizeClass(uintptr(keyLen))
+	}
+	switch {
+	case keyLen <= len(entryKey16{}.k):
+		return c + sizeClass(unsafe.Sizeof(entryKey16{}))
+	case keyLen <= len(entryKey48{}.k):
+		return c + sizeClass(unsafe.Sizeof(entryKey48{}))
+	}
+	return c + sizeClass(unsafe.Sizeof(entryKeyLong{})) + sizeClass(uintptr(keyLen))
+}
+
+// heldCharge returns what a backup of a key of keyLen bytes held for
+// another owner costs: its map slot, its heldBackup, its bucket and its
+// key.
+func heldCharge(keyLen int) int64 {
+	return mapCharge + sizeClass(unsafe.Sizeof(heldBackup{})) + heldBucketCharge + sizeClass(uintptr(keyLen))
+}
+
+// charge adds n bytes (negative: gives them back) to the store's budget.
+func (st *store) charge(n int64) {
+	st.bytes += n
+	st.metrics.KeyBytes.Store(st.bytes)
+}
+
+// full reports whether one more key, costing need bytes, would exceed the
+// store's bounds.
+func (st *store) full(need int64) bool {
+	return st.metrics.Keys.Load() >= st.maxKeys || st.maxBytes > 0 && st.bytes+need > st.maxBytes
+}
+
+// makeRoom evicts least recently used keys (evict), starting with s, until
+// one more key costing need fits or no shard has a key to give.
+func (st *store) makeRoom(s *shard, c uint32, need int64) {
+	start := int(bitIndex(s.bit))
+	for i := 0; i < numShards && st.full(need); {
+		if !st.evict(&st.shards[(start+i)%numShards], c) {
+			i++ // nothing to give here: the next shard
+		}
+	}
+}
+
+// bitIndex returns the index of the one bit set in b.
+func bitIndex(b uint64) uint {
+	i := uint(0)
+	for b > 1 {
+		b >>= 1
+		i++
+	}
+	return i
+}
+
+// holdCharge reports whether a backup held afresh, of a key of keyLen
+// bytes, fits the budget, and charges it if so. Held backups take at most
+// half the byte budget, evicting stored keys when the budget is full
+// (stored keys evict only stored keys, so they always have the other half);
+// beyond that half, or when nothing can be evicted, the backup is not kept.
+func (st *store) holdCharge(keyLen int, c uint32) bool {
+	need := heldCharge(keyLen)
+	if st.maxBytes > 0 {
+		if st.heldBytes+need > st.maxBytes/2 {
+			return false
+		}
+		for i := 0; i < numShards && st.bytes+need > st.maxBytes; {
+			if !st.evict(&st.shards[st.heldNext%numShards], c) {
+				i++
+			}
+			st.heldNext++
+		}
+		if st.bytes+need > st.maxBytes {
+			return false
+		}
+	}
+	st.heldBytes += need
+	st.charge(need)
+	return true
+}
+
+// releaseHeld gives back the charge of a held backup of a key of keyLen
+// bytes, dropped or restored.
+func (st *store) releaseHeld(keyLen int) {
+	need := heldCharge(keyLen)
+	st.heldBytes -= need
+	st.charge(-need)
+}
+
+// evictCand is a key that evict may remove.
+type evictCand struct {
+	age uint32
+	key string
+	e   *entry
+	m   map[string]*entry // nil for s.m
+}
+
+// evict removes the least recently used eighth of s's keys that may go
+// (by last use, ties broken by key, so the choice is deterministic), at
+// least one, and reports whether it removed any. Cached entries with hits
+// still to flush and keys with a live lease are kept. Sorting costs
+// O(n log n) once per about n/8 insertions; the list of candidates is the
+// store's, reused, so an eviction allocates nothing.
+func (st *store) evict(s *shard, c uint32) bool {
+	cands := st.cands[:0]
+	for k, e := range s.m.all() {
+		if e.has(flagDirty) || !e.has(flagOwned) && e.n2 != 0 || s.leases[k] != nil {
+			continue
+		}
+		cands = append(cands, evictCand{ageOf(c, e.used()), k, e, nil})
+	}
+	for k, e := range s.local {
+		cands = append(cands, evictCand{ageOf(c, e.used()), k, e, s.local})
+	}
+	for k, e := range s.share {
+		cands = append(cands, evictCand{ageOf(c, e.used()), k, e, s.share})
+	}
+	slices.SortFunc(cands, func(a, b evictCand) int {
+		return cmp.Or(cmp.Compare(b.age, a.age), cmp.Compare(a.key, b.key))
+	})
+	n := max(1, len(cands)/8)
+	for _, cd := range cands[:min(n, len(cands))] {
+		if cd.m == nil {
+			st.removeEntry(s, cd.key, cd.e)
+		} else {
+			st.removeFrom(cd.m, cd.key, cd.e)
+		}
+	}
+	clear(cands) // hold no entry or key past this call
+	st.cands = cands[:0]
+	return len(cands) > 0
+}
