@@ -125,3 +125,68 @@ func TestSpentKeyPushedToDormantView(t *testing.T) {
 		t.Errorf("a's view remaining %d after the owner spent the key, want the owner's %d (spent, refilling)", got, want)
 	}
 }
+
+// TestInterestKeptAcrossViewSizes: the interest of a key survives a
+// membership change from 10 members (held in the entry) to 40 (held in the
+// wide table) and back, each member under its new index.
+func TestInterestKeptAcrossViewSizes(t *testing.T) {
+	all := members(40)
+	small := all[:10]
+	nw := newTestNet(t, nil, all...)
+	nw.setMembers(small, small...)
+	owner := nw.nodes["n00"]
+	key := keyMoving(t, "n00", "n00", small, all)
+	req := Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: ModeCached}
+	for _, name := range []string{"n01", "n07"} {
+		check(t, nw.nodes[name], nw.now, req)
+	}
+	nw.settle()
+	interested := func(step string, want ...string) {
+		t.Helper()
+		s := owner.st.shardOf(key)
+		e := owner.st.lookup(s, key)
+		if e == nil || !e.has(flagOwned) {
+			t.Fatalf("%s: the owner holds no owned entry of the key", step)
+		}
+		var buf [4]uint64
+		sets := owner.readSets(s, key, e, &buf)
+		var got []string
+		for i, name := range owner.view.names {
+			if sets.cur[i/64]&(1<<(i%64)) != 0 {
+				got = append(got, name)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: interested members %v, want %v", step, got, want)
+		}
+	}
+	interested("10 members", "n01", "n07")
+	owner.SetMembers(nw.now, all)
+	if !owner.view.wide() {
+		t.Fatalf("a view of 40 members keeps interest in the entry")
+	}
+	interested("40 members", "n01", "n07")
+	owner.SetMembers(nw.now, small)
+	interested("10 members again", "n01", "n07")
+}
+
+// TestIdleTickVisitsNoPeer: a node of 100 members with nothing to send has
+// no busy peer; a check lists its key's owner until the flush is answered.
+func TestIdleTickVisitsNoPeer(t *testing.T) {
+	names := members(100)
+	nw := newTestNet(t, nil, names...)
+	a := nw.nodes["n01"]
+	nw.run(50 * time.Millisecond)
+	if len(a.busy) != 0 {
+		t.Fatalf("idle: %d busy peers, want 0", len(a.busy))
+	}
+	key := keyOwnedBy(t, "n00", names...)
+	check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: ModeCached})
+	if len(a.busy) != 1 || a.busy[0].name != "n00" {
+		t.Fatalf("after a check: busy peers %d, want the owner alone", len(a.busy))
+	}
+	nw.run(300 * time.Millisecond)
+	if len(a.busy) != 0 {
+		t.Errorf("after the flush was answered: %d busy peers, want 0", len(a.busy))
+	}
+}

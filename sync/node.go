@@ -374,6 +374,9 @@ func (p *peer) idle() bool {
 // busyPeers returns the busy peers that are v's, in member order (the
 // order of v.names), in a slice of its own.
 func (n *Node) busyPeers(v *view) []*peer {
+	if len(n.busy) == 0 {
+		return nil
+	}
 	out := make([]*peer, 0, len(n.busy))
 	for _, p := range n.busy {
 		if v.peers[p.name] == p {
