@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 # gRPC PORT_BASE+i, HTTP PORT_BASE+1000+i, gossip PORT_BASE+845+i).
 PORT_BASE ?= 7100
 
-.PHONY: all build bins install test race lint bench bench-cluster proto fuzz soak run cluster sim sim-check e2e flood conformance guava compare compare-short compare-test compare-build
+.PHONY: all build bins install test race lint bench bench-cluster bench-scale sim-scale proto fuzz soak run cluster sim sim-check e2e flood conformance guava compare compare-short compare-test compare-build
 
 all: lint test
 
@@ -63,6 +63,20 @@ bench:
 bench-cluster: bins
 	$(GO) build -o bin/loadgen ./cmd/loadgen
 	@PORT_BASE=$(PORT_BASE) scripts/bench-cluster.sh bin/ringlimit-node bin/loadgen
+
+## sim-scale: the cost of coordination against the number of nodes, in the
+## simulator (docs/bench.md, "Scale"): messages and bytes per decision, CPU
+## per request and accuracy at 5, 20, 50, 100 and 200 nodes (SCALE_NODES),
+## then partition-half runs. Long (about 15 minutes on 2 cores).
+sim-scale:
+	$(GO) test ./sim -run '^$$' -bench 'BenchmarkScale$$' -benchtime 1x -timeout 60m
+	SCALE_NODES=$${SCALE_NODES:-20,50,100} $(GO) test ./sim -run '^$$' -bench 'BenchmarkScalePartition$$' -benchtime 1x -timeout 60m
+
+## bench-scale: cached-mode throughput of 3, 10 and 30 real nodes on
+## loopback (SIZES), one bounded loadgen run each (docs/bench.md, "Scale").
+bench-scale: bins
+	$(GO) build -o bin/loadgen ./cmd/loadgen
+	@PORT_BASE=$(PORT_BASE) scripts/bench-scale.sh bin/ringlimit-node bin/loadgen
 
 ## fuzz: run every fuzz target (each `func FuzzXxx` of a _test.go file) for
 ## FUZZTIME each, one after the other; the first failure stops the run.

@@ -39,7 +39,7 @@ func BenchmarkOwner(b *testing.B) {
 		})
 	})
 	b.Run("consistent.LocateKey", func(b *testing.B) {
-		c := h.Load().c
+		c := reference(b, h.Load().cfg, h.Load().members)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for i := 0; pb.Next(); i++ {

@@ -2,6 +2,7 @@ package ring
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -28,7 +29,7 @@ func keys(n int) []string {
 
 // reference builds, independently of build, the consistent instance a ring
 // of cfg and members must agree with.
-func reference(t *testing.T, cfg Config, members []string) *consistent.Consistent {
+func reference(t testing.TB, cfg Config, members []string) *consistent.Consistent {
 	t.Helper()
 	ms := make([]consistent.Member, len(members))
 	for i, n := range members {
@@ -190,3 +191,37 @@ func TestLibraryRawNamesCollide(t *testing.T) {
 type rawMember string
 
 func (m rawMember) String() string { return string(m) }
+
+// TestPlacementMatchesLibrary: for random memberships of 1 to 120 members
+// (random names, some sharing prefixes) and configurations, the owner of
+// every partition is the library's: placement reproduces consistent.New.
+func TestPlacementMatchesLibrary(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 4))
+	for trial := range 40 {
+		cfg := DefaultConfig()
+		if trial%4 == 3 {
+			cfg = Config{PartitionCount: 97 + rng.IntN(400), ReplicationFactor: 2 + rng.IntN(30), Load: 1.05 + rng.Float64()}
+		}
+		n := 1 + rng.IntN(120)
+		seen := map[string]bool{}
+		var members []string
+		for len(members) < n {
+			name := fmt.Sprintf("n%d", rng.IntN(3*n))
+			if !seen[name] {
+				seen[name] = true
+				members = append(members, name)
+			}
+		}
+		r, err := New(cfg, members...)
+		if err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		c := reference(t, cfg, r.Members())
+		for id := range cfg.PartitionCount {
+			want := c.GetPartitionOwner(id).(member).name()
+			if got, _ := r.PartitionOwner(id); got != want {
+				t.Fatalf("trial %d (%d members, %+v): partition %d owned by %s, library says %s", trial, n, cfg, id, got, want)
+			}
+		}
+	}
+}

@@ -12,9 +12,11 @@ import (
 // Ring is an immutable consistent-hash ring: a set of member names and, for
 // each of Config.PartitionCount partitions, the member that owns it. A key's
 // partition is xxhash(key) mod PartitionCount; its owner is the partition's
-// owner. Partitions are placed by github.com/buraksezer/consistent v0.10.0
-// (consistent hashing with bounded loads), and every lookup answers exactly
-// what that library's LocateKey and GetClosestN would.
+// owner. Partitions are placed as github.com/buraksezer/consistent v0.10.0
+// places them (consistent hashing with bounded loads; place.go computes the
+// library's placement with one sort instead of one per member), and every
+// lookup answers exactly what that library's LocateKey and GetClosestN
+// would.
 //
 // A Ring never changes after New returns it: WithMembers, WithMember and
 // WithoutMember return a new Ring and leave the receiver as it was. A *Ring
@@ -32,9 +34,9 @@ type Ring struct {
 	// slot maps each partition to its owner's index in byHash. It is empty
 	// when the ring has no members.
 	slot []int32
-	// c is the library instance the table was read from; nil when the ring
-	// has no members. Only read (AverageLoad, tests): never mutated.
-	c *consistent.Consistent
+	// maxLoad is the load bound of the placement: the most partitions a
+	// member may own (consistent's AverageLoad).
+	maxLoad float64
 }
 
 // New returns a ring of the given members, at version 1. Duplicate names are
@@ -187,14 +189,11 @@ func build(cfg Config, names []string, version uint64) (*Ring, error) {
 	if len(names) > cfg.PartitionCount {
 		return nil, fmt.Errorf("%w: %d members, %d partitions", ErrTooManyMembers, len(names), cfg.PartitionCount)
 	}
-	ms := make([]consistent.Member, len(names))
-	for i, n := range names {
-		ms[i] = encode(n)
-	}
-	c, err := place(ms, cfg)
+	owners, maxLoad, err := placement(names, cfg) // place.go
 	if err != nil {
 		return nil, err
 	}
+	r.maxLoad = maxLoad
 
 	// Replica order: consistent.getClosestN sorts members by the hash of
 	// their String(). Ties (a 64-bit collision) are broken by name here;
@@ -218,33 +217,10 @@ func build(cfg Config, names []string, version uint64) (*Ring, error) {
 	}
 
 	r.slot = make([]int32, cfg.PartitionCount)
-	for id := range r.slot {
-		m, ok := c.GetPartitionOwner(id).(member)
-		if !ok {
-			return nil, fmt.Errorf("%w: partition %d has no owner", ErrPlacement, id)
-		}
-		r.slot[id] = pos[m.name()]
+	for id, m := range owners {
+		r.slot[id] = pos[names[m]]
 	}
-	r.c = c
 	return r, nil
-}
-
-// place runs consistent.New, turning its panics into ErrPlacement. Known
-// panics of v0.10.0 ("not enough room to distribute partitions" when the
-// load bound leaves no room, a nil hasher) are ruled out by Validate and
-// build; the recover is the last line, not the mechanism.
-func place(ms []consistent.Member, cfg Config) (c *consistent.Consistent, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			c, err = nil, fmt.Errorf("%w: %v", ErrPlacement, p)
-		}
-	}()
-	return consistent.New(ms, consistent.Config{
-		Hasher:            hasher{},
-		PartitionCount:    cfg.PartitionCount,
-		ReplicationFactor: cfg.ReplicationFactor,
-		Load:              cfg.Load,
-	}), nil
 }
 
 // The library types of a ring.

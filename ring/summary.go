@@ -48,6 +48,6 @@ func (r *Ring) Summary() Summary {
 		s.Members[i] = MemberLoad{Name: n, Partitions: count[n]}
 	}
 	s.AverageLoad = float64(r.cfg.PartitionCount) / float64(len(r.members))
-	s.MaxLoad = r.c.AverageLoad()
+	s.MaxLoad = r.maxLoad
 	return s
 }

@@ -140,6 +140,7 @@ func (n *Node) markRouted(s *shard, key string, e *entry, p *peer, v *view) bool
 	}
 	n.st.listDirty(s, key, r)
 	p.dirty++
+	n.wake(p)
 	return p.dirty >= int64(n.cfg.MaxBatch)
 }
 
@@ -147,6 +148,7 @@ func (n *Node) markRouted(s *shard, key string, e *entry, p *peer, v *view) bool
 // it urgent: it goes as soon as the one in flight is acknowledged.
 func (n *Node) flushSoon(now time.Time, p *peer) {
 	p.urgent = true
+	n.wake(p)
 	if p.flight == nil && !p.gone {
 		v := n.view
 		n.flushOne(now, v, p)
@@ -260,6 +262,12 @@ func (n *Node) flushTo(now time.Time, v *view, t *flushTargets) {
 				continue
 			}
 			ti := t.batch(p)
+			if ti < 0 && !p.listed {
+				// Listed for a peer Tick does not visit: p.dirty is an
+				// approximation; make sure the key is flushed.
+				p.dirty = max(p.dirty, 1)
+				n.wake(p)
+			}
 			if ti < 0 || t.fls[ti] != nil && len(t.fls[ti].flush.Items) >= n.cfg.MaxBatch {
 				s.dirty[k], s.routes[k] = key, route{e: e, p: p, v: v}
 				k++

@@ -372,17 +372,18 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *Request, resp *Res
 	// The owner holds itself to its share only while non-owners decide on
 	// shares too: the checks of a key too small for shares all come here
 	// (the non-owners' views of it decide nothing, keepView).
-	shared := cached && e.interest() != 0 && !n.smallForShares(&r.Limit, v.size())
+	shared := cached && e.interested() && !n.smallForShares(&r.Limit, v.size())
 	if shared {
 		t := n.syncThreshold(&r.Limit, v.size())
-		resp.Decision, resp.Err = n.takeBudget(e, n.bt(now), r, float64(activeShare(e, v.size())), e.n2, v.size(), t)
+		share := activeShare(e, n.interestCount(s, r.Key, e))
+		resp.Decision, resp.Err = n.takeBudget(e, n.bt(now), r, float64(share), e.n2, v.size(), t)
 	} else {
 		resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 	}
 	if resp.Err != nil || !resp.Allowed || r.Hits == 0 {
 		return false
 	}
-	n.markChanged(s, r.Key, e, 0)
+	n.markChanged(s, r.Key, e, -1)
 	if !shared {
 		return false
 	}
@@ -393,15 +394,13 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *Request, resp *Res
 }
 
 // markChanged notes that an owned entry changed: every interested
-// node but except (a member bit, or 0) now holds a stale copy, to be pushed.
-func (n *Node) markChanged(s *shard, key string, e *entry, except uint32) {
+// node but except (a member index, or -1) now holds a stale copy, to be
+// pushed.
+func (n *Node) markChanged(s *shard, key string, e *entry, except int) {
 	markBackup(s, e) // backup.go: the next backup round sends it
-	in := e.interest()
-	st := e.stale() | in&^except
-	if st == e.stale() {
+	if !n.markStale(s, key, e, except) {
 		return
 	}
-	e.setSets(in, st)
 	if !e.has(flagChanged) {
 		e.set(flagChanged)
 		n.st.listChanged(s, key, e)

@@ -60,8 +60,9 @@ type Config struct {
 	// unreachable. Beyond it the oldest are dropped and counted in
 	// Metrics.FlushItemsDropped. Default 100000.
 	MaxRetryItems int
-	// InterestTTL is how long an owner keeps pushing a key's state to a node
-	// that flushed or asked for it. Default 10s.
+	// InterestTTL is how long an owner remembers that a node flushed a key:
+	// within it, the node is pushed the key's state once when the key is
+	// nearly spent (interest.go). Default 10s.
 	InterestTTL time.Duration
 	// LeaseTTL is how long a lease may be spent after it was granted.
 	// Default 1s.

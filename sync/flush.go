@@ -9,12 +9,8 @@ import "time"
 // bounded by MaxRetryItems. Every FlushInterval, and at once for an owner
 // marked urgent or whose batch filled, a flush goes to each reachable owner
 // with none in flight.
-func (n *Node) tickFlushes(now time.Time, v *view) {
-	for _, name := range v.names {
-		p := v.peers[name]
-		if p == nil {
-			continue
-		}
+func (n *Node) tickFlushes(now time.Time, v *view, busy []*peer) {
+	for _, p := range busy {
 		if f := p.flight; f != nil && now.Sub(f.sentAt) >= n.cfg.RequestTimeout {
 			p.markDown(now, n.cfg.UnreachableAfter)
 			if n.leaving && f.retries >= n.cfg.MaxRetries {
@@ -41,15 +37,21 @@ func (n *Node) tickFlushes(now time.Time, v *view) {
 	if due {
 		n.nextFlush = nextDue(n.nextFlush, now, n.cfg.FlushInterval)
 	}
-	n.flushAll(now, v, due)
+	n.flushBusy(now, v, busy, due)
 }
 
 // flushAll sends a flush to every reachable peer with none in flight
 // (all of them when due, else those urgent or with a full batch).
 func (n *Node) flushAll(now time.Time, v *view, due bool) {
+	n.flushBusy(now, v, n.busyPeers(v), due)
+}
+
+// flushBusy is flushAll for the peers busy, in member order: a peer with
+// nothing to flush (not busy) would be sent nothing.
+func (n *Node) flushBusy(now time.Time, v *view, busy []*peer, due bool) {
 	var buf [8]*peer // on the stack for a cluster of up to 9 nodes
 	peers := buf[:0]
-	for _, p := range v.peers {
+	for _, p := range busy {
 		if p.flight != nil || p.down(now) {
 			continue
 		}

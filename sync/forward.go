@@ -137,6 +137,7 @@ func (n *Node) enqueueForwards(now time.Time, v *view, items []*fwdItem) {
 			touched = append(touched, p)
 		}
 		p.enqueue(now, it)
+		n.wake(p)
 	}
 	for _, p := range touched {
 		n.sendForwards(now, p, false)
@@ -350,6 +351,7 @@ func (n *Node) routeAgain(now time.Time, c uint32, v *view, from *peer, it *fwdI
 // queueForward queues one check for q and sends what may go now.
 func (n *Node) queueForward(now time.Time, q *peer, it *fwdItem) {
 	q.enqueue(now, it)
+	n.wake(q)
 	n.sendLane(now, q, laneOf(it), false)
 }
 
@@ -405,10 +407,9 @@ func (n *Node) failForwards(now time.Time, p *peer) {
 // tickForwards sends batches whose window passed and decides batches
 // unanswered after RequestTimeout by the policy, marking their owner
 // unreachable.
-func (n *Node) tickForwards(now time.Time, v *view) {
-	for _, name := range v.names {
-		p := v.peers[name]
-		if p == nil || (len(p.fwdOut) == 0 && !p.queued()) {
+func (n *Node) tickForwards(now time.Time, v *view, busy []*peer) {
+	for _, p := range busy {
+		if len(p.fwdOut) == 0 && !p.queued() {
 			continue
 		}
 		if len(p.fwdOut) > 0 && now.Sub(p.fwdOut[0].sentAt) >= n.cfg.RequestTimeout {

@@ -39,6 +39,7 @@ func (n *Node) announceLeave(now time.Time, v *view) {
 		p.hoSeq++
 		msg := &peerv1.Handoff{Seq: p.hoSeq, Leaving: true}
 		p.hoOut = append(p.hoOut, &handoffBatch{msg: msg, sentAt: now})
+		n.wake(p)
 		n.send(p.name, handoffBody{clone(msg)})
 		n.metrics.HandoffsSent.Add(1)
 	}

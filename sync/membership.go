@@ -152,17 +152,9 @@ func (n *Node) applyMembers(now time.Time) {
 // entries whose role changed (see SetMembers). Keys are visited shard by
 // shard in sorted order, so the hand-off batches are reproducible.
 func (n *Node) moveKeys(now time.Time, old, nv *view) {
-	var remap [32]uint32 // an old member bit -> the new bits of its names
-	for name, i := range old.index {
-		remap[i%32] |= nv.bit(name)
-	}
-	remapSet := func(set uint32) (out uint32) {
-		for b := range 32 {
-			if set&(1<<b) != 0 {
-				out |= remap[b]
-			}
-		}
-		return out
+	to := make([]int, len(old.names)) // an old member index -> its new one, or -1
+	for i, name := range old.names {
+		to[i] = nv.member(name)
 	}
 	for _, p := range nv.peers {
 		p.dirty = 0
@@ -175,7 +167,7 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 			owner := nv.owner(key)
 			if e.has(flagOwned) {
 				if owner == n.cfg.Self {
-					e.setSets(remapSet(e.interest()), remapSet(e.stale()))
+					n.remapInterest(old, nv, s, key, e, to) // interest.go
 					continue
 				}
 				if p := nv.peers[owner]; p != nil {
@@ -195,6 +187,7 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 			}
 			if p := nv.peers[owner]; p != nil && e.has(flagDirty) {
 				p.dirty++
+				n.wake(p)
 			}
 		}
 	}
@@ -259,6 +252,7 @@ func (n *Node) sendHandoffs(now time.Time, v *view, out map[*peer][]*peerv1.KeyS
 			msg := &peerv1.Handoff{Seq: p.hoSeq, Items: items[:k:k]}
 			items = items[k:]
 			p.hoOut = append(p.hoOut, &handoffBatch{msg: msg, sentAt: now})
+			n.wake(p)
 			n.send(p.name, handoffBody{clone(msg)})
 			n.metrics.HandoffsSent.Add(1)
 			n.metrics.HandoffKeys.Add(int64(k))
@@ -315,7 +309,7 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 	}
 	if e.has(flagOwned) {
 		e.dem = max(e.dem, demand)
-		n.markChanged(s, key, e, 0)
+		n.markChanged(s, key, e, -1)
 	}
 }
 
@@ -356,12 +350,8 @@ func (n *Node) resendHandoffs(now time.Time, p *peer, env *peerv1.Envelope) {
 // tickHandoffs sends unacknowledged hand-offs again after
 // RequestTimeout, and gives up on one after MaxRetries (the new owner then
 // rebuilds those keys from the non-owners' reports).
-func (n *Node) tickHandoffs(now time.Time, v *view) {
-	for _, name := range v.names {
-		p := v.peers[name]
-		if p == nil {
-			continue
-		}
+func (n *Node) tickHandoffs(now time.Time, v *view, busy []*peer) {
+	for _, p := range busy {
 		p.hoOut = slices.DeleteFunc(p.hoOut, func(b *handoffBatch) bool {
 			if now.Sub(b.sentAt) < n.cfg.RequestTimeout {
 				return false

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -57,6 +58,12 @@ type Node struct {
 	// built since (see limitWire).
 	wireLimitOf bucket.Limit
 	wireLimit   *peerv1.Limit
+	// busy lists the peers with work for Tick (see wake); idle peers cost
+	// a tick nothing.
+	busy []*peer
+	// wide holds, per shard, the interest of owned keys while the view has
+	// more than inlineMembers members (interest.go).
+	wide [numShards]map[string]*wideSets
 }
 
 // view is one membership: a ring and the peers on it. It is never modified
@@ -64,7 +71,7 @@ type Node struct {
 type view struct {
 	ring *ring.Ring // nil before the first SetMembers
 	// names is ring.Members(), sorted; index maps a name to its position,
-	// whose value mod 32 is the member's bit in an owned entry's sets.
+	// the member's index in an owned entry's interest (interest.go).
 	names []string
 	index map[string]int
 	// peers holds every member but this node. A peer keeps its identity
@@ -101,13 +108,12 @@ func (v *view) size() int {
 	return max(1, v.ring.Len())
 }
 
-// bit returns name's bit in an owned entry's member sets (0 if unknown).
-func (v *view) bit(name string) uint32 {
-	i, ok := v.index[name]
-	if !ok {
-		return 0
+// member returns name's index in an owned entry's interest, or -1.
+func (v *view) member(name string) int {
+	if i, ok := v.index[name]; ok {
+		return i
 	}
-	return 1 << (i % 32)
+	return -1
 }
 
 // peer is this node's protocol state with one other member.
@@ -124,6 +130,8 @@ type peer struct {
 	seenInc uint64
 	// clk measures the peer's clock (clock.go).
 	clk peerClock
+	// listed is set while the peer is in Node.busy.
+	listed bool
 
 	// The fields below are guarded by Node.mu.
 
@@ -337,16 +345,19 @@ func (n *Node) Unreachable(now time.Time, peer string) {
 // scheduled flushes and their retries, pushes, hand-off retries, and one step
 // of the store's sweep (idle eviction, interest and lease expiry, hot keys).
 // The driver calls it every Config.TickInterval.
+//
+// A tick visits only the peers with work (busy): with nothing to flush,
+// forward or hand off, its cost does not grow with the number of members.
 func (n *Node) Tick(now time.Time) {
 	n.enter(now)
 	v := n.view
 	if n.expireFailed(now) {
 		v = n.view
 	}
-	n.tickForwards(now, v)
-	n.tickFlushes(now, v)
+	n.tickForwards(now, v, n.busyPeers(v))
+	n.tickFlushes(now, v, n.busyPeers(v))
 	n.tickPushes(now, v, false)
-	n.tickHandoffs(now, v)
+	n.tickHandoffs(now, v, n.busyPeers(v))
 	n.tickBackups(now, v)
 	n.tickParked(now, v)
 	n.tickContested(now, v)
@@ -355,6 +366,54 @@ func (n *Node) Tick(now time.Time) {
 	if sweep {
 		n.sweepShard(now, i)
 	}
+	n.settleBusy(v)
+}
+
+// wake lists p among the peers with work for Tick: something to flush
+// (dirty, urgent) or in flight, forwards queued or in flight, hand-offs
+// unacknowledged. Every place that gives a peer such work calls it.
+func (n *Node) wake(p *peer) {
+	if !p.listed {
+		p.listed = true
+		n.busy = append(n.busy, p)
+	}
+}
+
+// idle reports whether p has no work for Tick.
+func (p *peer) idle() bool {
+	return p.flight == nil && p.dirty <= 0 && !p.urgent && len(p.hoOut) == 0 && len(p.fwdOut) == 0 && !p.queued()
+}
+
+// busyPeers returns the busy peers that are v's, in member order (the
+// order of v.names), in a slice of its own.
+func (n *Node) busyPeers(v *view) []*peer {
+	if len(n.busy) == 0 {
+		return nil
+	}
+	out := make([]*peer, 0, len(n.busy))
+	for _, p := range n.busy {
+		if v.peers[p.name] == p {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *peer) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// settleBusy delists the peers that have no work left, or that are no
+// longer v's (a peer that left was abandoned, membership.go).
+func (n *Node) settleBusy(v *view) {
+	k := 0
+	for _, p := range n.busy {
+		if v.peers[p.name] != p || p.idle() {
+			p.listed = false
+			continue
+		}
+		n.busy[k] = p
+		k++
+	}
+	clear(n.busy[k:])
+	n.busy = n.busy[:k]
 }
 
 // sweepDue reports whether a shard is due for its sweep, and which.
@@ -377,5 +436,6 @@ func (n *Node) sweepShard(now time.Time, i int) {
 	s := &n.st.shards[i]
 	c := coarse(now)
 	n.st.sweepEntries(s, n.bt(now), c, toCoarse(n.cfg.SweepInterval), toCoarse(n.cfg.InterestTTL))
+	n.sweepWide(i)
 	n.sweepLeases(s, now)
 }

@@ -1,8 +1,9 @@
 package sync
 
 import (
+	"maps"
 	"math"
-	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -29,10 +30,10 @@ func (n *Node) serveFlush(now time.Time, v *view, p *peer, inc uint64, f *peerv1
 	}
 	p.inSeq = f.Seq
 	ack, slots := newAck(f, inc)
-	bit := v.bit(p.name)
+	m := n.view.member(p.name) // the index of p in the keys' interest
 	c := coarse(now)
 	for i, it := range f.Items {
-		ack.Items[i] = n.applyFlushItem(now, c, v, p, bit, it, &slots[i])
+		ack.Items[i] = n.applyFlushItem(now, c, v, p, m, it, &slots[i])
 	}
 	p.lastAck = ack
 	n.send(p.name, flushAckBody{ack})
@@ -88,7 +89,7 @@ func (n *Node) validItem(it *peerv1.FlushItem) (bucket.Limit, bool) {
 // refunds returned lease tokens (at most those granted to p and not yet
 // returned, lease.go) and grants a lease; it returns the answer, slot's
 // when the item was applied.
-func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, bit uint32, it *peerv1.FlushItem, slot *ackSlot) *peerv1.KeyState {
+func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, it *peerv1.FlushItem, slot *ackSlot) *peerv1.KeyState {
 	l, ok := n.validItem(it)
 	if !ok {
 		n.metrics.Malformed.Add(1)
@@ -113,8 +114,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, bit uin
 	}
 	e.touch(c, it.Demand, false)
 	e.u = c
-	in := e.interest() | bit
-	e.setSets(in, e.stale())
+	n.addInterest(s, it.Key, e, m) // interest.go
 	if it.Hits > 0 {
 		_ = e.b.Drain(n.bt(now), it.Hits)
 	}
@@ -134,11 +134,11 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, bit uin
 		p.recordGrant(it.Key, granted, now, n.grantMemory())
 	}
 	if it.Hits > 0 || refund > 0 || granted > 0 || len(it.View) > 0 {
-		n.markChanged(s, it.Key, e, bit)
+		n.markChanged(s, it.Key, e, m)
 	}
 	state, _ := e.b.AppendBinary(slot.state[:0])
 	ks := &slot.ks
-	ks.Key, ks.State, ks.Demand, ks.Share, ks.LeaseGranted = it.Key, state[:len(state):len(state)], e.dem, activeShare(e, v.size()), granted
+	ks.Key, ks.State, ks.Demand, ks.Share, ks.LeaseGranted = it.Key, state[:len(state):len(state)], e.dem, activeShare(e, n.interestCount(s, it.Key, e)), granted
 	return ks
 }
 
@@ -147,20 +147,14 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, bit uin
 const ownActiveMin = 0.1
 
 // activeShare returns the share of an owned key's tokens that each active
-// node may spend between syncs in cached mode: an equal split among the
-// nodes that asked about the key within InterestTTL, and the owner if it
-// checked it recently. Equal shares always add up to one, whatever the
+// node may spend between syncs in cached mode: an equal split among the k
+// nodes that hold a live view of the key (its interest, interest.go), and
+// the owner if it checked it recently. Equal shares always add up to one, whatever the
 // nodes' traffic and however stale its measure, which is what bounds the
 // over-admission; a node whose traffic exceeds its share is not starved
 // while the bucket is far from empty (takeBudget's margin), and tokens the
 // others leave unspent raise everyone's next budget.
-//
-// The interest set has one bit per member index mod 32 (view.bit): with more
-// than 32 members a bit stands for up to ceil(members/32) of them, so each
-// set bit counts as that many nodes. The shares may then add up to less
-// than one (a node under-admits a little), never to more.
-func activeShare(e *entry, members int) float32 {
-	k := bits.OnesCount32(e.interest()) * max(1, (members+31)/32)
+func activeShare(e *entry, k int) float32 {
 	if e.f >= ownActiveMin {
 		k++
 	}
@@ -193,7 +187,8 @@ func (n *Node) grantLease(e *entry, now time.Time, it *peerv1.FlushItem) int64 {
 
 // tickPushes sends, once per FlushInterval, the fresh state of every
 // owned key that changed to the interested nodes whose copy is stale, one
-// push message per node (chunked at MaxBatch).
+// push message per node (chunked at MaxBatch), in member order. Each push
+// of a key rotates its interest (interest.go).
 func (n *Node) tickPushes(now time.Time, v *view, force bool) {
 	if !force && now.Before(n.nextPush) {
 		return
@@ -201,16 +196,11 @@ func (n *Node) tickPushes(now time.Time, v *view, force bool) {
 	if !force {
 		n.nextPush = nextDue(n.nextPush, now, n.cfg.FlushInterval)
 	}
-	if len(v.peers) == 0 {
+	if n.st.changedShards == 0 {
 		return
 	}
-	// peers holds the peer at each member index (nil for this node), and
-	// out the states to push to it.
-	peers := make([]*peer, len(v.names))
-	for i, name := range v.names {
-		peers[i] = v.peers[name]
-	}
-	out := make([][]*peerv1.KeyState, len(v.names))
+	// out holds the states to push to each member index that has some.
+	out := map[int][]*peerv1.KeyState{}
 	var a msgAlloc
 	a.reserve(16)
 	for i := range n.st.shards {
@@ -225,27 +215,25 @@ func (n *Node) tickPushes(now time.Time, v *view, force bool) {
 			}
 			e.clear(flagChanged)
 			e.n2 = 0 // published: the owner's early-push count starts again
-			stale := e.stale() & e.interest()
-			e.setSets(e.interest(), 0)
-			if stale == 0 {
-				continue
-			}
-			ks := a.keyState()
-			ks.Key, ks.State, ks.Demand, ks.Share = key, a.state(e.b), e.dem, activeShare(e, len(v.names))
-			for stale != 0 {
-				b := bits.TrailingZeros32(stale)
-				stale &^= 1 << b
-				// The members whose bit is b: b, b+32, ...
-				for j := b; j < len(peers); j += 32 {
-					if peers[j] != nil {
-						out[j] = append(out[j], ks)
-					}
+			var ks *peerv1.KeyState
+			spent := n.dormantStale(s, key, e) && n.nearlySpent(e, now)
+			k := n.pushInterest(s, key, e, !force, spent, func(m int) {
+				if v.peers[v.names[m]] == nil {
+					return // this node, or a lost member
 				}
+				if ks == nil {
+					ks = a.keyState()
+				}
+				out[m] = append(out[m], ks)
+			})
+			if ks != nil {
+				ks.Key, ks.State, ks.Demand, ks.Share = key, a.state(e.b), e.dem, activeShare(e, k)
 			}
 		}
 		n.st.clearChanged(s)
 	}
-	for i, p := range peers {
+	for _, i := range slices.Sorted(maps.Keys(out)) {
+		p := v.peers[v.names[i]]
 		items := out[i]
 		for len(items) > 0 {
 			k := min(len(items), n.cfg.MaxBatch)
@@ -254,6 +242,19 @@ func (n *Node) tickPushes(now time.Time, v *view, force bool) {
 			items = items[k:]
 		}
 	}
+}
+
+// nearlySpent reports whether an owned key has less than SyncFraction of
+// its capacity left (at least one hit): what the drift of cached mode
+// allows a view to be off by. Such a state is pushed to every node that
+// may hold a view of the key (interest.go).
+func (n *Node) nearlySpent(e *entry, now time.Time) bool {
+	d, err := e.b.Take(n.bt(now), 0) // a peek, on cluster time
+	if err != nil {
+		return false
+	}
+	l := e.b.Config()
+	return float64(d.Remaining) < max(1, n.cfg.SyncFraction*float64(l.Capacity()))
 }
 
 // nextDue returns the next instant of a schedule of period d that was due at

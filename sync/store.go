@@ -54,8 +54,7 @@ type entry struct {
 	// (cached: the owner's last state with this node's own later hits taken).
 	b bucket.Bucket
 	// n1 is, cached: the hits admitted here and not yet put in a flush
-	// (pending); owned: the interested nodes (low 32 bits, a set of member
-	// indices mod 32) and, among them, those whose copy is stale (high 32).
+	// (pending); owned: the key's interest, zero when none (interest.go).
 	n1 int64
 	// n2 is, cached: the hits of the flush in flight; owned: this node's own
 	// admissions in cached mode during epoch u (the owner's share budget).
@@ -95,13 +94,6 @@ func (e *entry) touch(c uint32, hits int64, own bool) {
 	if own {
 		e.f += h
 	}
-}
-
-// interest and stale are the member sets of an owned entry.
-func (e *entry) interest() uint32 { return uint32(e.n1) }
-func (e *entry) stale() uint32    { return uint32(uint64(e.n1) >> 32) }
-func (e *entry) setSets(interest, stale uint32) {
-	e.n1 = int64(uint64(stale)<<32 | uint64(interest))
 }
 
 // makeOwned turns a cached view into an owned entry keeping its bucket, and
@@ -549,10 +541,10 @@ func (st *store) sweepEntries(s *shard, now time.Time, c, grace, interestTTL uin
 	for k, e := range s.m.all() {
 		age := ageOf(c, e.used())
 		if e.has(flagOwned) {
-			if e.interest() != 0 && ageOf(c, e.u) > interestTTL {
-				e.setSets(0, 0)
+			if e.interested() && ageOf(c, e.u) > interestTTL {
+				e.n1 = 0 // interest.go: no interest
 			}
-			if age >= grace && e.interest() == 0 && !e.has(flagChanged) && e.b.Idle(now) {
+			if age >= grace && !e.interested() && !e.has(flagChanged) && e.b.Idle(now) {
 				st.removeEntry(s, k, e)
 				continue
 			}
