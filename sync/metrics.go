@@ -69,4 +69,10 @@ type Metrics struct {
 	// owner left without handing off, or restarted (backup.go).
 	BackupsSent, BackupKeys, BackupsRetried                atomic.Int64
 	BackupsReceived, BackupKeysDropped, BackupKeysRestored atomic.Int64
+	// PolicyHitsCharged counts hits admitted by a partition policy without
+	// the key's owner and recorded to be charged to its bucket;
+	// PolicyHitsDrained those charged since (sent to the owner or drained
+	// here); PolicyHitsUncharged those not recorded: beyond one bucket of
+	// debt per key, or with MaxKeys keys in debt already (charge.go).
+	PolicyHitsCharged, PolicyHitsDrained, PolicyHitsUncharged atomic.Int64
 }

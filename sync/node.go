@@ -43,6 +43,9 @@ type Node struct {
 	quorum quorum
 	// dur holds the backups and the announced leaves (backup.go, leave.go).
 	dur durability
+	// chg holds the hits admitted without their owner, to be charged
+	// (charge.go).
+	chg charges
 	// nextFlush and nextPush are when the next scheduled flush and push are
 	// due; zero before the first Tick.
 	nextFlush, nextPush time.Time
@@ -338,6 +341,7 @@ func (n *Node) Tick(now time.Time) {
 	n.tickBackups(now, v)
 	n.tickParked(now, v)
 	n.tickContested(now, v)
+	n.tickCharges(now, v)
 	i, sweep := n.sweepDue(now)
 	if sweep {
 		n.sweepShard(now, i)
