@@ -144,6 +144,7 @@ func (n *Node) applyMembers(now time.Time) {
 		}
 	}
 	n.rebackup(old, nv)
+	n.resetFences(nv) // fence.go
 }
 
 // moveKeys hands off the owned keys that moved and converts the

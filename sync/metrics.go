@@ -75,4 +75,9 @@ type Metrics struct {
 	// here); PolicyHitsUncharged those not recorded: beyond one bucket of
 	// debt per key, or with MaxKeys keys in debt already (charge.go).
 	PolicyHitsCharged, PolicyHitsDrained, PolicyHitsUncharged atomic.Int64
+	// FenceWaits counts checks that waited for their key's backup to be
+	// acknowledged before the owner decided them; FenceTimeouts those that
+	// waited RequestTimeout in vain and went to the partition policy
+	// (fence.go).
+	FenceWaits, FenceTimeouts atomic.Int64
 }

@@ -46,6 +46,10 @@ type Node struct {
 	// chg holds the hits admitted without their owner, to be charged
 	// (charge.go).
 	chg charges
+	// fen holds the owned keys' fences and the checks waiting on them
+	// (fence.go); backingUp is set while backupKeyNow runs a round.
+	fen       fences
+	backingUp bool
 	// nextFlush and nextPush are when the next scheduled flush and push are
 	// due; zero before the first Tick.
 	nextFlush, nextPush time.Time
@@ -282,7 +286,7 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 	case *peerv1.Envelope_Backup:
 		n.onBackup(now, p, env.Incarnation, b.Backup)
 	case *peerv1.Envelope_BackupAck:
-		n.onBackupAck(p, b.BackupAck)
+		n.onBackupAck(now, p, b.BackupAck)
 	default:
 		n.metrics.Malformed.Add(1)
 	}
@@ -342,6 +346,7 @@ func (n *Node) Tick(now time.Time) {
 	n.tickParked(now, v)
 	n.tickContested(now, v)
 	n.tickCharges(now, v)
+	n.tickFenced(now, v)
 	i, sweep := n.sweepDue(now)
 	if sweep {
 		n.sweepShard(now, i)

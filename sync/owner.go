@@ -183,9 +183,16 @@ func (n *Node) grantLease(e *entry, now time.Time, it *peerv1.FlushItem) int64 {
 	}
 	g := int64(share * float64(peek.Remaining))
 	g = min(max(g, 1), it.LeaseWant, peek.Remaining)
+	if room := n.fenceRoom(now, n.view, it.Key, e.b.Config(), g); room >= 0 {
+		g = min(g, room) // fence.go: within what the backup target knows
+	}
+	if g <= 0 {
+		return 0
+	}
 	if err := e.b.Drain(now, g); err != nil {
 		return 0
 	}
+	n.fenceSpent(now, n.view, it.Key, g, e.b.Config())
 	n.metrics.LeasesGranted.Add(1)
 	n.metrics.LeaseTokensGranted.Add(g)
 	return g

@@ -57,7 +57,7 @@ func (n *Node) decideShare(now time.Time, c uint32, v *view, r *Request, resp *R
 	var held bucket.Bucket
 	if s.share[r.Key] == nil && n.st.lookup(s, r.Key) == nil {
 		// A new share with no view to start from: a held backup may be one.
-		held = n.heldBucket(r.Key)
+		held = n.heldBucket(now, r.Key)
 	}
 	n.decideShareOn(now, c, v, s, r, resp, l, held)
 }
