@@ -120,7 +120,8 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, bit uin
 	}
 	var refund int64
 	if it.LeaseReturn > 0 {
-		refund = p.takeReturn(it.Key, it.LeaseReturn, now, n.grantMemory())
+		safe := n.refundable(v, p, it.Key, e.b, now) // lease.go: not beyond one bucket
+		refund = min(safe, p.takeReturn(it.Key, it.LeaseReturn, now, n.grantMemory()))
 		if refund > 0 {
 			_ = e.b.Refund(now, refund)
 			n.metrics.LeasesReturned.Add(1)
@@ -132,6 +133,12 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, bit uin
 	if it.LeaseWant > 0 && len(v.lost) == 0 { // a minority side grants nothing (quorum.go)
 		granted = n.grantLease(e, now, it)
 		p.recordGrant(it.Key, granted, now, n.grantMemory())
+		if granted > 0 {
+			if d, err := e.b.Take(now, 0); err == nil {
+				l := e.b.Config()
+				p.notePeak(it.Key, float64(d.Remaining+1), float64(l.Limit)/float64(max(1, l.Period.Nanoseconds())), now)
+			}
+		}
 	}
 	if it.Hits > 0 || refund > 0 || granted > 0 || len(it.View) > 0 {
 		n.markChanged(s, it.Key, e, bit)
