@@ -235,6 +235,9 @@ func (n *Node) tickBackups(now time.Time, v *view) {
 			if !gone && now.Sub(f.sentAt) < n.cfg.RequestTimeout {
 				return false
 			}
+			if p := v.peers[name]; p != nil && !gone {
+				p.markDown(now, n.cfg.UnreachableAfter) // fence.go: its keys' checks stop waiting
+			}
 			n.metrics.BackupsRetried.Add(1)
 			n.remark(f.items)
 			return true
@@ -514,16 +517,24 @@ func (n *Node) heldState(key string) *peerv1.KeyState {
 	return &peerv1.KeyState{Key: key, State: state, Demand: h.dem, Reserve: h.reserve}
 }
 
-// heldFencedState returns the state this node holds as a backup of key,
-// its reserve drained (fence.go): what a node that asks for it starts
-// from; nil when it holds none.
-func (n *Node) heldFencedState(now time.Time, key string) *peerv1.KeyState {
+// heldFencedState returns the state this node holds as a backup of key for
+// a node that asks for it (its new owner): with the reserve drained
+// (fence.go) when the owner that backed it up is no longer a live member
+// here, which is when the asker starts from it; as backed up while that
+// owner is live, since its own hand-off, merged with this one keeping the
+// most consumed, has the real state (draining the reserve there would only
+// lose it). nil when it holds none.
+func (n *Node) heldFencedState(now time.Time, v *view, key string) *peerv1.KeyState {
 	d := &n.dur
 	h := d.held[key]
 	if h == nil {
 		return nil
 	}
-	state, err := h.fenced(now).AppendBinary(nil)
+	b := h.b
+	if p := v.peers[h.from]; p == nil || p.gone {
+		b = h.fenced(now)
+	}
+	state, err := b.AppendBinary(nil)
 	if err != nil {
 		return nil
 	}

@@ -90,15 +90,7 @@ func (n *Node) fenceOn(v *view, key string) *fence {
 	if len(v.lost) > 0 || v.ring == nil {
 		return nil
 	}
-	succ := n.successorRing(v.ring)
-	if succ == nil {
-		return nil
-	}
-	t := n.targetsOf(v, succ)[succ.PartitionOf(key)]
-	if t < 0 {
-		return nil
-	}
-	if p := v.peers[v.names[t]]; p == nil || p.gone {
+	if p := n.fenceTarget(v, key); p == nil || p.gone {
 		return nil
 	}
 	f := n.fen.m[key]
@@ -221,11 +213,33 @@ func (n *Node) backupKeyNow(now time.Time, v *view, key string, l bucket.Limit) 
 	n.backingUp = false
 }
 
-// holdFenced makes it wait for its key's fence (see above).
+// holdFenced makes it wait for its key's fence (see above): half the
+// request timeout (a forwarded check's sender waits for the whole of it,
+// and must get this node's answer first), or only until the next Tick when
+// the key's backup target is marked unreachable (a backup to it went
+// unanswered: the checks go to the policy without waiting each in turn).
 func (n *Node) holdFenced(now time.Time, it *fwdItem) {
-	// Half the request timeout: a forwarded check's sender waits for the
-	// whole of it, and must get this node's answer first.
-	n.fen.wait = append(n.fen.wait, fenceHold{it: it, until: now.Add(n.cfg.RequestTimeout / 2)})
+	until := now.Add(n.cfg.RequestTimeout / 2)
+	if p := n.fenceTarget(n.view, it.req.Key); p != nil && p.down(now) {
+		until = now
+	}
+	n.fen.wait = append(n.fen.wait, fenceHold{it: it, until: until})
+}
+
+// fenceTarget returns the peer that backs key up, nil when none.
+func (n *Node) fenceTarget(v *view, key string) *peer {
+	if v.ring == nil {
+		return nil
+	}
+	succ := n.successorRing(v.ring)
+	if succ == nil {
+		return nil
+	}
+	t := n.targetsOf(v, succ)[succ.PartitionOf(key)]
+	if t < 0 {
+		return nil
+	}
+	return v.peers[v.names[t]]
 }
 
 // tickFenced decides the checks waiting on a fence that has risen, and

@@ -123,6 +123,12 @@ func (n *Node) applyMembers(now time.Time) {
 	}
 	if !n.leaving && r.Has(n.cfg.Self) {
 		nv.await = n.gainedPartitions(now, old.await, old.ring, r, old.standIns)
+		for id, a := range n.deposed(now, old, nv) { // quorum.go: back from a minority side
+			if nv.await == nil {
+				nv.await = map[int]awaitFrom{}
+			}
+			nv.await[id] = a
+		}
 	}
 	for i, name := range nv.names {
 		nv.index[name] = i

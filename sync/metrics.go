@@ -80,4 +80,8 @@ type Metrics struct {
 	// waited RequestTimeout in vain and went to the partition policy
 	// (fence.go).
 	FenceWaits, FenceTimeouts atomic.Int64
+	// DeposedKeys counts owned states dropped on the return from a
+	// minority side: the majority decided those keys meanwhile, and their
+	// states come back by hand-off (quorum.go, deposed).
+	DeposedKeys atomic.Int64
 }

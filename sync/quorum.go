@@ -7,6 +7,7 @@ import (
 	"time"
 )
 
+
 // The quorum rule keeps a node cut off from most of the cluster from taking
 // over the keys of the members it can no longer see.
 //
@@ -264,4 +265,67 @@ func (v *view) sameLost(lost []string) bool {
 		}
 	}
 	return true
+}
+
+// deposed handles this node's return from a minority side (old had lost
+// members, nv has none): while it was cut off, the majority took over every
+// key this node owns on nv (it started from their backups, fence.go) and
+// decided them; what this node still holds of them is stale, and deciding
+// on it, or merging the majority's hand-off into it keeping the most
+// consumed, would admit what the majority spent (issue #15: the rejoining
+// owner admitting on its refilled copy at the heal). So those owned states
+// are dropped, and their partitions await the hand-off of the member that
+// owned them on the majority's ring (await.go): until it comes, checks go
+// to that member as probes. What this node admitted while cut off is
+// charged separately (charge.go). It returns the partitions' marks, nil
+// when none.
+func (n *Node) deposed(now time.Time, old, nv *view) map[int]awaitFrom {
+	if len(old.lost) == 0 || len(nv.lost) > 0 || nv.ring == nil || n.cfg.HandoffWait == 0 || !nv.ring.Has(n.cfg.Self) {
+		return nil
+	}
+	var other []string
+	for name := range old.lost {
+		if !slices.Contains(old.standIns, name) && nv.ring.Has(name) {
+			other = append(other, name)
+		}
+	}
+	if len(other) == 0 {
+		return nil
+	}
+	slices.Sort(other)
+	maj, err := nv.ring.WithMembers(other)
+	if err != nil {
+		return nil
+	}
+	marks := map[int]awaitFrom{}
+	for id := range nv.ring.Config().PartitionCount {
+		if o, err := nv.ring.PartitionOwner(id); err != nil || o != n.cfg.Self {
+			continue
+		}
+		if from, err := maj.PartitionOwner(id); err == nil {
+			marks[id] = awaitFrom{from: from, until: now.Add(n.cfg.HandoffWait)}
+		}
+	}
+	if len(marks) == 0 {
+		return nil
+	}
+	var keys []string
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		keys = keys[:0]
+		for key, e := range s.m.all() {
+			if e.has(flagOwned) {
+				if _, ok := marks[nv.ring.PartitionOf(key)]; ok {
+					keys = append(keys, key)
+				}
+			}
+		}
+		slices.Sort(keys)
+		for _, key := range keys {
+			n.st.removeEntry(s, key, n.st.lookup(s, key))
+			n.dropFence(key)
+			n.metrics.DeposedKeys.Add(1)
+		}
+	}
+	return marks
 }
