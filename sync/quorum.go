@@ -7,7 +7,6 @@ import (
 	"time"
 )
 
-
 // The quorum rule keeps a node cut off from most of the cluster from taking
 // over the keys of the members it can no longer see.
 //
