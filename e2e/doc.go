@@ -26,5 +26,9 @@
 // network. Cutting the cluster into groups disconnects each node from the home
 // networks of the other groups (docker network disconnect), so peers cannot
 // reach each other across the cut while the test still reaches every node.
-// All networks are --internal: no route leaves them.
+// A silent cut (silent_test.go) instead drops, with iptables inside each
+// node's network namespace (nsenter from the host, as root), every packet
+// to and from the other groups' addresses: nothing is refused, so a node
+// notices only by its timeouts and failure detection, as behind a dead
+// switch. All networks are --internal: no route leaves them.
 package e2e

@@ -139,6 +139,10 @@ type Cluster struct {
 	met    *metrics
 	acts   []actionState
 
+	// adm, when set (the fault checker's runs), logs every admission with
+	// its instant, per key (envelope.go).
+	adm *admissionLog
+
 	requests int64
 	progress func(Progress)
 	err      error

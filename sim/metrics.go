@@ -88,14 +88,16 @@ func (m *metrics) arrival(w, key int, hits int64, idealAllowed bool) {
 type decision struct {
 	win, key int32
 	hits     int64
+	at       int64 // the instant the node answered
+
 	err      bool // the node answered with an error
 	degraded bool
 	allowed  bool
 }
 
-// newDecision records the answer r to request p.
-func newDecision(p *pending, r *rlsync.Response) decision {
-	return decision{win: p.win, key: p.key, hits: p.hits, err: r.Err != nil, degraded: r.Degraded, allowed: r.Allowed}
+// newDecision records the answer r to request p, given at instant at.
+func newDecision(p *pending, r *rlsync.Response, at int64) decision {
+	return decision{win: p.win, key: p.key, hits: p.hits, at: at, err: r.Err != nil, degraded: r.Degraded, allowed: r.Allowed}
 }
 
 // traffic counts the messages a node sent in one window, and their bytes.

@@ -34,7 +34,7 @@ func TestMetricsNetPerKeyAndWindow(t *testing.T) {
 			m.arrival(s.w, s.key, s.hits, true)
 		}
 		if s.decide {
-			d := newDecision(&pending{win: int32(s.w), key: int32(s.key), hits: s.hits}, s.resp)
+			d := newDecision(&pending{win: int32(s.w), key: int32(s.key), hits: s.hits}, s.resp, 0)
 			m.decided(s.node, &d)
 		}
 	}

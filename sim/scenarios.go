@@ -13,7 +13,8 @@ func sec(n float64) Duration { return Duration(n * float64(time.Second)) }
 // one runs 60s of zipf traffic (10000 req/s over 10000 keys, key 0 about 15%
 // of it) against a token bucket of 500/s on 5 nodes unless it says otherwise;
 // the disruptions sit in the middle third so that before, during and after
-// are each about 20s long.
+// are each about 20s long. The last three are small limits on keys seen
+// rarely, with no fault.
 func standard() []Scenario {
 	return []Scenario{
 		{Name: "healthy", Description: "no faults: the steady-state drift of each mode"},
@@ -29,6 +30,18 @@ func standard() []Scenario {
 			Workload: Workload{Dist: "hot", HotShare: 0.5, Skew: 1}},
 		{Name: "churn", Description: "from 15s to 45s a node leaves every 5s (crash and graceful in turn) and a new one joins 2s later",
 			Events: []Event{{At: sec(15), Action: "churn", Every: sec(5), Until: sec(45), Down: sec(2)}}},
+		// Workloads people run (issue #15): many keys of small limits, each
+		// seen rarely, beside a few hot ones (zipf: the first keys are the
+		// brute-force attempts, the scripts gone wrong).
+		{Name: "login-5min", Description: "per-user logins, 5 a minute, 10,000 users at 200 requests/s on 3 nodes: most users seen once or twice",
+			Nodes: 3, Limit: LimitSpec{Limit: 5, Period: Duration(time.Minute)},
+			Workload: Workload{Rate: 200, Keys: 10_000, MultiHit: -1}},
+		{Name: "otp-1min", Description: "one-time passwords, 1 a minute, 20,000 users at 100 requests/s, uniform, on 5 nodes: a key is seen 0.3 times a minute",
+			Nodes: 5, Limit: LimitSpec{Limit: 1, Period: Duration(time.Minute)},
+			Workload: Workload{Rate: 100, Keys: 20_000, Dist: "uniform", MultiHit: -1}},
+		{Name: "apikey-100h", Description: "per-API-key quotas, 100 an hour, 1,000 keys at 100 requests/s on 10 nodes: a few keys spend their hour, most are seen rarely",
+			Nodes: 10, Limit: LimitSpec{Limit: 100, Period: Duration(time.Hour)},
+			Workload: Workload{Rate: 100, Keys: 1000}},
 	}
 }
 

@@ -247,6 +247,9 @@ func (c *Cluster) settle() {
 		s.out = s.out[:0]
 		for i := range s.decisions {
 			c.met.decided(int(s.idx), &s.decisions[i])
+			if c.adm != nil {
+				c.adm.add(&s.decisions[i])
+			}
 		}
 		s.decisions = s.decisions[:0]
 	}
@@ -303,7 +306,7 @@ func (s *simNode) decided(p *pending) {
 		s.anomalies++
 		return
 	}
-	s.decisions = append(s.decisions, newDecision(p, &p.resps[0]))
+	s.decisions = append(s.decisions, newDecision(p, &p.resps[0], s.now))
 	s.release(p)
 }
 
