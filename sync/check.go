@@ -219,6 +219,12 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 		n.record(resp)
 		return nil
 	}
+	if owner == n.cfg.Self && v.orphaned(r.Key) {
+		// quorum.go: its owner and backup target both failed.
+		n.degrade(now, c, v, r, resp, pol)
+		n.record(resp)
+		return nil
+	}
 	if owner == n.cfg.Self {
 		if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
 			resp.Owner = prev

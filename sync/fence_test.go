@@ -1,8 +1,11 @@
 package sync
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // TestIsolatedOwnerFenced: an owner cut off from every peer goes on
@@ -88,4 +91,90 @@ func TestFenceBacksUpAhead(t *testing.T) {
 	if h == nil || h.reserve < int64(fenceFraction*float64(l.Capacity())) {
 		t.Errorf("b holds %+v, want a backup with a reserve of at least %d", h, int64(fenceFraction*float64(l.Capacity())))
 	}
+}
+
+// TestOrphanedPartitionGoesByPolicy: a key's owner and its backup target
+// are cut off together (here the minority side of a 3|2 partition of 5).
+// The majority's new owner holds no state of the key and nothing tells it
+// what the old owner admitted: it decides the key by the partition policy
+// until the two return, instead of a fresh bucket (which admitted a whole
+// second bucket: make sim-check seed 31, +48 on a key of 50).
+func TestOrphanedPartitionGoesByPolicy(t *testing.T) {
+	all := []string{"a", "b", "c", "d", "e"}
+	nw := newTestNet(t, nil, all...)
+	// A key of e's whose backup is held by d: its owner on the ring
+	// without e.
+	key := ""
+	for _, k := range keysOwnedBy(t, "e", all, 2000) {
+		if keyHolder(t, k, "e", all) == "d" {
+			key = k
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("no key owned by e and backed up on d")
+	}
+	l := perHour(100)
+	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner, Policy: PolicyFailClosed}
+	for range 100 {
+		nw.checkAnswered(nw.nodes["e"], req) // spent
+	}
+	nw.run(300 * time.Millisecond)
+	for _, o := range []string{"d", "e"} {
+		nw.isolate(o)
+	}
+	for _, o := range []string{"a", "b", "c"} {
+		nw.nodes[o].SetMembership(nw.now, []string{"a", "b", "c"}, []string{"d", "e"})
+	}
+	newOwner := nw.nodes["a"].view.owner(key)
+	admitted := 0
+	for range 50 {
+		r := nw.checkAnswered(nw.nodes[newOwner], req)
+		if r.Allowed {
+			admitted++
+		}
+		if !r.Degraded {
+			t.Fatalf("%s: %+v, want decided by the policy", newOwner, r)
+		}
+	}
+	if admitted != 0 {
+		t.Errorf("the new owner %s admitted %d of a spent key whose owner and backup target are cut off", newOwner, admitted)
+	}
+}
+
+// keyHolder returns the member that holds owner's backup of key.
+func keyHolder(t *testing.T, key, owner string, members []string) string {
+	t.Helper()
+	var rest []string
+	for _, m := range members {
+		if m != owner {
+			rest = append(rest, m)
+		}
+	}
+	r, err := ring.New(ring.DefaultConfig(), rest...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := r.Owner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// keysOwnedBy returns up to n keys the ring of members gives owner.
+func keysOwnedBy(t *testing.T, owner string, members []string, n int) []string {
+	t.Helper()
+	r, err := ring.New(ring.DefaultConfig(), members...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i := 0; len(out) < n && i < 100*n; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if o, _ := r.Owner(k); o == owner {
+			out = append(out, k)
+		}
+	}
+	return out
 }

@@ -108,7 +108,7 @@ func (n *Node) applyMembers(now time.Time) {
 		n.metrics.MembershipRejected.Add(1)
 		return
 	}
-	if r == old.ring && old.sameLost(lost) {
+	if r == old.ring && old.sameLost(lost) && !n.orphansChanged(old) {
 		return
 	}
 	nv := &view{ring: r, names: r.Members(), index: map[string]int{}, peers: map[string]*peer{}}
@@ -141,7 +141,8 @@ func (n *Node) applyMembers(now time.Time) {
 		}
 		nv.peers[name] = p
 	}
-	n.restoreBackups(now, old, nv) // backup.go: before checks see nv
+	nv.orphans = n.orphanedPartitions(nv) // quorum.go
+	n.restoreBackups(now, old, nv)        // backup.go: before checks see nv
 	n.view = nv
 	n.moveKeys(now, old, nv)
 	for _, name := range old.names {

@@ -84,6 +84,10 @@ type view struct {
 	// standIns lists the members of lost that are SetExpected's stand-ins
 	// for members never seen, not members that failed.
 	standIns []string
+	// orphans marks the partitions of this node whose previous owner and
+	// its backup target both failed (quorum.go, orphanedPartitions); nil
+	// when none.
+	orphans map[int]bool
 }
 
 // owner returns key's owner, or "" on an empty ring.

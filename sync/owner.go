@@ -130,7 +130,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, bit uin
 		n.metrics.LeaseTokensRefused.Add(it.LeaseReturn - refund)
 	}
 	var granted int64
-	if it.LeaseWant > 0 && len(v.lost) == 0 { // a minority side grants nothing (quorum.go)
+	if it.LeaseWant > 0 && len(v.lost) == 0 && !v.orphaned(it.Key) { // a minority side grants nothing, nor an orphaned key (quorum.go)
 		granted = n.grantLease(e, now, it)
 		p.recordGrant(it.Key, granted, now, n.grantMemory())
 		if granted > 0 {
