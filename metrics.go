@@ -126,6 +126,12 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 		{"ringlimit_backups_received_total", "Backup messages kept for other owners.", &c.BackupsReceived},
 		{"ringlimit_backup_keys_dropped_total", "Backed-up key states not kept because MaxKeys states were held.", &c.BackupKeysDropped},
 		{"ringlimit_backup_keys_restored_total", "Held key states given to a key's new owner after its owner failed or restarted.", &c.BackupKeysRestored},
+		{"ringlimit_policy_hits_charged_total", "Hits admitted by a partition policy without the key's owner, recorded to be charged to its bucket.", &c.PolicyHitsCharged},
+		{"ringlimit_policy_hits_drained_total", "Recorded policy hits charged to their key's bucket since (sent to the owner or drained here).", &c.PolicyHitsDrained},
+		{"ringlimit_policy_hits_uncharged_total", "Policy hits not recorded: beyond one bucket of debt per key, or with MaxKeys keys in debt.", &c.PolicyHitsUncharged},
+		{"ringlimit_fence_waits_total", "Checks that waited for their key's backup to be acknowledged before the owner decided them.", &c.FenceWaits},
+		{"ringlimit_fence_timeouts_total", "Checks that waited for their key's backup in vain and went to the partition policy.", &c.FenceTimeouts},
+		{"ringlimit_deposed_keys_total", "Owned states dropped on the return from a minority side (the majority decided them meanwhile).", &c.DeposedKeys},
 	}
 }
 

@@ -548,6 +548,12 @@ func (n *Node) restoreHeld(now time.Time, nv *view, keys []string, hs []*heldBac
 	for i, key := range keys {
 		h := hs[i]
 		b := h.fenced(now) // fence.go: the reserve first
+		if _, announced := n.dur.departed[h.from]; announced {
+			// A graceful leave: its hand-off had the real state, and the
+			// drained copy, merged keeping the most consumed, would only
+			// lose the reserve.
+			b = h.b
+		}
 		owner := nv.owner(key)
 		switch p := nv.peers[owner]; {
 		case owner == n.cfg.Self:
