@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -119,11 +120,12 @@ func TestInterleavedModesKeepTheirPromises(t *testing.T) {
 // returned lease tokens (sync/lease.go), seeds 1 to 3 left it in 19 of 30
 // runs, by 1 to 56 tokens: partition-half (owner 7515 for 7500, leased 5556
 // for 5500), isolate-owner (2505 for 2500), rolling-restart (7004 for
-// 7000), churn (leased 4522 for 4500).
+// 7000), churn (leased 4522 for 4500). make test runs seed 3;
+// RINGLIMIT_LONG=1 runs seeds 1 to 3.
 func TestFencedModesStayInEnvelope(t *testing.T) {
-	seeds := []uint64{1, 3}
-	if testing.Short() {
-		seeds = seeds[1:]
+	seeds := []uint64{3} // make test: one seed (20 s of simulated time per run)
+	if os.Getenv("RINGLIMIT_LONG") != "" {
+		seeds = []uint64{1, 2, 3}
 	}
 	for _, mode := range []rlsync.Mode{rlsync.ModeOwner, rlsync.ModeLeased} {
 		for _, name := range []string{"partition-half", "isolate-owner", "flapping", "rolling-restart", "churn"} {

@@ -548,13 +548,14 @@ func (n *Node) restoreHeld(now time.Time, nv *view, keys []string, hs []*heldBac
 	for i, key := range keys {
 		h := hs[i]
 		b := h.fenced(now) // fence.go: the reserve first
-		if _, announced := n.dur.departed[h.from]; announced {
-			// A graceful leave: its hand-off had the real state, and the
-			// drained copy, merged keeping the most consumed, would only
-			// lose the reserve.
-			b = h.b
-		}
 		owner := nv.owner(key)
+		// Also after a graceful leave: the leaver's hand-off has the real
+		// state, and the drained copy, merged keeping the most consumed,
+		// takes the reserve off it (an under-admission of at most one
+		// reserve per key); restoring the copy as backed up instead, when
+		// this node is the key's new owner, left the envelope in the
+		// simulator's rolling restart (TestFencedModesStayInEnvelope,
+		// seed 3: 7003 for 7000), by a path not found yet.
 		switch p := nv.peers[owner]; {
 		case owner == n.cfg.Self:
 			n.mergeState(now, nv, key, b, h.dem)
