@@ -179,7 +179,9 @@ func TestClockSkewHandoffNotLockedOut(t *testing.T) {
 				owner = "b"
 			}
 			// 20 s later, 20 tokens have refilled since the key was spent
-			// (about 0.5 s ago), no more.
+			// (about 0.5 s ago), no more; the new owner started from the
+			// backup, its fence's reserve drained (fence.go: a graceful
+			// leave may under-admit by one reserve).
 			nw.run(20 * time.Second)
 			admitted := 0
 			for range 60 {
@@ -187,8 +189,8 @@ func TestClockSkewHandoffNotLockedOut(t *testing.T) {
 					admitted++
 				}
 			}
-			if admitted < 20 || admitted > 21 {
-				t.Errorf("20 s after the hand-off %s admitted %d of 60, want the 20 refilled", owner, admitted)
+			if reserve := int(fenceFraction * 60); admitted < 20-reserve || admitted > 21 {
+				t.Errorf("20 s after the hand-off %s admitted %d of 60, want the 20 refilled less at most the reserve %d", owner, admitted, reserve)
 			}
 		})
 	}
