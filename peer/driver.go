@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
@@ -78,8 +79,8 @@ const (
 // input is one input to the core.
 type input struct {
 	kind  inputKind
-	reqs  []rlsync.Request
-	resps []rlsync.Response
+	reqs  []check.Request
+	resps []check.Response
 	done  func()
 	env   *peerv1.Envelope
 	peer  string
@@ -205,7 +206,7 @@ func (d *Driver) offer(x input) error {
 // Check queues a client check: the core decides reqs into resps (see
 // rlsync.Node.Check) and calls done, on the loop, once every answer is
 // written. done must not block. On ErrDriverStopped done is never called.
-func (d *Driver) Check(reqs []rlsync.Request, resps []rlsync.Response, done func()) error {
+func (d *Driver) Check(reqs []check.Request, resps []check.Response, done func()) error {
 	return d.offer(input{kind: inCheck, reqs: reqs, resps: resps, done: done})
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
@@ -42,10 +43,10 @@ func TestDriverAppliesInputsInOrder(t *testing.T) {
 	d.Start(t.Context())
 	defer d.Close()
 
-	req := []rlsync.Request{{Key: "k", Hits: 1, Mode: rlsync.ModeOwner,
+	req := []check.Request{{Key: "k", Hits: 1, Mode: check.ModeOwner,
 		Limit: bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 2, Period: time.Minute}}}
-	before := make([]rlsync.Response, 1)
-	after := make([]rlsync.Response, 1)
+	before := make([]check.Response, 1)
+	after := make([]check.Response, 1)
 	var order []string
 	if err := d.Check(req, before, func() { order = append(order, "check before") }); err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ func TestDriverAppliesInputsInOrder(t *testing.T) {
 	if want := []string{"check before", "members", "check after"}; !slices.Equal(order, want) {
 		t.Fatalf("order %v, want %v", order, want)
 	}
-	if !errors.Is(before[0].Err, rlsync.ErrNoMembers) {
+	if !errors.Is(before[0].Err, check.ErrNoMembers) {
 		t.Errorf("check before the membership: err %v, want ErrNoMembers", before[0].Err)
 	}
 	if after[0].Err != nil || !after[0].Allowed || after[0].Owner != "a" {
@@ -99,9 +100,9 @@ func TestDriverCloseDrainsTheQueue(t *testing.T) {
 	}
 	const n = 100
 	answered := 0
-	resps := make([]rlsync.Response, n)
+	resps := make([]check.Response, n)
 	for i := range n {
-		req := []rlsync.Request{{Key: "k", Hits: 1,
+		req := []check.Request{{Key: "k", Hits: 1,
 			Limit: bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 1000, Period: time.Minute}}}
 		if err := d.Check(req, resps[i:i+1], func() { answered++ }); err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringlimit/ringlimit/check"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
@@ -30,7 +31,7 @@ import (
 // partition policy, and which promise it is held to.
 type CheckMode struct {
 	// Mode is the nodes' default mode.
-	Mode rlsync.Mode
+	Mode check.Mode
 	// Policy is the partition policy ("fail-closed", "local-share", ...).
 	Policy string
 	// Strict holds the mode to the token bucket's envelope; otherwise to the
@@ -58,9 +59,9 @@ func (m CheckMode) String() string {
 // allowance per fault.
 func CheckModes() []CheckMode {
 	return []CheckMode{
-		{Mode: rlsync.ModeOwner, Policy: "fail-closed", Strict: true},
-		{Mode: rlsync.ModeLeased, Policy: "fail-closed", Strict: true},
-		{Mode: rlsync.ModeCached, Policy: "local-share"},
+		{Mode: check.ModeOwner, Policy: "fail-closed", Strict: true},
+		{Mode: check.ModeLeased, Policy: "fail-closed", Strict: true},
+		{Mode: check.ModeCached, Policy: "local-share"},
 	}
 }
 
@@ -75,14 +76,14 @@ func ParseCheckModes(s string) ([]CheckMode, error) {
 	for _, f := range splitList(s) {
 		ms, ps, ok := strings.Cut(f, "/")
 		ps, slack := strings.CutSuffix(ps, "+ttl")
-		m, err := rlsync.ParseMode(ms)
-		if !ok || err != nil || m == rlsync.ModeDefault || m == rlsync.ModeLocal {
+		m, err := check.ParseMode(ms)
+		if !ok || err != nil || m == check.ModeDefault || m == check.ModeLocal {
 			return nil, fmt.Errorf("sim: check mode %q: want owner, cached or leased, a slash and a policy", f)
 		}
-		if _, err := rlsync.ParsePolicy(ps); err != nil {
+		if _, err := check.ParsePolicy(ps); err != nil {
 			return nil, fmt.Errorf("sim: check mode %q: %w", f, err)
 		}
-		out = append(out, CheckMode{Mode: m, Policy: ps, Strict: m != rlsync.ModeCached && ps == "fail-closed", LeaseSlack: slack})
+		out = append(out, CheckMode{Mode: m, Policy: ps, Strict: m != check.ModeCached && ps == "fail-closed", LeaseSlack: slack})
 	}
 	return out, nil
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestEnvelopeWorst steps the envelope check over fixed admissions of a
@@ -146,7 +146,7 @@ func TestSchedulesDrawEveryFault(t *testing.T) {
 // failing schedule drops every fault; the result still fails and says so.
 func TestShrinkFindsMinimalSchedule(t *testing.T) {
 	spec := checkSpecShort()
-	m := CheckMode{Mode: rlsync.ModeLocal, Policy: "fail-open", Strict: true}
+	m := CheckMode{Mode: check.ModeLocal, Policy: "fail-open", Strict: true}
 	s := NewSchedule(spec, 6)
 	if len(s.Faults) < 2 {
 		t.Fatalf("seed 6 draws %d faults; the test wants several", len(s.Faults))

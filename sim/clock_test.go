@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestClockOffsetWithinBound: one node of five with its clock 2 s or 30 min
@@ -21,12 +21,12 @@ func TestClockOffsetWithinBound(t *testing.T) {
 	for _, tc := range []struct {
 		algorithm string
 		period    time.Duration
-		mode      rlsync.Mode
+		mode      check.Mode
 		skews     []time.Duration
 	}{
-		{"fixed_window", time.Second, rlsync.ModeCached, []time.Duration{2 * time.Second, 30 * time.Minute}},
-		{"fixed_window", time.Second, rlsync.ModeLeased, []time.Duration{30 * time.Minute}},
-		{"token_bucket", time.Second, rlsync.ModeCached, []time.Duration{30 * time.Minute}},
+		{"fixed_window", time.Second, check.ModeCached, []time.Duration{2 * time.Second, 30 * time.Minute}},
+		{"fixed_window", time.Second, check.ModeLeased, []time.Duration{30 * time.Minute}},
+		{"token_bucket", time.Second, check.ModeCached, []time.Duration{30 * time.Minute}},
 	} {
 		t.Run(fmt.Sprintf("%s/%v/%v", tc.algorithm, tc.period, tc.mode), func(t *testing.T) {
 			sc := short(t, "hot-key").Scale(0, 6*time.Second)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/ring"
-	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
 // Epoch returns the instant virtual time starts from: what the nodes see as
@@ -30,7 +30,7 @@ const (
 type Variant struct {
 	// Mode is the nodes' default consistency mode (every simulated request
 	// asks for the default).
-	Mode rlsync.Mode
+	Mode check.Mode
 	// Flush is the flush interval; zero keeps the scenario's (or the
 	// default of rlsync.DefaultConfig).
 	Flush time.Duration
@@ -158,8 +158,8 @@ type pending struct {
 	win   int32
 	hits  int64
 	busy  bool
-	reqs  []rlsync.Request
-	resps []rlsync.Response
+	reqs  []check.Request
+	resps []check.Response
 	done  func()
 }
 
@@ -310,7 +310,7 @@ func (c *Cluster) arrive(until int64) {
 			s := c.nodes[node]
 			p := s.acquire()
 			p.at, p.node, p.gen, p.key, p.win, p.hits = at, int32(node), s.gen, int32(a.key), int32(w), a.hits
-			p.reqs[0] = rlsync.Request{Key: c.wl.keys[a.key], Hits: a.hits, Limit: c.limit}
+			p.reqs[0] = check.Request{Key: c.wl.keys[a.key], Hits: a.hits, Limit: c.limit}
 			s.arrivals = append(s.arrivals, p)
 		}
 		c.nextArrival = a.next

@@ -7,13 +7,13 @@ import (
 	"sync"
 	"time"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // Modes lists the consistency modes a comparison runs by default, in the
 // order of the table.
-func Modes() []rlsync.Mode {
-	return []rlsync.Mode{rlsync.ModeLocal, rlsync.ModeOwner, rlsync.ModeCached, rlsync.ModeLeased}
+func Modes() []check.Mode {
+	return []check.Mode{check.ModeLocal, check.ModeOwner, check.ModeCached, check.ModeLeased}
 }
 
 // ParseVariants builds the variants of a comparison from a comma-separated
@@ -22,13 +22,13 @@ func Modes() []rlsync.Mode {
 // intervals multiply the modes that flush (cached and leased); local and
 // owner run once.
 func ParseVariants(modes, flushes string) ([]Variant, error) {
-	var ms []rlsync.Mode
+	var ms []check.Mode
 	if strings.TrimSpace(modes) == "" {
 		ms = Modes()
 	}
 	for _, s := range splitList(modes) {
-		m, err := rlsync.ParseMode(s)
-		if err != nil || m == rlsync.ModeDefault {
+		m, err := check.ParseMode(s)
+		if err != nil || m == check.ModeDefault {
 			return nil, fmt.Errorf("sim: mode %q: want local, owner, cached or leased", s)
 		}
 		ms = append(ms, m)
@@ -46,7 +46,7 @@ func ParseVariants(modes, flushes string) ([]Variant, error) {
 	}
 	var vs []Variant
 	for _, m := range ms {
-		if m == rlsync.ModeLocal || m == rlsync.ModeOwner {
+		if m == check.ModeLocal || m == check.ModeOwner {
 			vs = append(vs, Variant{Mode: m})
 			continue
 		}

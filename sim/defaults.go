@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // The defaults that WithDefaults fills in. Each is documented on its field.
@@ -181,7 +181,7 @@ func (s Scenario) validate() error {
 	if _, err := s.Limit.Bucket(); err != nil {
 		return err
 	}
-	if _, err := s.Sync.Config("n1", rlsync.ModeLocal, 0); err != nil {
+	if _, err := s.Sync.Config("n1", check.ModeLocal, 0); err != nil {
 		return err
 	}
 	for _, e := range s.Events {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // interleave is the window the interleaving tests use: a client request and
@@ -21,7 +21,7 @@ const interleave = time.Millisecond
 func TestInterleaveReordersAndIsReproducible(t *testing.T) {
 	sc := short(t, "churn")
 	run := func() (*Result, int64) {
-		c, err := NewCluster(sc, Variant{Mode: rlsync.ModeCached}, 7)
+		c, err := NewCluster(sc, Variant{Mode: check.ModeCached}, 7)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestInterleaveReordersAndIsReproducible(t *testing.T) {
 		t.Errorf("seed 7: two runs differ (reordered %d and %d)", n1, n2)
 	}
 	t.Logf("seed 7: %d inputs applied out of time order", n1)
-	if _, err := Run(sc, Variant{Mode: rlsync.ModeCached}, Options{Seed: 1, Interleave: -time.Millisecond}); err == nil {
+	if _, err := Run(sc, Variant{Mode: check.ModeCached}, Options{Seed: 1, Interleave: -time.Millisecond}); err == nil {
 		t.Error("a negative interleave was accepted")
 	}
 }
@@ -80,7 +80,7 @@ func TestInterleavedModesKeepTheirPromises(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		for _, name := range []string{"healthy", "hot-key"} {
-			r, err := Run(short(t, name), Variant{Mode: rlsync.ModeOwner}, Options{Seed: seed, Interleave: interleave})
+			r, err := Run(short(t, name), Variant{Mode: check.ModeOwner}, Options{Seed: seed, Interleave: interleave})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,11 +90,11 @@ func TestInterleavedModesKeepTheirPromises(t *testing.T) {
 			}
 		}
 		for _, tc := range []struct {
-			mode  rlsync.Mode
+			mode  check.Mode
 			names []string
 		}{
-			{rlsync.ModeOwner, []string{"healthy", "hot-key"}},
-			{rlsync.ModeLeased, []string{"healthy", "hot-key"}},
+			{check.ModeOwner, []string{"healthy", "hot-key"}},
+			{check.ModeLeased, []string{"healthy", "hot-key"}},
 		} {
 			for _, name := range tc.names {
 				sc := short(t, name)
@@ -127,7 +127,7 @@ func TestFencedModesStayInEnvelope(t *testing.T) {
 	if os.Getenv("RINGLIMIT_LONG") != "" {
 		seeds = []uint64{1, 2, 3}
 	}
-	for _, mode := range []rlsync.Mode{rlsync.ModeOwner, rlsync.ModeLeased} {
+	for _, mode := range []check.Mode{check.ModeOwner, check.ModeLeased} {
 		for _, name := range []string{"partition-half", "isolate-owner", "flapping", "rolling-restart", "churn"} {
 			for _, seed := range seeds {
 				sc := short(t, name)

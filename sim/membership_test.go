@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	rlcheck "github.com/ringlimit/ringlimit/check"
 )
 
 // viewOf renders node i's view, "-" for a node that is down.
@@ -73,7 +73,7 @@ func TestMembershipViews(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := NewCluster(quiet(4, tt.events...), Variant{Mode: rlsync.ModeCached}, 1)
+			c, err := NewCluster(quiet(4, tt.events...), Variant{Mode: rlcheck.ModeCached}, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +92,7 @@ func TestMembershipViews(t *testing.T) {
 func TestNetworkLinks(t *testing.T) {
 	spec := Scenario{Network: Network{Latency: Duration(time.Millisecond), Jitter: Duration(time.Millisecond),
 		Links: []Link{{From: "n1", To: "n2", Latency: Duration(20 * time.Millisecond)}, {From: "*", To: "n3", Loss: 0.5}}}}.WithDefaults()
-	c, err := NewCluster(spec, Variant{Mode: rlsync.ModeCached}, 7)
+	c, err := NewCluster(spec, Variant{Mode: rlcheck.ModeCached}, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestNetworkLinks(t *testing.T) {
 }
 
 func TestLoadBalancerRoutesAroundDownNodes(t *testing.T) {
-	c, err := NewCluster(quiet(3), Variant{Mode: rlsync.ModeCached}, 1)
+	c, err := NewCluster(quiet(3), Variant{Mode: rlcheck.ModeCached}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestLoadBalancerRoutesAroundDownNodes(t *testing.T) {
 func TestWorkloadBurstsAndHits(t *testing.T) {
 	w := Workload{Rate: 1000, On: sec(1), Off: sec(2), MultiHit: 0.5, MaxHits: 4}
 	s := Scenario{Workload: w}.WithDefaults()
-	c, err := NewCluster(s, Variant{Mode: rlsync.ModeCached}, 3)
+	c, err := NewCluster(s, Variant{Mode: rlcheck.ModeCached}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@ package sim
 
 import (
 	"github.com/ringlimit/ringlimit/bucket"
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // winStat are the counters of one measurement window. Requests are counted
@@ -96,7 +96,7 @@ type decision struct {
 }
 
 // newDecision records the answer r to request p, given at instant at.
-func newDecision(p *pending, r *rlsync.Response, at int64) decision {
+func newDecision(p *pending, r *check.Response, at int64) decision {
 	return decision{win: p.win, key: p.key, hits: p.hits, at: at, err: r.Err != nil, degraded: r.Degraded, allowed: r.Allowed}
 }
 

@@ -5,21 +5,21 @@ import (
 	"time"
 	"unsafe"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 func TestMetricsNetPerKeyAndWindow(t *testing.T) {
 	m := newMetrics(4, int64(time.Second), 3)
 	m.grow(2, "n1")
-	allow := &rlsync.Response{}
+	allow := &check.Response{}
 	allow.Allowed = true
-	reject := &rlsync.Response{}
+	reject := &check.Response{}
 	steps := []struct {
 		name          string
 		w, key, node  int
 		hits          int64
 		ideal, decide bool // an arrival the ideal admitted; a decision
-		resp          *rlsync.Response
+		resp          *check.Response
 	}{
 		{"k0 w0: ideal admits 3", 0, 0, 0, 3, true, false, nil},
 		{"k0 w0: cluster admits 5", 0, 0, 0, 5, false, true, allow},

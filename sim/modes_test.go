@@ -4,11 +4,11 @@ import (
 	"testing"
 	"time"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // runMode runs sc in mode m with seed and returns the result.
-func runMode(t *testing.T, sc Scenario, m rlsync.Mode, seed uint64) *Result {
+func runMode(t *testing.T, sc Scenario, m check.Mode, seed uint64) *Result {
 	t.Helper()
 	r, err := Run(sc, Variant{Mode: m}, Options{Seed: seed})
 	if err != nil {
@@ -35,7 +35,7 @@ func TestLocalIsNTimesLoose(t *testing.T) {
 	sc.Workload.Skew = 0
 	sc.Workload.Rate = 10000 // key 0: 1000/s on each node, twice the limit
 	const seed = 3
-	r := runMode(t, sc, rlsync.ModeLocal, seed)
+	r := runMode(t, sc, check.ModeLocal, seed)
 	got := float64(sum(r.Series.HotAdmitted)) / float64(sum(r.Series.HotIdeal))
 	if got < 4.5 || got > 5.5 {
 		t.Errorf("seed %d: local mode admitted %.2f times the ideal on the hot key, want about 5 (5 nodes)", seed, got)
@@ -49,7 +49,7 @@ func TestLocalIsNTimesLoose(t *testing.T) {
 func TestOwnerEqualsIdealWhenConnected(t *testing.T) {
 	const seed, tol = 5, 0.5 // percent
 	for _, tc := range []struct{ scenario, phase string }{{"healthy", "all"}, {"hot-key", "all"}, {"partition-half", "before"}} {
-		r := runMode(t, short(t, tc.scenario), rlsync.ModeOwner, seed)
+		r := runMode(t, short(t, tc.scenario), check.ModeOwner, seed)
 		p := r.Phase(tc.phase)
 		if p.OverPct > tol || p.FalseRejectPct > tol || p.Lost > 0 || p.Errors > 0 {
 			t.Errorf("seed %d: %s, %s: over %.2f%%, false rejections %.2f%%, lost %d, errors %d; want within %.1f%% and none lost",
@@ -80,7 +80,7 @@ func TestLeasedNeverOverLimit(t *testing.T) {
 		if len(sc.Events) > 0 {
 			sc = sc.Scale(0, 20*time.Second)
 		}
-		r := runMode(t, sc, rlsync.ModeLeased, seed)
+		r := runMode(t, sc, check.ModeLeased, seed)
 		if v := envelopeViolation(sc, r); v != "" {
 			t.Fatalf("seed %d: %s: %s", seed, name, v)
 		}
@@ -109,7 +109,7 @@ func TestLeasedNeverOverLimit(t *testing.T) {
 // at each node.
 func cachedBound(sc Scenario, flush time.Duration) float64 {
 	l, _ := sc.Limit.Bucket()
-	cfg, _ := sc.Sync.Config("n1", rlsync.ModeCached, flush)
+	cfg, _ := sc.Sync.Config("n1", check.ModeCached, flush)
 	return cfg.SyncFraction*float64(l.Capacity()) + float64(sc.Nodes)*float64(sc.Workload.MaxHits)
 }
 
@@ -122,7 +122,7 @@ func TestCachedWithinBoundWhenHealthy(t *testing.T) {
 	for _, flush := range []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond} {
 		for _, name := range []string{"healthy", "hot-key"} {
 			sc := short(t, name)
-			r, err := Run(sc, Variant{Mode: rlsync.ModeCached, Flush: flush}, Options{Seed: seed})
+			r, err := Run(sc, Variant{Mode: check.ModeCached, Flush: flush}, Options{Seed: seed})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,7 +154,7 @@ func TestColdStartNotDegraded(t *testing.T) {
 	}
 	sc = sc.Scale(0, 2*time.Second)
 	sc.Workload.Rate, sc.Workload.Keys = 50_000, 100_000
-	for _, m := range []rlsync.Mode{rlsync.ModeOwner, rlsync.ModeLeased} {
+	for _, m := range []check.Mode{check.ModeOwner, check.ModeLeased} {
 		p := runMode(t, sc, m, seed).Phase("all")
 		if p.Degraded > 0 || p.FalseRejectPct > 0.1 {
 			t.Errorf("seed %d: %v: %d of %d requests degraded, false rejections %.2f%%; want none degraded, under 0.1%%",

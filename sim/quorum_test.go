@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestMembershipFailedVsLeft: the simulator tells each Node which departed
@@ -13,7 +13,7 @@ import (
 // the others a majority; a graceful leave shrinks the baseline at once.
 func TestMembershipFailedVsLeft(t *testing.T) {
 	t.Run("isolated node is a minority", func(t *testing.T) {
-		c, err := NewCluster(quiet(4, Event{At: sec(1), Action: "isolate", Node: "n2"}), Variant{Mode: rlsync.ModeCached}, 1)
+		c, err := NewCluster(quiet(4, Event{At: sec(1), Action: "isolate", Node: "n2"}), Variant{Mode: check.ModeCached}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,7 +29,7 @@ func TestMembershipFailedVsLeft(t *testing.T) {
 		}
 	})
 	t.Run("graceful leave is not a failure", func(t *testing.T) {
-		c, err := NewCluster(quiet(4, Event{At: sec(1), Action: "leave", Node: "n1"}), Variant{Mode: rlsync.ModeCached}, 1)
+		c, err := NewCluster(quiet(4, Event{At: sec(1), Action: "leave", Node: "n1"}), Variant{Mode: check.ModeCached}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // short returns the standard scenario name at 10s and at most 3000
@@ -85,7 +85,7 @@ func TestArrivalsIndependentOfMode(t *testing.T) {
 // its own; the run must not notice.
 func TestProgressDoesNotChangeTheRun(t *testing.T) {
 	sc := short(t, "flapping")
-	v := Variant{Mode: rlsync.ModeCached}
+	v := Variant{Mode: check.ModeCached}
 	a, err := Run(sc, v, Options{Seed: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func crashJoin(n int) Scenario {
 // to run).
 func TestReproducibleAfterCrash(t *testing.T) {
 	sc := crashJoin(100_000)
-	v := Variant{Mode: rlsync.ModeCached}
+	v := Variant{Mode: check.ModeCached}
 	var outs [2][]byte
 	for i := range outs {
 		r, err := Run(sc, v, Options{Seed: 7})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // scaleNodes returns the cluster sizes of BenchmarkScale: SCALE_NODES
@@ -40,7 +40,7 @@ func scaleNodes(b *testing.B) []int {
 // run: run it with -benchtime 1x. SCALE_NODES picks the sizes.
 func BenchmarkScale(b *testing.B) {
 	for _, nodes := range scaleNodes(b) {
-		for _, m := range []rlsync.Mode{rlsync.ModeCached, rlsync.ModeOwner} {
+		for _, m := range []check.Mode{check.ModeCached, check.ModeOwner} {
 			b.Run(fmt.Sprintf("nodes=%d/%s", nodes, m), func(b *testing.B) {
 				sc, err := Named("healthy")
 				if err != nil {
@@ -69,7 +69,7 @@ func BenchmarkScalePartition(b *testing.B) {
 			sc = sc.Scale(nodes, 20*time.Second)
 			sc.Workload.Rate = 10_000
 			sc.Workload.Keys = 100_000
-			benchRun(b, sc, Variant{Mode: rlsync.ModeCached})
+			benchRun(b, sc, Variant{Mode: check.ModeCached})
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
@@ -244,12 +245,12 @@ type SyncSpec struct {
 
 // Config returns the node configuration for self under mode and flush
 // (zero flush keeps the scenario's or the default).
-func (s SyncSpec) Config(self string, mode rlsync.Mode, flush time.Duration) (rlsync.Config, error) {
+func (s SyncSpec) Config(self string, mode check.Mode, flush time.Duration) (rlsync.Config, error) {
 	c := rlsync.DefaultConfig()
 	c.Self = self
 	c.Mode = mode
 	if s.Policy != "" {
-		p, err := rlsync.ParsePolicy(s.Policy)
+		p, err := check.ParsePolicy(s.Policy)
 		if err != nil {
 			return c, err
 		}

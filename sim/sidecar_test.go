@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestSidecarScaleSmallLimits: a sidecar beside each of 100 application
@@ -24,7 +24,7 @@ func TestSidecarScaleSmallLimits(t *testing.T) {
 	sc.Workload.Rate = 2000
 	sc.Workload.Keys = 100_000
 	sc.Workload.Dist = "uniform"
-	r, err := Run(sc, Variant{Mode: rlsync.ModeCached}, Options{Seed: 1})
+	r, err := Run(sc, Variant{Mode: check.ModeCached}, Options{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

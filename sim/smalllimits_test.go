@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestSmallLimitScenarios runs the workloads people run (issue #15 item 7:
@@ -23,14 +23,14 @@ func TestSmallLimitScenarios(t *testing.T) {
 				t.Fatal(err)
 			}
 			sc = sc.Scale(nodes, 20*time.Second)
-			for _, m := range []rlsync.Mode{rlsync.ModeOwner, rlsync.ModeCached, rlsync.ModeLeased} {
+			for _, m := range []check.Mode{check.ModeOwner, check.ModeCached, check.ModeLeased} {
 				r, err := Run(sc, Variant{Mode: m}, Options{Seed: 1, Workers: 1})
 				if err != nil {
 					t.Fatal(err)
 				}
 				p := r.Phase("all")
 				want := 0.0
-				if m == rlsync.ModeLeased {
+				if m == check.ModeLeased {
 					want = 2
 				}
 				if p.OverPct > want || p.FalseRejectPct > want || p.Errors > 0 || p.Lost > 0 {

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // How a run advances. A message between two nodes takes at least the
@@ -276,8 +276,8 @@ const pendingChunk = 64
 // each.
 func (s *simNode) growPending() {
 	ps := make([]pending, pendingChunk)
-	reqs := make([]rlsync.Request, pendingChunk)
-	resps := make([]rlsync.Response, pendingChunk)
+	reqs := make([]check.Request, pendingChunk)
+	resps := make([]check.Response, pendingChunk)
 	for i := range ps {
 		p := &ps[i]
 		p.reqs, p.resps = reqs[i:i+1:i+1], resps[i:i+1:i+1]
@@ -293,7 +293,7 @@ func (s *simNode) growPending() {
 // release returns p to the free list.
 func (s *simNode) release(p *pending) {
 	p.busy = false
-	p.reqs[0], p.resps[0] = rlsync.Request{}, rlsync.Response{}
+	p.reqs[0], p.resps[0] = check.Request{}, check.Response{}
 	s.busy--
 	s.free = append(s.free, p)
 }

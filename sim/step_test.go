@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	rlsync "github.com/ringlimit/ringlimit/sync"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestStepperPanicReachesCaller: a panic in a Node under test, on whichever
@@ -13,7 +13,7 @@ import (
 func TestStepperPanicReachesCaller(t *testing.T) {
 	for _, bad := range []int{0, 1, 2} {
 		t.Run(fmt.Sprint("node", bad), func(t *testing.T) {
-			c, err := NewCluster(quiet(3), Variant{Mode: rlsync.ModeLocal}, 1)
+			c, err := NewCluster(quiet(3), Variant{Mode: check.ModeLocal}, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -35,7 +35,7 @@ func TestStepperPanicReachesCaller(t *testing.T) {
 // TestStepperRunsEveryNode: every node with events in a window is stepped
 // exactly once per window, however the workers share them out.
 func TestStepperRunsEveryNode(t *testing.T) {
-	c, err := NewCluster(quiet(5), Variant{Mode: rlsync.ModeLocal}, 1)
+	c, err := NewCluster(quiet(5), Variant{Mode: check.ModeLocal}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestStepperRunsEveryNode(t *testing.T) {
 	for w := range 200 {
 		for _, s := range c.nodes {
 			p := s.acquire()
-			p.at, p.reqs[0] = int64(w), rlsync.Request{Key: "k", Hits: 1, Limit: c.limit}
+			p.at, p.reqs[0] = int64(w), check.Request{Key: "k", Hits: 1, Limit: c.limit}
 			s.arrivals = append(s.arrivals, p)
 		}
 		st.run(c.nodes, int64(w)+1)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -18,7 +19,7 @@ func spentKeyJoiner(t *testing.T) (nw *testNet, c *Node, key string, l bucket.Li
 	after := []string{"a", "b", "c"}
 	key = keyMoving(t, "a", "c", nw.names, after)
 	l = perMinute(60)
-	check(t, nw.nodes["a"], t0, Request{Key: key, Hits: 60, Limit: l})
+	checkSync(t, nw.nodes["a"], t0, check.Request{Key: key, Hits: 60, Limit: l})
 	c = nw.add("c", func(cfg *Config) { cfg.HandoffWait = DefaultConfig().HandoffWait })
 	nw.names = after
 	return nw, c, key, l
@@ -41,8 +42,8 @@ func TestJoinedOwnerAsksPreviousOwnerFirst(t *testing.T) {
 			if tc.wait {
 				nw.setMembers(after, "a", "b")
 			}
-			reqs := []Request{{Key: key, Hits: 1, Limit: l, Mode: ModeCached}}
-			resps := make([]Response, 1)
+			reqs := []check.Request{{Key: key, Hits: 1, Limit: l, Mode: check.ModeCached}}
+			resps := make([]check.Response, 1)
 			done := false
 			c.Check(nw.now, reqs, resps, func() { done = true })
 			if done {
@@ -91,9 +92,9 @@ func TestProbeAnswerFollowsDroppedHandoff(t *testing.T) {
 		t.Fatal("c took the hand-off before it knew a: the test no longer covers the drop")
 	}
 	nw.setMembers(after, "c")
-	for _, mode := range []Mode{ModeOwner, ModeCached} {
-		reqs := []Request{{Key: key, Hits: 1, Limit: l, Mode: mode}}
-		resps := make([]Response, 1)
+	for _, mode := range []check.Mode{check.ModeOwner, check.ModeCached} {
+		reqs := []check.Request{{Key: key, Hits: 1, Limit: l, Mode: mode}}
+		resps := make([]check.Response, 1)
 		done := false
 		c.Check(nw.now, reqs, resps, func() { done = true })
 		nw.settle()
@@ -126,7 +127,7 @@ func TestUnjoinedJoinerAsksPreviousOwnerFirst(t *testing.T) {
 	// membership that holds another member.
 	c.SetExpected(nil)
 	nw.setMembers(nw.names, "c")
-	p := checkAsync(c, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeCached})
+	p := checkAsync(c, nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeCached})
 	if p.done {
 		t.Fatalf("c decided %q at once on a fresh bucket: %+v", key, p.resps[0])
 	}
@@ -172,14 +173,14 @@ func TestUnjoinedJoinerFirstSeesPartOfTheCluster(t *testing.T) {
 		t.Fatal("no key owned by a on [a b] and by c on [a c] and [a b c]")
 	}
 	l := perMinute(60)
-	check(t, nw.nodes["a"], t0, Request{Key: key, Hits: 60, Limit: l})
+	checkSync(t, nw.nodes["a"], t0, check.Request{Key: key, Hits: 60, Limit: l})
 	c := nw.add("c", func(cfg *Config) { cfg.HandoffWait = DefaultConfig().HandoffWait })
 	nw.names = []string{"a", "b", "c"}
 	c.SetExpected([]string{"seed a", "seed b"})
 	c.SetMembership(nw.now, []string{"c"}, nil)
 	c.SetExpected(nil)
 	c.SetMembership(nw.now, []string{"a", "c"}, nil)
-	p := checkAsync(c, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeCached})
+	p := checkAsync(c, nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeCached})
 	if p.done {
 		t.Fatalf("c decided %q at once on a fresh bucket: %+v", key, p.resps[0])
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -40,7 +41,7 @@ func runOwnerLoad(t *testing.T, nw *testNet, clients []string, key string, l buc
 		p    *pending
 	}
 	var all []sent
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
 	for at := time.Duration(0); at < d; at += every {
 		if f := events[at]; f != nil {
 			f()
@@ -171,7 +172,7 @@ func TestCrashLosesAtMostOneBackupInterval(t *testing.T) {
 			// Admissions at the owner c, by time, to size the bound.
 			var admittedAt []time.Time
 			const every = 5 * time.Millisecond
-			req := Request{Key: key, Hits: 15, Limit: l, Mode: ModeOwner}
+			req := check.Request{Key: key, Hits: 15, Limit: l, Mode: check.ModeOwner}
 			var pend []*pending
 			d := tc.crash + 3*time.Second
 			var crashedAt, last time.Time
@@ -350,7 +351,7 @@ func TestBackupBatchedAndResent(t *testing.T) {
 	}
 	l := perHour(100)
 	for _, k := range keys {
-		check(t, a, nw.now, Request{Key: k, Hits: 10, Limit: l})
+		checkSync(t, a, nw.now, check.Request{Key: k, Hits: 10, Limit: l})
 	}
 	// b drops the first round of backups.
 	dropping := true
@@ -361,7 +362,7 @@ func TestBackupBatchedAndResent(t *testing.T) {
 	}
 	dropping = false
 	// Spend more on one key before the round that sends it again.
-	check(t, a, nw.now, Request{Key: keys[0], Hits: 30, Limit: l})
+	checkSync(t, a, nw.now, check.Request{Key: keys[0], Hits: 30, Limit: l})
 	nw.run(DefaultConfig().RequestTimeout + 2*DefaultConfig().FlushInterval)
 	if got := a.Metrics().BackupsRetried.Load(); got != 3 {
 		t.Errorf("BackupsRetried %d, want 3", got)
@@ -404,7 +405,7 @@ func TestBackupHolderBound(t *testing.T) {
 	for i := 0; n < 8; i++ {
 		k := keyOwnedBy(t, "a", members...) + "/" + string(rune('a'+i%26)) + string(rune('a'+i/26))
 		if a.view.owner(k) == "a" {
-			check(t, a, nw.now, Request{Key: k, Hits: 1, Limit: perHour(100)})
+			checkSync(t, a, nw.now, check.Request{Key: k, Hits: 1, Limit: perHour(100)})
 			n++
 		}
 	}
@@ -480,9 +481,9 @@ func TestLeavingNodeFlushesAfterAnnouncing(t *testing.T) {
 	c := nw.nodes["c"]
 	key := keyOwnedBy(t, "a", members...)
 	l := perMinute(6000)
-	check(t, c, nw.now, Request{Key: key, Hits: 1, Limit: l})
+	checkSync(t, c, nw.now, check.Request{Key: key, Hits: 1, Limit: l})
 	nw.settle()
-	check(t, c, nw.now, Request{Key: key, Hits: 40, Limit: l}) // pending on c
+	checkSync(t, c, nw.now, check.Request{Key: key, Hits: 40, Limit: l}) // pending on c
 	c.Leave(nw.now)
 	nw.settle()
 	if !c.HandedOff() {
@@ -513,7 +514,7 @@ func TestForwardResentToPeerThatDoesNotKnowUs(t *testing.T) {
 	c := nw.add("c", nil)
 	nw.names = members
 	c.SetMembers(nw.now, members) // a and b do not know c yet
-	p := checkAsync(c, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner})
+	p := checkAsync(c, nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner})
 	nw.run(120 * time.Millisecond)
 	nw.setMembers(members, "a", "b")
 	nw.run(300 * time.Millisecond)
@@ -545,7 +546,7 @@ func TestLeaveAnnouncementOvertaken(t *testing.T) {
 	slow := leaveAt.Add(20 * time.Millisecond)
 	var pend []*pending
 	for i := 0; i < 60; i++ {
-		pend = append(pend, checkAsync(nw.nodes["a"], nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}))
+		pend = append(pend, checkAsync(nw.nodes["a"], nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}))
 		for step := 0; step < 5; step++ {
 			// Every message from c to b sent before slow arrives at slow,
 			// in order: the link is slow, and still one ordered queue.

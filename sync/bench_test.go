@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // benchKeys returns n keys owned by owner among members (the first of
@@ -46,8 +47,8 @@ func benchNode(b *testing.B, members ...string) *Node {
 // another, as its driver applies them.
 func benchCheck(b *testing.B, n *Node, keys []string) {
 	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 1e15, Period: time.Second}
-	reqs := []Request{{Hits: 1, Limit: l}}
-	resps := make([]Response, 1)
+	reqs := []check.Request{{Hits: 1, Limit: l}}
+	resps := make([]check.Response, 1)
 	done := func() {}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -95,8 +96,8 @@ func TestFlushTrafficPerDecision(t *testing.T) {
 		start := nw.now
 		nextTick := start
 		checks := 0
-		reqs := []Request{{Hits: 1, Limit: l}}
-		resps := make([]Response, 1)
+		reqs := []check.Request{{Hits: 1, Limit: l}}
+		resps := make([]check.Response, 1)
 		for at := start; at.Before(start.Add(d)); at = at.Add(gap) {
 			for !nextTick.After(at) {
 				nw.deliver(nextTick)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // fillNode returns a lone node (owner of every key) made with tweak, and
@@ -30,8 +32,8 @@ func fillNode(t *testing.T, tweak func(*Config)) *Node {
 // fill checks the keys name(i), i in [from, to), on n, the i-th at t0 +
 // i×10µs, and ticks n every 500 keys as its driver would (a tick every 5ms).
 func fill(n *Node, name func(int) string, from, to int) {
-	reqs := []Request{{Hits: 1, Limit: perHour(100)}}
-	resps := make([]Response, 1)
+	reqs := []check.Request{{Hits: 1, Limit: perHour(100)}}
+	resps := make([]check.Response, 1)
 	for i := from; i < to; i++ {
 		now := t0.Add(time.Duration(i) * 10 * time.Microsecond)
 		reqs[0].Key = name(i)
@@ -82,8 +84,8 @@ func TestByteBudget(t *testing.T) {
 	per := entryCharge(len(name(0)), &entry{meta: flagKeyed}, false)
 	budget := 1000 * per
 	n := fillNode(t, func(c *Config) { c.MaxKeyBytes = budget })
-	reqs := []Request{{Key: "hot", Hits: 0, Limit: perHour(100)}}
-	resps := make([]Response, 1)
+	reqs := []check.Request{{Key: "hot", Hits: 0, Limit: perHour(100)}}
+	resps := make([]check.Response, 1)
 	for i := 0; i < 20_000; i += 100 {
 		fill(n, name, i, i+100)
 		n.Check(t0.Add(time.Duration(i)*10*time.Microsecond), reqs, resps, func() {})
@@ -167,7 +169,7 @@ func TestHeldBackupsBudget(t *testing.T) {
 	owned := 0
 	for i := 0; owned < 60; i++ {
 		if k := key(i); a.view.owner(k) == "a" {
-			check(t, a, nw.now, Request{Key: k, Hits: 1, Limit: perHour(100)})
+			checkSync(t, a, nw.now, check.Request{Key: k, Hits: 1, Limit: perHour(100)})
 			owned++
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -35,7 +36,7 @@ const shareExact = 0.999
 // asks for an immediate flush, so a node seeing a key for the first time
 // admits at most limit/N before it hears from the owner. Once the hits the
 // owner has not seen reach the sync threshold, it flushes early.
-func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response) {
+func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *check.Request, resp *check.Response) {
 	s := n.st.shardOf(r.Key)
 	e, fresh, reconf, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
 	resp.Reconfigured = reconf
@@ -82,7 +83,7 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *Reques
 // spent through a failover. It registers this node's interest with the
 // owner (a flush at first sight; then the owner's pushes keep the view
 // fresh) and counts the demand.
-func (n *Node) keepView(now time.Time, c uint32, v *view, p *peer, r *Request) {
+func (n *Node) keepView(now time.Time, c uint32, v *view, p *peer, r *check.Request) {
 	s := n.st.shardOf(r.Key)
 	e, fresh, _, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
 	if err != nil || e.has(flagOwned) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -18,11 +19,11 @@ func TestCachedFlushAck(t *testing.T) {
 	key := keyOwnedBy(t, "b", "a", "b")
 	// 6000 a minute: the sync threshold (2% of 6000 / 2 nodes = 60 hits) is
 	// not reached by these few hits.
-	req := Request{Key: key, Hits: 1, Limit: perMinute(6000)}
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(6000)}
 
 	// t0: first sight on a: admitted from a fresh view, flushed at once.
-	r := check(t, a, t0, req)
-	if !r.Allowed || r.Owner != "b" || r.Mode != ModeCached || r.Degraded {
+	r := checkSync(t, a, t0, req)
+	if !r.Allowed || r.Owner != "b" || r.Mode != check.ModeCached || r.Degraded {
 		t.Fatalf("t0: got %+v, want allowed by cached mode, owner b", r)
 	}
 	if got := nw.queued("a", "b"); !slices.Equal(got, []string{"flush"}) {
@@ -49,7 +50,7 @@ func TestCachedFlushAck(t *testing.T) {
 	t1 := t0.Add(10 * time.Millisecond)
 	nw.deliver(t1)
 	for i := range 10 {
-		if r := check(t, a, t1, req); !r.Allowed {
+		if r := checkSync(t, a, t1, req); !r.Allowed {
 			t.Fatalf("t1: hit %d rejected: %+v", i, r)
 		}
 	}
@@ -77,7 +78,7 @@ func TestFlushDuplicateIgnored(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b")
 	a, b := nw.nodes["a"], nw.nodes["b"]
 	key := keyOwnedBy(t, "b", "a", "b")
-	check(t, a, t0, Request{Key: key, Hits: 5, Limit: perMinute(100)})
+	checkSync(t, a, t0, check.Request{Key: key, Hits: 5, Limit: perMinute(100)})
 	envs := nw.take("a", "b")
 	if len(envs) != 1 {
 		t.Fatalf("queued %d envelopes, want 1 flush", len(envs))
@@ -107,7 +108,7 @@ func TestFlushRetryAfterTimeout(t *testing.T) {
 	a, b := nw.nodes["a"], nw.nodes["b"]
 	key := keyOwnedBy(t, "b", "a", "b")
 	nw.cut[[2]string{"a", "b"}] = true
-	check(t, a, t0, Request{Key: key, Hits: 3, Limit: perMinute(100)})
+	checkSync(t, a, t0, check.Request{Key: key, Hits: 3, Limit: perMinute(100)})
 	steps := []struct {
 		at      time.Duration
 		heal    bool
@@ -151,7 +152,7 @@ func TestRetryBufferDropped(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		check(t, a, t0, Request{Key: k, Hits: 1, Limit: perMinute(100)})
+		checkSync(t, a, t0, check.Request{Key: k, Hits: 1, Limit: perMinute(100)})
 	}
 	// One flush (the first key's, sent on first sight) is in flight and 9
 	// keys are pending: 10 held, 7 over the bound.
@@ -168,10 +169,10 @@ func TestPushToInterestedNode(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b", "c")
 	a, b := nw.nodes["a"], nw.nodes["b"]
 	key := keyOwnedBy(t, "c", "a", "b", "c")
-	req := Request{Key: key, Hits: 1, Limit: perMinute(1000)}
-	check(t, b, t0, req) // b becomes interested
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(1000)}
+	checkSync(t, b, t0, req) // b becomes interested
 	nw.run(50 * time.Millisecond)
-	check(t, a, nw.now, Request{Key: key, Hits: 40, Limit: perMinute(1000)})
+	checkSync(t, a, nw.now, check.Request{Key: key, Hits: 40, Limit: perMinute(1000)})
 	nw.run(60 * time.Millisecond) // a's flush reaches c; c's push tick at t0+100ms... or next
 	nw.run(100 * time.Millisecond)
 	if got := b.Metrics().PushesReceived.Load(); got == 0 {
@@ -196,7 +197,7 @@ func TestFirstSightBudget(t *testing.T) {
 	nw.cut[[2]string{"a", "c"}] = true // lost, but not reported unreachable
 	admitted := 0
 	for i := range 1000 {
-		if r := check(t, a, t0.Add(time.Duration(i)*time.Microsecond), Request{Key: key, Hits: 1, Limit: perMinute(900)}); r.Allowed {
+		if r := checkSync(t, a, t0.Add(time.Duration(i)*time.Microsecond), check.Request{Key: key, Hits: 1, Limit: perMinute(900)}); r.Allowed {
 			admitted++
 		}
 	}
@@ -213,7 +214,7 @@ func TestFlushToNonOwnerRequeued(t *testing.T) {
 	key := keyMoving(t, "b", "c", []string{"a", "b", "c"}, []string{"a", "c"})
 	// b believes b has left: it does not own key any more.
 	b.SetMembers(t0, []string{"a", "c"})
-	check(t, a, t0, Request{Key: key, Hits: 2, Limit: perHour(1000)})
+	checkSync(t, a, t0, check.Request{Key: key, Hits: 2, Limit: perHour(1000)})
 	nw.deliver(t0.Add(2 * time.Millisecond))
 	if got := b.Metrics().NotOwner.Load(); got != 1 {
 		t.Fatalf("NotOwner %d, want 1", got)
@@ -231,7 +232,7 @@ func TestStaleAckIgnored(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b")
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "b", "a", "b")
-	check(t, a, t0, Request{Key: key, Hits: 1, Limit: perMinute(100)})
+	checkSync(t, a, t0, check.Request{Key: key, Hits: 1, Limit: perMinute(100)})
 	for _, ack := range []*peerv1.FlushAck{
 		{Seq: 7, FlushIncarnation: a.cfg.Incarnation},
 		{Seq: 1, FlushIncarnation: a.cfg.Incarnation + 1},
@@ -255,13 +256,13 @@ func TestStaleAckIgnored(t *testing.T) {
 func TestSmallLimitNotRejectedForWantOfShare(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b", "c")
 	key := keyOwnedBy(t, "c", "a", "b", "c")
-	req := Request{Key: key, Hits: 1, Limit: perMinute(1), Mode: ModeCached}
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(1), Mode: check.ModeCached}
 	first := checkAsync(nw.nodes["a"], t0, req)
 	if first.done {
 		t.Fatalf("a decided alone on a third of a request: %+v", first.resps[0])
 	}
 	nw.settle()
-	if !first.done || !first.resps[0].Allowed || first.resps[0].Owner != "c" || first.resps[0].Mode != ModeCached {
+	if !first.done || !first.resps[0].Allowed || first.resps[0].Owner != "c" || first.resps[0].Mode != check.ModeCached {
 		t.Fatalf("first check via a: %+v done=%v, want admitted by the owner c, in cached mode", first.resps[0], first.done)
 	}
 	second := checkAsync(nw.nodes["b"], nw.now, req)
@@ -295,7 +296,7 @@ func TestSmallLimitsRoundRobin(t *testing.T) {
 				for start := range size {
 					nw := newTestNet(t, nil, names...)
 					key := fmt.Sprintf("small-%d-%d-%v-%d", size, limit, pause, start)
-					req := Request{Key: key, Hits: 1, Limit: perMinute(limit), Mode: ModeCached}
+					req := check.Request{Key: key, Hits: 1, Limit: perMinute(limit), Mode: check.ModeCached}
 					admitted := 0
 					for i := range 3 * int(limit) * size {
 						r := nw.checkAnswered(nw.nodes[names[(start+i)%size]], req)
@@ -327,9 +328,9 @@ func TestSharesAddUpToOneBeyond32Members(t *testing.T) {
 	}
 	nw := newTestNet(t, nil, names...)
 	key := keyOwnedBy(t, "n00", names...)
-	req := Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: ModeCached}
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: check.ModeCached}
 	for _, name := range names[1:] {
-		check(t, nw.nodes[name], nw.now, req)
+		checkSync(t, nw.nodes[name], nw.now, req)
 	}
 	nw.run(300 * time.Millisecond)
 	var sum float64
@@ -358,7 +359,7 @@ func TestSmallKeySpentStaysSpentWhenOwnerLost(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b", "c")
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "c", "a", "b", "c")
-	req := Request{Key: key, Hits: 1, Limit: perHour(100), Mode: ModeCached, Policy: PolicyLocalShare}
+	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeCached, Policy: check.PolicyLocalShare}
 	admitted := 0
 	for range 120 {
 		if nw.checkAnswered(a, req).Allowed {
@@ -372,7 +373,7 @@ func TestSmallKeySpentStaysSpentWhenOwnerLost(t *testing.T) {
 	nw.isolate("c")
 	a.Unreachable(nw.now, "c")
 	for i := range 50 {
-		r := check(t, a, nw.now, req)
+		r := checkSync(t, a, nw.now, req)
 		if !r.Degraded {
 			t.Fatalf("check %d with the owner unreachable: %+v, want decided by the policy", i, r)
 		}

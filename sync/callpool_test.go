@@ -3,6 +3,8 @@ package sync
 import (
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestCallRecycled: a forwarded Check's callItem goes back to the node's
@@ -12,7 +14,7 @@ func TestCallRecycled(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b")
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "b", "a", "b")
-	req := Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: ModeOwner}
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: check.ModeOwner}
 	free := func() int { return len(a.calls.free) }
 
 	first := checkAsync(a, t0, req)
@@ -58,7 +60,7 @@ func TestCallRecycledOnPolicy(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b")
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "b", "a", "b")
-	req := Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: ModeOwner}
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: check.ModeOwner}
 	nw.cut[[2]string{"a", "b"}] = true
 	p := checkAsync(a, t0, req)
 	a.Unreachable(t0.Add(time.Millisecond), "b")

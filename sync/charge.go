@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // Charging: every admission counts once in the key's bucket.
@@ -50,7 +51,7 @@ type debt struct {
 }
 
 // charge records hits of r admitted by the partition policy (see above).
-func (n *Node) charge(r *Request) {
+func (n *Node) charge(r *check.Request) {
 	if r.Hits <= 0 || r.Limit.Algorithm == bucket.Concurrency {
 		return
 	}

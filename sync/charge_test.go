@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestPolicyAdmissionsCharged: hits a partition policy admits while the
@@ -13,21 +15,21 @@ import (
 // owner and leased mode's failovers admitted them on top of the bucket
 // (issue #15: +241 hits of a 1000 key in owner mode after a kill -9).
 func TestPolicyAdmissionsCharged(t *testing.T) {
-	for _, mode := range []Mode{ModeOwner, ModeCached, ModeLeased} {
-		for _, pol := range []Policy{PolicyLocalShare, PolicyFailOpen} {
+	for _, mode := range []check.Mode{check.ModeOwner, check.ModeCached, check.ModeLeased} {
+		for _, pol := range []check.Policy{check.PolicyLocalShare, check.PolicyFailOpen} {
 			t.Run(fmt.Sprintf("%v/%v", mode, pol), func(t *testing.T) {
 				nw := newTestNet(t, nil, "a", "b", "c")
 				a, c := nw.nodes["a"], nw.nodes["c"]
 				key := keyOwnedBy(t, "c", "a", "b", "c")
 				l := perHour(600)
-				req := Request{Key: key, Hits: 1, Limit: l, Mode: mode, Policy: pol}
+				req := check.Request{Key: key, Hits: 1, Limit: l, Mode: mode, Policy: pol}
 				nw.checkAnswered(a, req) // the owner has the key: 599 left
 				nw.run(50 * time.Millisecond)
 				nw.isolate("c")
 				a.Unreachable(nw.now, "c")
 				admitted := int64(0)
 				for range 50 {
-					if r := check(t, a, nw.now, req); r.Allowed {
+					if r := checkSync(t, a, nw.now, req); r.Allowed {
 						if !r.Degraded {
 							t.Fatalf("%+v: want a degraded answer", r)
 						}
@@ -71,7 +73,7 @@ func TestFailOpenChargeCappedAtOneBucket(t *testing.T) {
 	key := keyOwnedBy(t, "c", "a", "b", "c")
 	a.Unreachable(nw.now, "c")
 	for range 30 {
-		check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: perHour(10), Policy: PolicyFailOpen})
+		checkSync(t, a, nw.now, check.Request{Key: key, Hits: 1, Limit: perHour(10), Policy: check.PolicyFailOpen})
 	}
 	if got := a.owes(key); got != 10 {
 		t.Errorf("a owes %d after 30 fail-open admissions of a 10/h key, want 10", got)
@@ -95,7 +97,7 @@ func TestMinorityOwnerAdmissionsCharged(t *testing.T) {
 	a, c := nw.nodes["a"], nw.nodes["c"]
 	key := keyOwnedBy(t, "c", all...)
 	l := perHour(600)
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner, Policy: PolicyLocalShare}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner, Policy: check.PolicyLocalShare}
 	nw.checkAnswered(c, req)
 	nw.run(300 * time.Millisecond) // c backs the key up
 	nw.isolate("c")
@@ -105,7 +107,7 @@ func TestMinorityOwnerAdmissionsCharged(t *testing.T) {
 	}
 	var minority, majority int64
 	for range 300 {
-		if r := check(t, c, nw.now, req); r.Allowed {
+		if r := checkSync(t, c, nw.now, req); r.Allowed {
 			minority++
 		}
 		if r := nw.checkAnswered(a, req); r.Allowed {

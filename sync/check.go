@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // call tracks one Check whose answers are not all written yet: done runs
@@ -127,7 +128,7 @@ func (a *asyncs) wait() *call {
 // it is another node); cached from the cached owner state and this node's
 // budget, never waiting; leased from this node's lease. An invalid item gets
 // Response.Err and the others are still answered.
-func (n *Node) Check(now time.Time, reqs []Request, resps []Response, done func()) {
+func (n *Node) Check(now time.Time, reqs []check.Request, resps []check.Response, done func()) {
 	n.enter(now)
 	v := n.view
 	a := asyncs{done: done, pool: &n.calls}
@@ -152,24 +153,24 @@ func (n *Node) Check(now time.Time, reqs []Request, resps []Response, done func(
 // resolve returns the mode and policy of r, or an error. It sets a zero
 // r.Limit.Algorithm to bucket.TokenBucket (what zero means), so that the
 // limit compares equal to its bucket's Config.
-func (n *Node) resolve(r *Request) (Mode, Policy, error) {
+func (n *Node) resolve(r *check.Request) (check.Mode, check.Policy, error) {
 	r.Limit = r.Limit.WithDefaults()
 	mode, pol := r.Mode, r.Policy
-	if mode == ModeDefault {
+	if mode == check.ModeDefault {
 		mode = n.cfg.Mode
 	}
-	if pol == PolicyDefault {
+	if pol == check.PolicyDefault {
 		pol = n.cfg.Policy
 	}
 	switch {
-	case int(mode) >= len(modeNames):
-		return mode, pol, ErrUnknownMode
-	case int(pol) >= len(policyNames):
-		return mode, pol, ErrUnknownPolicy
+	case !mode.Valid():
+		return mode, pol, check.ErrUnknownMode
+	case !pol.Valid():
+		return mode, pol, check.ErrUnknownPolicy
 	case r.Key == "":
-		return mode, pol, ErrEmptyKey
+		return mode, pol, check.ErrEmptyKey
 	case len(r.Key) > n.cfg.MaxKeyLen:
-		return mode, pol, ErrKeyTooLong
+		return mode, pol, check.ErrKeyTooLong
 	case r.Hits < 0:
 		return mode, pol, bucket.ErrNegativeHits
 	}
@@ -178,40 +179,40 @@ func (n *Node) resolve(r *Request) (Mode, Policy, error) {
 
 // semaphoreOp reports whether r acquires or releases named Concurrency
 // permits, which only the owner can do: such requests run in owner mode.
-func semaphoreOp(r *Request) bool {
+func semaphoreOp(r *check.Request) bool {
 	return r.Limit.Algorithm == bucket.Concurrency && (r.Lease != "" || r.Release)
 }
 
 // checkOne decides r into resp, or returns the check to forward (registered
 // in a) when it waits on the network.
-func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Response, a *asyncs) *fwdItem {
+func (n *Node) checkOne(now time.Time, c uint32, v *view, r *check.Request, resp *check.Response, a *asyncs) *fwdItem {
 	mode, pol, err := n.resolve(r)
 	if err != nil {
-		*resp = Response{Mode: mode, Err: err}
+		*resp = check.Response{Mode: mode, Err: err}
 		n.record(resp)
 		return nil
 	}
-	*resp = Response{Mode: mode}
-	if mode == ModeLocal {
+	*resp = check.Response{Mode: mode}
+	if mode == check.ModeLocal {
 		n.decideLocal(now, c, r, resp)
 		n.record(resp)
 		return nil
 	}
 	owner := v.owner(r.Key)
 	if owner == "" {
-		resp.Err = ErrNoMembers
+		resp.Err = check.ErrNoMembers
 		if n.isLeaving() {
-			resp.Err = ErrLeaving
+			resp.Err = check.ErrLeaving
 		}
 		n.record(resp)
 		return nil
 	}
 	resp.Owner = owner
 	if semaphoreOp(r) {
-		mode = ModeOwner
+		mode = check.ModeOwner
 		resp.Mode = mode
 	}
-	if len(v.lost) > 0 && (mode != ModeLeased || owner == n.cfg.Self) {
+	if len(v.lost) > 0 && (mode != check.ModeLeased || owner == n.cfg.Self) {
 		// On a minority side every key goes by its policy: the majority
 		// takes over the keys of this side's members too, so deciding them
 		// here as well would give them a second bucket (quorum.go). Leased
@@ -233,7 +234,7 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 			it.resp, it.req, it.pol, it.here = resp, *r, pol, true
 			return it
 		}
-		if mode != ModeCached && n.fenceBlocks(now, v, r) {
+		if mode != check.ModeCached && n.fenceBlocks(now, v, r) {
 			// fence.go: decided once the key's backup is acknowledged.
 			it := a.item()
 			it.resp, it.req, it.pol = resp, *r, pol
@@ -241,13 +242,13 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 			n.holdFenced(now, it)
 			return nil
 		}
-		n.decideOwned(now, c, v, r, resp, mode == ModeCached)
+		n.decideOwned(now, c, v, r, resp, mode == check.ModeCached)
 		n.record(resp)
 		return nil
 	}
 	p := v.peerOf(owner) // a member lost to a partition is never reachable
 	switch mode {
-	case ModeOwner:
+	case check.ModeOwner:
 		if p.down(now) {
 			n.degrade(now, c, v, r, resp, pol)
 			break
@@ -255,7 +256,7 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 		it := a.item()
 		it.resp, it.req, it.pol = resp, *r, pol
 		return it
-	case ModeCached:
+	case check.ModeCached:
 		if p.down(now) {
 			n.degrade(now, c, v, r, resp, pol)
 			break
@@ -269,7 +270,7 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 			return it
 		}
 		n.decideCached(now, c, v, p, r, resp)
-	case ModeLeased:
+	case check.ModeLeased:
 		if n.decideLeased(now, c, v, p, r, resp, pol) {
 			it := a.item()
 			it.resp, it.req, it.pol = resp, *r, pol
@@ -285,7 +286,7 @@ func (n *Node) isLeaving() bool {
 }
 
 // record counts a written answer in the metrics.
-func (n *Node) record(resp *Response) {
+func (n *Node) record(resp *check.Response) {
 	m := int(resp.Mode)
 	if m >= len(n.metrics.Decisions) {
 		m = 0
@@ -304,7 +305,7 @@ func (n *Node) record(resp *Response) {
 }
 
 // take applies r to b: Take, or for a Concurrency lease Acquire / Release.
-func take(b bucket.Bucket, now time.Time, r *Request) (bucket.Decision, error) {
+func take(b bucket.Bucket, now time.Time, r *check.Request) (bucket.Decision, error) {
 	if r.Limit.Algorithm == bucket.Concurrency && (r.Lease != "" || r.Release) {
 		if sem, ok := b.(bucket.Semaphore); ok {
 			if r.Release {
@@ -318,7 +319,7 @@ func take(b bucket.Bucket, now time.Time, r *Request) (bucket.Decision, error) {
 }
 
 // decideLocal decides r on this node's local bucket of the key (ModeLocal).
-func (n *Node) decideLocal(now time.Time, c uint32, r *Request, resp *Response) {
+func (n *Node) decideLocal(now time.Time, c uint32, r *check.Request, resp *check.Response) {
 	resp.Owner = n.cfg.Self
 	s := n.st.shardOf(r.Key)
 	e := s.local[r.Key]
@@ -366,7 +367,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 // taken twice, and pushes early once its own admissions since the key's
 // last push reach the sync threshold; in owner and leased modes it decides
 // exactly.
-func (n *Node) decideOwned(now time.Time, c uint32, v *view, r *Request, resp *Response, cached bool) {
+func (n *Node) decideOwned(now time.Time, c uint32, v *view, r *check.Request, resp *check.Response, cached bool) {
 	if n.takeOwned(now, c, v, r, resp, cached) {
 		n.pushSoon(now)
 	}
@@ -374,7 +375,7 @@ func (n *Node) decideOwned(now time.Time, c uint32, v *view, r *Request, resp *R
 
 // takeOwned is decideOwned without the early push: it reports whether one
 // is due.
-func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *Request, resp *Response, cached bool) (pushDue bool) {
+func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, resp *check.Response, cached bool) (pushDue bool) {
 	s := n.st.shardOf(r.Key)
 	e, reconf, err := n.ownedEntry(s, r.Key, r.Limit, r.Hits, now, c)
 	if err != nil {
@@ -449,7 +450,7 @@ func (n *Node) syncThreshold(l *bucket.Limit, members int) int64 {
 //
 // The bucket decides first; a request the bucket admits but the rule does
 // not is refunded and rejected.
-func (n *Node) takeBudget(e *entry, now time.Time, r *Request, share float64, since int64, members int, t int64) (bucket.Decision, error) {
+func (n *Node) takeBudget(e *entry, now time.Time, r *check.Request, share float64, since int64, members int, t int64) (bucket.Decision, error) {
 	d, err := take(e.b, now, r)
 	if err != nil || !d.Allowed || r.Hits == 0 {
 		return d, err

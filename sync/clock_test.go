@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // The clock tests give one node of three a clock ahead of the others'
@@ -36,11 +37,11 @@ func newSkewedNet(t *testing.T, skew map[string]time.Duration, tweak func(*Confi
 // in turn, for d, and returns the admissions per aligned window of period
 // (by the network's time, which is the unskewed nodes' and so cluster
 // time), keyed by the window's index from the start.
-func windowLoad(t *testing.T, nw *testNet, clients []string, key string, l bucket.Limit, mode Mode, every, d time.Duration) map[int]int {
+func windowLoad(t *testing.T, nw *testNet, clients []string, key string, l bucket.Limit, mode check.Mode, every, d time.Duration) map[int]int {
 	t.Helper()
 	start := nw.now
 	per := map[int]int{}
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: mode}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: mode}
 	type sent struct {
 		at time.Time
 		p  *pending
@@ -98,7 +99,7 @@ func TestClockSkewWindows(t *testing.T) {
 		{"30m token 1000/min all", 30 * time.Minute, tb, 12 * time.Millisecond, 3 * time.Minute, members},
 		{"2s token 1000/min all", 2 * time.Second, tb, 12 * time.Millisecond, 3 * time.Minute, members},
 	} {
-		for _, mode := range []Mode{ModeCached, ModeOwner, ModeLeased} {
+		for _, mode := range []check.Mode{check.ModeCached, check.ModeOwner, check.ModeLeased} {
 			t.Run(fmt.Sprintf("%s/%v", tc.name, mode), func(t *testing.T) {
 				nw := newSkewedNet(t, map[string]time.Duration{"c": tc.skew}, nil, members...)
 				nw.run(3 * time.Second) // probes: every pair measured
@@ -122,7 +123,7 @@ func TestClockSkewWindows(t *testing.T) {
 				// Cached mode's drift bound (docs/consistency.md): f·C + N
 				// hits in flight, with no skew; the others are exact.
 				drift := int64(0)
-				if mode == ModeCached {
+				if mode == check.ModeCached {
 					drift = int64(DefaultConfig().SyncFraction*float64(tc.l.Limit)) + int64(len(members))
 				}
 				switch tc.l.Algorithm {
@@ -159,7 +160,7 @@ func TestClockSkewHandoffNotLockedOut(t *testing.T) {
 			}
 			key := keyOwnedBy(t, "c", members...)
 			l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 60, Period: time.Minute}
-			req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}
+			req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
 			for range 60 {
 				if r := nw.checkAnswered(nw.nodes["c"], req); !r.Allowed {
 					t.Fatal("spending on the owner: rejected")
@@ -207,7 +208,7 @@ func TestClockSkewBackupDoesNotRefill(t *testing.T) {
 			nw.run(3 * time.Second)
 			key := keyMoving(t, "a", "c", members, []string{"b", "c"})
 			l := perHour(40)
-			req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}
+			req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
 			for range 40 {
 				if r := nw.checkAnswered(nw.nodes["b"], req); !r.Allowed {
 					t.Fatal("spending: rejected")
@@ -237,10 +238,10 @@ func TestClockStepShiftsHeldStates(t *testing.T) {
 	nw := newSkewedNet(t, map[string]time.Duration{"c": 30 * time.Minute}, nil, members...)
 	key := keyOwnedBy(t, "c", members...)
 	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 60, Period: time.Minute}
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeLocal}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeLocal}
 	c := nw.nodes["c"]
 	for range 60 {
-		if r := check(t, c, nw.nowOf("c"), req); !r.Allowed {
+		if r := checkSync(t, c, nw.nowOf("c"), req); !r.Allowed {
 			t.Fatal("spending before the step: rejected")
 		}
 	}
@@ -253,7 +254,7 @@ func TestClockStepShiftsHeldStates(t *testing.T) {
 	// would refill it).
 	admitted := 0
 	for range 10 {
-		if r := check(t, c, nw.nowOf("c"), req); r.Allowed {
+		if r := checkSync(t, c, nw.nowOf("c"), req); r.Allowed {
 			admitted++
 		}
 	}
@@ -300,7 +301,7 @@ func TestClockComesBack(t *testing.T) {
 	}
 	key := keyOwnedBy(t, "c", members...)
 	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 60, Period: time.Minute}
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
 	for range 60 {
 		if r := nw.checkAnswered(nw.nodes["a"], req); !r.Allowed {
 			t.Fatal("spending: rejected")
@@ -363,7 +364,7 @@ func TestClockStepsBack(t *testing.T) {
 	nw.run(3 * time.Second)
 	key := keyOwnedBy(t, "a", members...)
 	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 60, Period: time.Minute}
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
 	for range 60 {
 		if r := nw.checkAnswered(nw.nodes["b"], req); !r.Allowed {
 			t.Fatal("spending: rejected")

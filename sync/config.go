@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -17,9 +18,9 @@ type Config struct {
 	// a restarted node's sequence numbers from the old ones.
 	Incarnation uint64
 	// Mode is the consistency mode of requests that ask for ModeDefault.
-	Mode Mode
+	Mode check.Mode
 	// Policy is the partition policy of requests that ask for PolicyDefault.
-	Policy Policy
+	Policy check.Policy
 	// Ring configures the consistent-hash ring.
 	Ring ring.Config
 
@@ -129,8 +130,8 @@ type Config struct {
 // and must be set.
 func DefaultConfig() Config {
 	return Config{
-		Mode:             ModeCached,
-		Policy:           PolicyLocalShare,
+		Mode:             check.ModeCached,
+		Policy:           check.PolicyLocalShare,
 		Ring:             ring.DefaultConfig(),
 		TickInterval:     5 * time.Millisecond,
 		FlushInterval:    100 * time.Millisecond,
@@ -158,10 +159,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.Self == "":
 		return errors.New("sync: config: Self must be set")
-	case c.Mode == ModeDefault || int(c.Mode) >= len(modeNames):
-		return fmt.Errorf("sync: config: Mode: %w %d", ErrUnknownMode, c.Mode)
-	case c.Policy == PolicyDefault || int(c.Policy) >= len(policyNames):
-		return fmt.Errorf("sync: config: Policy: %w %d", ErrUnknownPolicy, c.Policy)
+	case c.Mode == check.ModeDefault || !c.Mode.Valid():
+		return fmt.Errorf("sync: config: Mode: %w %d", check.ErrUnknownMode, c.Mode)
+	case c.Policy == check.PolicyDefault || !c.Policy.Valid():
+		return fmt.Errorf("sync: config: Policy: %w %d", check.ErrUnknownPolicy, c.Policy)
 	case c.TickInterval <= 0:
 		return errors.New("sync: config: TickInterval must be positive")
 	case c.FlushInterval <= 0:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -71,7 +72,7 @@ func (nw *benchNet) deliverUntil(t time.Time) {
 // the check, its forwards, flushes, pushes, acks, leases and ticks. Figures
 // in docs/bench.md (issue #14: at most 1 µs per decision).
 func BenchmarkCoreUniform(b *testing.B) {
-	for _, mode := range []Mode{ModeOwner, ModeCached, ModeLeased} {
+	for _, mode := range []check.Mode{check.ModeOwner, check.ModeCached, check.ModeLeased} {
 		b.Run(mode.String(), func(b *testing.B) {
 			const (
 				nodes, keys = 5, 100_000
@@ -101,8 +102,8 @@ func BenchmarkCoreUniform(b *testing.B) {
 			// production does not pay. Its text is user:%07d.
 			keyBuf := []byte("user:0000000")
 			rng := rand.New(rand.NewPCG(1, 2))
-			reqs := []Request{{Hits: 1, Limit: bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 1000, Period: time.Second}}}
-			resps := make([]Response, 1)
+			reqs := []check.Request{{Hits: 1, Limit: bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 1000, Period: time.Second}}}
+			resps := make([]check.Response, 1)
 			done := func() {}
 			at, nextTick := t0, t0
 			b.ReportAllocs()

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // Fencing: a key's owner never drains more from the key than the member that
@@ -135,7 +136,7 @@ func reserveOf(f *fence, capacity int64) int64 {
 
 // fenceBlocks reports whether a decision of hits on key as owner must wait
 // for its fence (see above), asking for a backup when it must.
-func (n *Node) fenceBlocks(now time.Time, v *view, r *Request) bool {
+func (n *Node) fenceBlocks(now time.Time, v *view, r *check.Request) bool {
 	if r.Hits <= 0 || r.Limit.Algorithm == bucket.Concurrency {
 		return false
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -23,7 +24,7 @@ func TestIsolatedOwnerFenced(t *testing.T) {
 	nw := newTestNet(t, nil, all...)
 	key := keyMoving(t, "c", "b", all, []string{"a", "b"}) // b takes c's key over
 	l := perHour(100)
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner, Policy: PolicyFailClosed}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
 	for range 40 {
 		if r := nw.checkAnswered(nw.nodes["a"], req); !r.Allowed {
 			t.Fatalf("before the cut: %+v, want admitted", r)
@@ -72,7 +73,7 @@ func TestFenceBacksUpAhead(t *testing.T) {
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "a", "a", "b")
 	l := perMinute(6000)
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
 	for range 2000 {
 		nw.checkAnswered(a, req)
 	}
@@ -115,7 +116,7 @@ func TestOrphanedPartitionGoesByPolicy(t *testing.T) {
 		t.Fatal("no key owned by e and backed up on d")
 	}
 	l := perHour(100)
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner, Policy: PolicyFailClosed}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
 	for range 100 {
 		nw.checkAnswered(nw.nodes["e"], req) // spent
 	}

@@ -6,15 +6,16 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
 // fwdItem is one owner-mode check waiting for its owner's answer.
 type fwdItem struct {
 	c    *call
-	resp *Response
-	req  Request
-	pol  Policy
+	resp *check.Response
+	req  check.Request
+	pol  check.Policy
 	// here marks a check of a key this node owns, sent to the previous owner
 	// while its hand-off is awaited (see awaitFrom): when that owner says it
 	// is no longer owner, or does not answer, the check is decided here.
@@ -199,7 +200,7 @@ func (n *Node) sendLane(now time.Time, p *peer, lane int, force bool) {
 			fi := &b.items[i].fi
 			fi.Key, fi.Limit, fi.Hits = it.req.Key, n.limitWire(it.req.Limit), it.req.Hits
 			fi.Lease, fi.Release, fi.Relayed = it.req.Lease, it.req.Release, it.probe()
-			fi.Fenced = it.resp.Mode != ModeCached
+			fi.Fenced = it.resp.Mode != check.ModeCached
 			msg.Items[i] = fi
 		}
 		x.w.Forward = msg
@@ -246,11 +247,11 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 		}
 		d, err := decisionFromWire(rep.Items[i])
 		d.ResetAt = n.rebaseAt(d.ResetAt) // clock.go
-		if errors.Is(err, ErrLeaving) && !p.gone {
+		if errors.Is(err, check.ErrLeaving) && !p.gone {
 			// The answer is an announcement of p's leave (see leave.go).
 			n.depart(now, p, p.seenInc)
 		}
-		if errors.Is(err, ErrNotOwner) || errors.Is(err, ErrLeaving) {
+		if errors.Is(err, ErrNotOwner) || errors.Is(err, check.ErrLeaving) {
 			if it.here {
 				// The previous owner answered: whatever state it had for
 				// the key was handed off before, on the same queue.
@@ -283,13 +284,13 @@ func (n *Node) decideHere(now time.Time, c uint32, v *view, it *fwdItem) {
 		return
 	}
 	it.resp.Owner = n.cfg.Self
-	if it.resp.Mode != ModeCached && n.fenceBlocks(now, v, &it.req) {
+	if it.resp.Mode != check.ModeCached && n.fenceBlocks(now, v, &it.req) {
 		n.metrics.FenceWaits.Add(1)
 		n.holdFenced(now, it) // fence.go: decided once the key's backup is acknowledged
 		return
 	}
 	// A push is an optimisation: the next Tick sends it.
-	_ = n.takeOwned(now, c, v, &it.req, it.resp, it.resp.Mode == ModeCached)
+	_ = n.takeOwned(now, c, v, &it.req, it.resp, it.resp.Mode == check.ModeCached)
 	n.completeForward(it)
 }
 
@@ -499,7 +500,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 	}
 	c := coarse(now)
 	var restore []*peerv1.KeyState
-	var resp Response // the answer of the item being decided here
+	var resp check.Response // the answer of the item being decided here
 	// The items of a forward mostly share their wire limit (see
 	// limitWire): one that is the previous item's is not converted
 	// and validated again (a received message is never modified).
@@ -507,7 +508,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 	var lastL bucket.Limit
 	var lastErr error
 	for i, it := range f.Items {
-		resp = Response{}
+		resp = check.Response{}
 		if w := it.GetLimit(); w != lastWire || w == nil {
 			lastWire = w
 			lastL, lastErr = limitFromWire(w)
@@ -520,7 +521,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			}
 			resp.Err = err
 		case leaving:
-			resp.Err = ErrLeaving
+			resp.Err = check.ErrLeaving
 		case v.orphaned(it.Key):
 			// quorum.go: no member knows the key's state; the asking node
 			// applies its partition policy.
@@ -542,12 +543,12 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 				// knows (which it may have just handed the key to).
 				fi := relay(i)
 				fi.resp.Owner, fi.resp.Mode = owner, fwdMode(it)
-				fi.req = Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
+				fi.req = check.Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
 				fi.relay = true
 				continue
 			}
 		default:
-			r := Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
+			r := check.Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
 			if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
 				fi := relay(i)
 				fi.resp.Owner, fi.resp.Mode = prev, fwdMode(it)
@@ -558,7 +559,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 				// fence.go: decided once the key's backup is acknowledged;
 				// if that takes too long, answered not-owner (relay).
 				fi := hold(i)
-				fi.resp.Owner, fi.resp.Mode = n.cfg.Self, ModeOwner
+				fi.resp.Owner, fi.resp.Mode = n.cfg.Self, check.ModeOwner
 				fi.req, fi.pol, fi.relay = r, n.cfg.Policy, true
 				n.metrics.FenceWaits.Add(1)
 				n.holdFenced(now, fi)
@@ -585,11 +586,11 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 // fwdMode returns the mode a forwarded check it is decided in at its
 // owner: owner mode when it is fenced, else cached (a cached-mode key too
 // small for shares, decided exactly all the same, see decideOwned).
-func fwdMode(it *peerv1.ForwardItem) Mode {
+func fwdMode(it *peerv1.ForwardItem) check.Mode {
 	if it.Fenced {
-		return ModeOwner
+		return check.ModeOwner
 	}
-	return ModeCached
+	return check.ModeCached
 }
 
 // served is the reply to a forward being served, allocated with its
@@ -607,13 +608,13 @@ type served struct {
 // the answer's wire form in the reply.
 type laterAnswer struct {
 	dec  *peerv1.Decision
-	resp *Response
+	resp *check.Response
 }
 
 // relayedItem is a served check sent on to another node, with its answer.
 type relayedItem struct {
 	it   fwdItem
-	resp Response
+	resp check.Response
 }
 
 // done writes the answers that waited and sends the reply.

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestForwardBatching: an owner-mode check goes at once when nothing is in
@@ -13,7 +15,7 @@ func TestForwardBatching(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b")
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "b", "a", "b")
-	req := Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: ModeOwner}
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: check.ModeOwner}
 
 	first := checkAsync(a, t0, req)
 	if first.done {
@@ -71,7 +73,7 @@ func TestForwardWindow(t *testing.T) {
 	nw := newTestNet(t, func(c *Config) { c.ForwardWindow = 3 * time.Millisecond }, "a", "b")
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "b", "a", "b")
-	req := Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: ModeOwner}
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: check.ModeOwner}
 	nw.cut[[2]string{"a", "b"}] = true
 	checkAsync(a, t0, req)
 	checkAsync(a, t0, req)
@@ -95,18 +97,18 @@ func TestForwardWindow(t *testing.T) {
 // the owner is marked unreachable: the next check does not wait.
 func TestForwardTimeoutPolicy(t *testing.T) {
 	for _, tc := range []struct {
-		pol     Policy
+		pol     check.Policy
 		allowed bool
 	}{
-		{PolicyFailOpen, true},
-		{PolicyFailClosed, false},
-		{PolicyLocalShare, true},
+		{check.PolicyFailOpen, true},
+		{check.PolicyFailClosed, false},
+		{check.PolicyLocalShare, true},
 	} {
 		t.Run(tc.pol.String(), func(t *testing.T) {
 			nw := newTestNet(t, nil, "a", "b")
 			a := nw.nodes["a"]
 			key := keyOwnedBy(t, "b", "a", "b")
-			req := Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: ModeOwner, Policy: tc.pol}
+			req := check.Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: check.ModeOwner, Policy: tc.pol}
 			nw.cut[[2]string{"a", "b"}] = true
 			p := checkAsync(a, t0, req)
 			nw.run(499 * time.Millisecond)
@@ -117,7 +119,7 @@ func TestForwardTimeoutPolicy(t *testing.T) {
 			if !p.done || !p.resps[0].Degraded || p.resps[0].Allowed != tc.allowed {
 				t.Fatalf("t0+505ms: %+v done=%v, want degraded, allowed=%v", p.resps[0], p.done, tc.allowed)
 			}
-			r := check(t, a, nw.now, req)
+			r := checkSync(t, a, nw.now, req)
 			if !r.Degraded || r.Allowed != tc.allowed {
 				t.Errorf("next check: %+v, want degraded at once", r)
 			}
@@ -134,7 +136,7 @@ func TestUnreachableFailsForwards(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b")
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "b", "a", "b")
-	p := checkAsync(a, t0, Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: ModeOwner, Policy: PolicyFailClosed})
+	p := checkAsync(a, t0, check.Request{Key: key, Hits: 1, Limit: perMinute(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed})
 	a.Unreachable(t0, "b")
 	if !p.done || p.resps[0].Allowed || !p.resps[0].Degraded {
 		t.Fatalf("after Unreachable: %+v done=%v, want a degraded rejection", p.resps[0], p.done)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestIdleKeyNotRejected: a key asked about now and then, far below its
@@ -14,7 +15,7 @@ import (
 // flush answer without a grant for an empty grant, and rejected a check
 // whose lease had expired unspent.)
 func TestIdleKeyNotRejected(t *testing.T) {
-	for _, mode := range []Mode{ModeCached, ModeLeased, ModeOwner} {
+	for _, mode := range []check.Mode{check.ModeCached, check.ModeLeased, check.ModeOwner} {
 		t.Run(mode.String(), func(t *testing.T) {
 			nw := newTestNet(t, nil, "a", "b", "c")
 			a := nw.nodes["a"]
@@ -25,12 +26,12 @@ func TestIdleKeyNotRejected(t *testing.T) {
 				// demand to decay, not for the view to be dropped), with
 				// other traffic (the same key through c) in between.
 				hits := int64(i%5 + 1)
-				p := checkAsync(a, nw.now, Request{Key: key, Hits: hits, Limit: l, Mode: mode})
+				p := checkAsync(a, nw.now, check.Request{Key: key, Hits: hits, Limit: l, Mode: mode})
 				nw.run(50 * time.Millisecond)
 				if !p.done || p.resps[0].Err != nil || !p.resps[0].Allowed {
 					t.Fatalf("check %d (%d hits): %+v (done %v), want admitted", i, hits, p.resps[0], p.done)
 				}
-				q := checkAsync(nw.nodes["c"], nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: mode})
+				q := checkAsync(nw.nodes["c"], nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: mode})
 				nw.run(1500 * time.Millisecond)
 				if !q.done || !q.resps[0].Allowed {
 					t.Fatalf("check %d through c: %+v, want admitted", i, q.resps[0])

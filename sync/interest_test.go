@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // members returns n member names, n00, n01, ..., whose index in a view is
@@ -27,10 +29,10 @@ func TestPushReachesMemberBeyond32(t *testing.T) {
 	owner, a, b := nw.nodes["n00"], nw.nodes["n01"], nw.nodes["n33"]
 	key := keyOwnedBy(t, "n00", names...)
 	l := perMinute(1_000_000)
-	check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeCached})
-	check(t, b, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeCached})
+	checkSync(t, a, nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeCached})
+	checkSync(t, b, nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeCached})
 	nw.settle() // first sight: both flush at once and are answered
-	check(t, b, nw.now, Request{Key: key, Hits: 5000, Limit: l, Mode: ModeCached})
+	checkSync(t, b, nw.now, check.Request{Key: key, Hits: 5000, Limit: l, Mode: check.ModeCached})
 	nw.run(150 * time.Millisecond) // b's early flush, then the owner's push
 	if got, want := remainingOn(a, nw.now, key), remainingOn(owner, nw.now, key); got != want {
 		t.Errorf("n01's view remaining %d, want the owner's %d (n33's 5000 hits pushed to it)", got, want)
@@ -45,14 +47,14 @@ func TestSharesExactBeyond32Members(t *testing.T) {
 	names := members(40)
 	nw := newTestNet(t, nil, names...)
 	key := keyOwnedBy(t, "n00", names...)
-	req := Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: ModeCached}
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: check.ModeCached}
 	for _, name := range []string{"n01", "n02"} {
-		check(t, nw.nodes[name], nw.now, req)
+		checkSync(t, nw.nodes[name], nw.now, req)
 	}
 	nw.settle()
 	for _, name := range []string{"n01", "n02"} {
 		n := nw.nodes[name]
-		check(t, n, nw.now, req) // dirty again: flushed at the next interval
+		checkSync(t, n, nw.now, req) // dirty again: flushed at the next interval
 	}
 	nw.run(100 * time.Millisecond)
 	for _, name := range []string{"n01", "n02"} {
@@ -75,14 +77,14 @@ func TestPushesBoundedByFlushes(t *testing.T) {
 	nw := newTestNet(t, nil, names...)
 	owner := nw.nodes["n00"]
 	key := keyOwnedBy(t, "n00", names...)
-	req := Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: ModeCached}
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: check.ModeCached}
 	for _, name := range names[1:] {
-		check(t, nw.nodes[name], nw.now, req)
+		checkSync(t, nw.nodes[name], nw.now, req)
 	}
 	nw.settle()
 	before := owner.Metrics().PushesSent.Load()
 	for range 200 {
-		check(t, owner, nw.now, Request{Key: key, Hits: 10, Limit: perMinute(1_000_000), Mode: ModeCached})
+		checkSync(t, owner, nw.now, check.Request{Key: key, Hits: 10, Limit: perMinute(1_000_000), Mode: check.ModeCached})
 		nw.run(10 * time.Millisecond)
 	}
 	pushes := owner.Metrics().PushesSent.Load() - before
@@ -101,11 +103,11 @@ func TestSpentKeyPushedToDormantView(t *testing.T) {
 	owner, a := nw.nodes["n00"], nw.nodes["n01"]
 	key := keyOwnedBy(t, "n00", names...)
 	l := perMinute(100_000)
-	check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeCached})
+	checkSync(t, a, nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeCached})
 	nw.settle()
 	// The owner's own checks (owner mode: exact) change the key; each may
 	// wait for the key's fence (fence.go), so the network runs until answered.
-	spend := Request{Key: key, Hits: 1000, Limit: l, Mode: ModeOwner}
+	spend := check.Request{Key: key, Hits: 1000, Limit: l, Mode: check.ModeOwner}
 	nw.checkAnswered(owner, spend)
 	nw.run(300 * time.Millisecond) // pushed to a once; a's interest is no longer current
 	if got := a.Metrics().PushesReceived.Load(); got != 1 {
@@ -137,9 +139,9 @@ func TestInterestKeptAcrossViewSizes(t *testing.T) {
 	nw.setMembers(small, small...)
 	owner := nw.nodes["n00"]
 	key := keyMoving(t, "n00", "n00", small, all)
-	req := Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: ModeCached}
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: check.ModeCached}
 	for _, name := range []string{"n01", "n07"} {
-		check(t, nw.nodes[name], nw.now, req)
+		checkSync(t, nw.nodes[name], nw.now, req)
 	}
 	nw.settle()
 	interested := func(step string, want ...string) {
@@ -182,7 +184,7 @@ func TestIdleTickVisitsNoPeer(t *testing.T) {
 		t.Fatalf("idle: %d busy peers, want 0", len(a.busy))
 	}
 	key := keyOwnedBy(t, "n00", names...)
-	check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: ModeCached})
+	checkSync(t, a, nw.now, check.Request{Key: key, Hits: 1, Limit: perMinute(1_000_000), Mode: check.ModeCached})
 	if len(a.busy) != 1 || a.busy[0].name != "n00" {
 		t.Fatalf("after a check: busy peers %d, want the owner alone", len(a.busy))
 	}

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestJoinSchedules is the zombie-owner scenario of issue #14, in the orders
@@ -27,14 +29,14 @@ func TestJoinSchedules(t *testing.T) {
 		seeds = 10
 	}
 	for _, tc := range []struct {
-		mode  Mode
+		mode  check.Mode
 		slack int
 	}{
-		{ModeOwner, 0},
-		{ModeLeased, 0},
+		{check.ModeOwner, 0},
+		{check.ModeLeased, 0},
 		// f·C + N·h with f = SyncFraction (0.02) and C = 100: 2 + 3, and
 		// one flush of each node in flight across the ring change.
-		{ModeCached, 8},
+		{check.ModeCached, 8},
 	} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			worst := 0
@@ -52,12 +54,12 @@ func TestJoinSchedules(t *testing.T) {
 
 // joinSchedule runs one schedule of TestJoinSchedules and returns how many
 // checks the cluster admitted.
-func joinSchedule(t *testing.T, seed uint64, before, after []string, key string, mode Mode) int {
+func joinSchedule(t *testing.T, seed uint64, before, after []string, key string, mode check.Mode) int {
 	t.Helper()
 	nw := newTestNet(t, withWait, before...)
 	nw.withJitter(seed, 4*time.Millisecond)
 	rng := rand.New(rand.NewPCG(seed, 2))
-	req := Request{Key: key, Hits: 1, Limit: perHour(100), Mode: mode}
+	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: mode}
 	var pend []*pending
 	clients := func(names []string) {
 		for _, name := range names {

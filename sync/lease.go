@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -137,7 +138,7 @@ const leaseWarmDemand = 0.5
 // the lease does not cover it while a renewal is asked for, the check is
 // rejected if the owner is reachable and decided by the partition policy
 // if not.
-func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *Request, resp *Response, pol Policy) (forward bool) {
+func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *check.Request, resp *check.Response, pol check.Policy) (forward bool) {
 	s := n.st.shardOf(r.Key)
 	e, _, reconf, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
 	resp.Reconfigured = reconf

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -14,7 +15,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	a, b := nw.nodes["a"], nw.nodes["b"]
 	key := keyOwnedBy(t, "b", "a", "b")
 	l := perMinute(600) // 10 a second
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeLeased}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeLeased}
 
 	// t0: no lease, a cold key: the check is forwarded, no lease asked for.
 	for i := range 2 {
@@ -45,7 +46,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	sent := nw.sent["forward"]
 	spent := int64(0)
 	for range granted {
-		if r := check(t, a, nw.now, req); r.Allowed {
+		if r := checkSync(t, a, nw.now, req); r.Allowed {
 			spent++
 		}
 	}
@@ -60,7 +61,7 @@ func TestLeaseLifecycle(t *testing.T) {
 
 	// Heavier traffic: the lease grows with the demand.
 	for i := range 200 {
-		check(t, a, nw.now.Add(time.Duration(i)*time.Millisecond), req)
+		checkSync(t, a, nw.now.Add(time.Duration(i)*time.Millisecond), req)
 		if i%5 == 0 {
 			nw.run(5 * time.Millisecond)
 		}
@@ -80,13 +81,13 @@ func TestLeaseLifecycle(t *testing.T) {
 // the lease it holds, then obeys the partition policy (fail-closed here);
 // the cluster never admits more than one bucket.
 func TestLeasedNeverOverInPartition(t *testing.T) {
-	nw := newTestNet(t, func(c *Config) { c.Policy = PolicyFailClosed }, "a", "b", "c")
+	nw := newTestNet(t, func(c *Config) { c.Policy = check.PolicyFailClosed }, "a", "b", "c")
 	key := keyOwnedBy(t, "c", "a", "b", "c")
 	l := perMinute(300)
 	admitted := 0
 	step := func(names ...string) {
 		for _, name := range names {
-			p := checkAsync(nw.nodes[name], nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeLeased})
+			p := checkAsync(nw.nodes[name], nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeLeased})
 			nw.run(time.Millisecond)
 			if p.done && p.resps[0].Allowed {
 				admitted++
@@ -123,7 +124,7 @@ func TestForgedLeaseReturn(t *testing.T) {
 	key := keyOwnedBy(t, "b", "a", "b")
 	l := perMinute(10)
 	for range 10 {
-		nw.checkAnswered(b, Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner})
+		nw.checkAnswered(b, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner})
 	}
 	if got := remainingOn(b, nw.now, key); got != 0 {
 		t.Fatalf("t0: remaining %d after 10 of 10, want 0", got)

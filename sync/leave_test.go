@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestLeaveSchedules explores the orders in which a graceful leave's
@@ -54,7 +55,7 @@ func leaveSchedule(t *testing.T, seed uint64, members, rest []string, key string
 	spend(t, nw, "n2", key, l)
 	nw.withJitter(seed, 8*time.Millisecond)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
 	var pend []*pending
 	// drive runs 300 ms in steps of 1 ms, calling step(elapsed) first in
 	// each, then sending the clients' checks.
@@ -156,7 +157,7 @@ func TestContestedCheck(t *testing.T) {
 			nw.setMembers(rest, "n2") // n2 hands the key to n3, whose ring is behind
 			nw.settle()
 			n2 := nw.nodes["n2"]
-			p := checkAsync(n2, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner})
+			p := checkAsync(n2, nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner})
 			nw.settle()
 			if p.done || n2.metrics.Contested.Load() == 0 {
 				t.Fatalf("the refused check is not held: done %v, contested %d", p.done, n2.metrics.Contested.Load())
@@ -195,8 +196,8 @@ func TestCheckRacesLeaveAnnouncement(t *testing.T) {
 	n2 := nw.nodes["n2"]
 
 	// Check's first half: n2 reads its view, in which n1 owns the key.
-	req := Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner}
-	var resp Response
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
+	var resp check.Response
 	done := false
 	a := asyncs{done: func() { done = true }}
 	v := n2.view

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -17,7 +18,7 @@ func TestHandoffOnJoin(t *testing.T) {
 	before, after := []string{"a", "b"}, []string{"a", "b", "c"}
 	key := keyMoving(t, "a", "c", before, after)
 	l := perMinute(6000)
-	check(t, a, t0, Request{Key: key, Hits: 3000, Limit: l})
+	checkSync(t, a, t0, check.Request{Key: key, Hits: 3000, Limit: l})
 
 	c := nw.add("c", nil)
 	nw.names = after
@@ -46,7 +47,7 @@ func TestHandoffOnJoin(t *testing.T) {
 		t.Errorf("%d hand-offs unacknowledged after settle", out)
 	}
 	// a now decides the key as a non-owner from its view.
-	if r := check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: l}); r.Owner != "c" || !r.Allowed {
+	if r := checkSync(t, a, nw.now, check.Request{Key: key, Hits: 1, Limit: l}); r.Owner != "c" || !r.Allowed {
 		t.Errorf("a after the move: %+v, want owner c, allowed", r)
 	}
 }
@@ -62,7 +63,7 @@ func TestHandoffOnLeave(t *testing.T) {
 		k := keyOwnedBy(t, "a", "a", "b", "c") + "/" + string(rune('A'+i%26)) + string(rune('a'+i/26))
 		if a.view.owner(k) == "a" {
 			keys = append(keys, k)
-			check(t, a, t0, Request{Key: k, Hits: 4000, Limit: l})
+			checkSync(t, a, t0, check.Request{Key: k, Hits: 4000, Limit: l})
 		}
 	}
 	if a.HandedOff() {
@@ -96,7 +97,7 @@ func TestLeaveGivesUp(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b")
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "a", "a", "b")
-	check(t, a, t0, Request{Key: key, Hits: 1, Limit: perMinute(100)})
+	checkSync(t, a, t0, check.Request{Key: key, Hits: 1, Limit: perMinute(100)})
 	nw.isolate("b")
 	a.Leave(t0)
 	steps := []struct {
@@ -133,7 +134,7 @@ func TestCrashRebuild(t *testing.T) {
 	l := perMinute(6000)
 	// a spends 4000 through c, in cached mode.
 	for i := range 40 {
-		check(t, a, nw.now, Request{Key: key, Hits: 100, Limit: l})
+		checkSync(t, a, nw.now, check.Request{Key: key, Hits: 100, Limit: l})
 		nw.run(2 * time.Millisecond)
 		_ = i
 	}
@@ -148,7 +149,7 @@ func TestCrashRebuild(t *testing.T) {
 	if got := remainingOn(b, nw.now, key); got != -1 {
 		t.Fatalf("b holds %q before any report", key)
 	}
-	check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: l})
+	checkSync(t, a, nw.now, check.Request{Key: key, Hits: 1, Limit: l})
 	nw.run(200 * time.Millisecond)
 	if !isOwned(b, key) {
 		t.Fatalf("b does not own %q", key)
@@ -166,9 +167,9 @@ func TestJoinRoutesPending(t *testing.T) {
 	before, after := []string{"a", "b"}, []string{"a", "b", "c"}
 	key := keyMoving(t, "b", "c", before, after)
 	l := perMinute(6000)
-	check(t, a, t0, Request{Key: key, Hits: 1, Limit: l})
+	checkSync(t, a, t0, check.Request{Key: key, Hits: 1, Limit: l})
 	nw.settle()
-	check(t, a, nw.now, Request{Key: key, Hits: 50, Limit: l}) // pending for b
+	checkSync(t, a, nw.now, check.Request{Key: key, Hits: 50, Limit: l}) // pending for b
 	c := nw.add("c", nil)
 	nw.names = after
 	nw.setMembers(after, "a", "b", "c")
@@ -192,7 +193,7 @@ func TestRestartRebuild(t *testing.T) {
 	key := keyOwnedBy(t, "b", "a", "b")
 	l := perMinute(6000)
 	for range 40 {
-		check(t, a, nw.now, Request{Key: key, Hits: 100, Limit: l})
+		checkSync(t, a, nw.now, check.Request{Key: key, Hits: 100, Limit: l})
 		nw.run(2 * time.Millisecond)
 	}
 	nw.run(200 * time.Millisecond)
@@ -203,7 +204,7 @@ func TestRestartRebuild(t *testing.T) {
 	nw.now = nw.now.Add(time.Millisecond)
 	b := nw.add("b", nil)
 	b.SetMembers(nw.now, []string{"a", "b"})
-	check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: l})
+	checkSync(t, a, nw.now, check.Request{Key: key, Hits: 1, Limit: l})
 	nw.run(300 * time.Millisecond)
 	if got := a.Metrics().PeerRestarts.Load(); got != 1 {
 		t.Errorf("PeerRestarts %d, want 1", got)

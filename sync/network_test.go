@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -306,13 +307,13 @@ func perMinute(n int64) bucket.Limit {
 	return bucket.Limit{Algorithm: bucket.TokenBucket, Limit: n, Period: time.Minute}
 }
 
-// check runs one request on n at now and returns its answer, failing if the
+// checkSync runs one request on n at now and returns its answer, failing if the
 // answer needs the network.
-func check(t testing.TB, n *Node, now time.Time, r Request) Response {
+func checkSync(t testing.TB, n *Node, now time.Time, r check.Request) check.Response {
 	t.Helper()
-	resps := make([]Response, 1)
+	resps := make([]check.Response, 1)
 	called := false
-	n.Check(now, []Request{r}, resps, func() { called = true })
+	n.Check(now, []check.Request{r}, resps, func() { called = true })
 	if !called {
 		t.Fatalf("%s: check of %q did not complete synchronously", n.cfg.Self, r.Key)
 	}
@@ -321,7 +322,7 @@ func check(t testing.TB, n *Node, now time.Time, r Request) Response {
 
 // checkAnswered runs r on n at the network's time and delivers, ticking,
 // until it is answered (a client that waits for each answer).
-func (nw *testNet) checkAnswered(n *Node, r Request) Response {
+func (nw *testNet) checkAnswered(n *Node, r check.Request) check.Response {
 	p := checkAsync(n, nw.nowOf(n.cfg.Self), r)
 	for !p.done {
 		nw.run(100 * time.Microsecond)
@@ -331,12 +332,12 @@ func (nw *testNet) checkAnswered(n *Node, r Request) Response {
 
 // pending is a Check whose answer may come later.
 type pending struct {
-	resps []Response
+	resps []check.Response
 	done  bool
 }
 
-func checkAsync(n *Node, now time.Time, reqs ...Request) *pending {
-	p := &pending{resps: make([]Response, len(reqs))}
+func checkAsync(n *Node, now time.Time, reqs ...check.Request) *pending {
+	p := &pending{resps: make([]check.Response, len(reqs))}
 	n.Check(now, reqs, p.resps, func() {
 		if p.done {
 			panic("done called twice")

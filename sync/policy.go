@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // degrade decides r without its owner, by the partition policy pol, and
@@ -23,13 +24,13 @@ import (
 // the key's bucket at its owner once that is reachable again (charge.go):
 // its bucket then counts what the partition admitted, once. Fail-open's
 // charge is capped at one bucket per key.
-func (n *Node) degrade(now time.Time, c uint32, v *view, r *Request, resp *Response, pol Policy) {
+func (n *Node) degrade(now time.Time, c uint32, v *view, r *check.Request, resp *check.Response, pol check.Policy) {
 	resp.Degraded = true
 	capacity := r.Limit.Capacity()
 	switch pol {
-	case PolicyFailOpen:
+	case check.PolicyFailOpen:
 		resp.Decision = bucket.Decision{Allowed: true, Limit: capacity, Remaining: capacity, ResetAt: n.bt(now)}
-	case PolicyFailClosed:
+	case check.PolicyFailClosed:
 		resp.Decision = bucket.Decision{Limit: capacity, RetryAfter: n.cfg.UnreachableAfter}
 	default:
 		n.decideShare(now, c, v, r, resp)
@@ -51,7 +52,7 @@ func shareLimit(l bucket.Limit, members int) bucket.Limit {
 }
 
 // decideShare decides r on the key's local-share bucket.
-func (n *Node) decideShare(now time.Time, c uint32, v *view, r *Request, resp *Response) {
+func (n *Node) decideShare(now time.Time, c uint32, v *view, r *check.Request, resp *check.Response) {
 	l := shareLimit(r.Limit, v.size())
 	s := n.st.shardOf(r.Key)
 	var held bucket.Bucket
@@ -65,7 +66,7 @@ func (n *Node) decideShare(now time.Time, c uint32, v *view, r *Request, resp *R
 // decideShareOn is decideShare on s, the key's shard; held is
 // a backup of the key's state to start a new share from when this node has
 // no view of the key, or nil.
-func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *Request, resp *Response, l bucket.Limit, held bucket.Bucket) {
+func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *check.Request, resp *check.Response, l bucket.Limit, held bucket.Bucket) {
 	e := s.share[r.Key]
 	if e != nil && ageOf(c, e.used()) > toCoarse(n.cfg.UnreachableAfter) {
 		// A share left from an earlier episode: this one starts again

@@ -4,17 +4,19 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // policyCases are what each partition policy admits of 50 checks of a key
 // of 90 a minute, decided by one of 3 members without the key's owner.
 var policyCases = []struct {
-	pol  Policy
+	pol  check.Policy
 	want int // admitted of 50
 }{
-	{PolicyFailOpen, 50},
-	{PolicyFailClosed, 0},
-	{PolicyLocalShare, 30},
+	{check.PolicyFailOpen, 50},
+	{check.PolicyFailClosed, 0},
+	{check.PolicyLocalShare, 30},
 }
 
 // TestPartitionPolicies: with the owner unreachable, every mode and policy
@@ -22,7 +24,7 @@ var policyCases = []struct {
 // fail-closed nothing, local-share the limit divided by the members (90/3 =
 // 30 a minute here). Leased mode first spends its lease.
 func TestPartitionPolicies(t *testing.T) {
-	for _, mode := range []Mode{ModeOwner, ModeCached, ModeLeased} {
+	for _, mode := range []check.Mode{check.ModeOwner, check.ModeCached, check.ModeLeased} {
 		for _, tc := range policyCases {
 			t.Run(fmt.Sprintf("%v/%v", mode, tc.pol), func(t *testing.T) {
 				nw := newTestNet(t, func(c *Config) { c.Policy = tc.pol }, "a", "b", "c")
@@ -31,7 +33,7 @@ func TestPartitionPolicies(t *testing.T) {
 				a.Unreachable(t0, "c")
 				admitted := 0
 				for i := range 50 {
-					r := check(t, a, t0.Add(time.Duration(i)*time.Millisecond), Request{Key: key, Hits: 1, Limit: perMinute(90), Mode: mode})
+					r := checkSync(t, a, t0.Add(time.Duration(i)*time.Millisecond), check.Request{Key: key, Hits: 1, Limit: perMinute(90), Mode: mode})
 					if !r.Degraded {
 						t.Fatalf("check %d: %+v, want degraded", i, r)
 					}
@@ -52,14 +54,14 @@ func TestPartitionPolicies(t *testing.T) {
 
 // TestPolicyPerRequest: a request's policy overrides the node's default.
 func TestPolicyPerRequest(t *testing.T) {
-	nw := newTestNet(t, func(c *Config) { c.Policy = PolicyFailClosed }, "a", "b")
+	nw := newTestNet(t, func(c *Config) { c.Policy = check.PolicyFailClosed }, "a", "b")
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "b", "a", "b")
 	a.Unreachable(t0, "b")
-	if r := check(t, a, t0, Request{Key: key, Hits: 1, Limit: perMinute(10)}); r.Allowed {
+	if r := checkSync(t, a, t0, check.Request{Key: key, Hits: 1, Limit: perMinute(10)}); r.Allowed {
 		t.Errorf("node default fail-closed: %+v, want rejected", r)
 	}
-	if r := check(t, a, t0, Request{Key: key, Hits: 1, Limit: perMinute(10), Policy: PolicyFailOpen}); !r.Allowed || !r.Degraded {
+	if r := checkSync(t, a, t0, check.Request{Key: key, Hits: 1, Limit: perMinute(10), Policy: check.PolicyFailOpen}); !r.Allowed || !r.Degraded {
 		t.Errorf("request fail-open: %+v, want admitted, degraded", r)
 	}
 }
@@ -74,8 +76,8 @@ func TestLocalShareStartsFromView(t *testing.T) {
 	key := keyOwnedBy(t, "b", "a", "b")
 	l := perMinute(6000) // 100 a second
 	// b spends 5000 of 6000 as owner; a learns it.
-	check(t, b, t0, Request{Key: key, Hits: 5000, Limit: l})
-	check(t, a, t0, Request{Key: key, Hits: 1, Limit: l})
+	checkSync(t, b, t0, check.Request{Key: key, Hits: 5000, Limit: l})
+	checkSync(t, a, t0, check.Request{Key: key, Hits: 1, Limit: l})
 	nw.run(10 * time.Millisecond)
 	if got := remainingOn(a, nw.now, key); got > 1000 {
 		t.Fatalf("a's view remaining %d, want about 999", got)
@@ -84,7 +86,7 @@ func TestLocalShareStartsFromView(t *testing.T) {
 	a.Unreachable(nw.now, "b")
 	admitted := int64(0)
 	for range 1000 {
-		if r := check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: l}); r.Allowed {
+		if r := checkSync(t, a, nw.now, check.Request{Key: key, Hits: 1, Limit: l}); r.Allowed {
 			admitted++
 		}
 	}
@@ -111,11 +113,11 @@ func TestLocalShareEachEpisodeStartsFromTheView(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b", "c")
 	a, b := nw.nodes["a"], nw.nodes["b"]
 	key := keyOwnedBy(t, "c", "a", "b", "c")
-	req := Request{Key: key, Hits: 1, Limit: perHour(100), Mode: ModeCached, Policy: PolicyLocalShare}
+	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeCached, Policy: check.PolicyLocalShare}
 	nw.checkAnswered(a, req) // a keeps a view of the key
 	nw.run(200 * time.Millisecond)
 	a.Unreachable(nw.now, "c") // a first, short episode: a share of a full key
-	if r := check(t, a, nw.now, req); !r.Degraded || !r.Allowed {
+	if r := checkSync(t, a, nw.now, req); !r.Degraded || !r.Allowed {
 		t.Fatalf("first episode: %+v, want admitted by local-share", r)
 	}
 	nw.run(2 * a.cfg.UnreachableAfter) // over; the owner is back
@@ -128,7 +130,7 @@ func TestLocalShareEachEpisodeStartsFromTheView(t *testing.T) {
 	}
 	a.Unreachable(nw.now, "c")
 	for i := range 20 {
-		if r := check(t, a, nw.now, req); !r.Degraded || r.Allowed {
+		if r := checkSync(t, a, nw.now, req); !r.Degraded || r.Allowed {
 			t.Fatalf("second episode, check %d: %+v, want rejected by local-share (the key is spent)", i, r)
 		}
 	}

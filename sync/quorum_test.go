@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -39,10 +40,10 @@ func (nw *testNet) rejoin() {
 
 // admittedOf checks key on n count times, 1ms apart from nw.now, and
 // returns how many were admitted and how many answers were degraded.
-func admittedOf(t *testing.T, nw *testNet, n *Node, count int, r Request) (admitted, degraded int) {
+func admittedOf(t *testing.T, nw *testNet, n *Node, count int, r check.Request) (admitted, degraded int) {
 	t.Helper()
 	for i := range count {
-		resp := check(t, n, nw.now.Add(time.Duration(i)*time.Millisecond), r)
+		resp := checkSync(t, n, nw.now.Add(time.Duration(i)*time.Millisecond), r)
 		if resp.Err != nil {
 			t.Fatalf("%s: check %d of %s: %v", n.cfg.Self, i, r.Key, resp.Err)
 		}
@@ -66,7 +67,7 @@ func TestQuorumMinorityDegrades(t *testing.T) {
 	all := []string{"a", "b", "c"}
 	lostKey := keyOwnedBy(t, "a", all...)
 	ownKey := keyOwnedBy(t, "c", all...)
-	for _, mode := range []Mode{ModeOwner, ModeCached, ModeLeased} {
+	for _, mode := range []check.Mode{check.ModeOwner, check.ModeCached, check.ModeLeased} {
 		for _, tc := range policyCases {
 			t.Run(fmt.Sprintf("%v/%v", mode, tc.pol), func(t *testing.T) {
 				nw := newTestNet(t, nil, all...)
@@ -76,15 +77,15 @@ func TestQuorumMinorityDegrades(t *testing.T) {
 				if !q.Minority || q.Live != 1 || q.Baseline != 3 || !slices.Equal(q.Lost, []string{"a", "b"}) {
 					t.Fatalf("c's quorum %+v, want minority 1 of 3, lost a and b", q)
 				}
-				r := Request{Key: lostKey, Hits: 1, Limit: perMinute(90), Mode: mode, Policy: tc.pol}
+				r := check.Request{Key: lostKey, Hits: 1, Limit: perMinute(90), Mode: mode, Policy: tc.pol}
 				admitted, degraded := admittedOf(t, nw, c, 50, r)
 				if admitted != tc.want || degraded != 50 {
 					t.Errorf("a's key on c: admitted %d of 50 (want %d), %d degraded (want 50)", admitted, tc.want, degraded)
 				}
-				if resp := check(t, c, nw.now, r); resp.Owner != "a" {
+				if resp := checkSync(t, c, nw.now, r); resp.Owner != "a" {
 					t.Errorf("a's key on c: owner %q, want a (the baseline ring's)", resp.Owner)
 				}
-				own := Request{Key: ownKey, Hits: 1, Limit: perMinute(90), Mode: mode, Policy: tc.pol}
+				own := check.Request{Key: ownKey, Hits: 1, Limit: perMinute(90), Mode: mode, Policy: tc.pol}
 				admitted, degraded = admittedOf(t, nw, c, 50, own)
 				if admitted != tc.want || degraded != 50 {
 					t.Errorf("c's own key on c: admitted %d of 50 (want %d), %d degraded (want 50)", admitted, tc.want, degraded)
@@ -105,19 +106,19 @@ func TestQuorumMajorityTakesOver(t *testing.T) {
 	if q := a.Quorum(); q.Minority || q.Live != 2 || q.Baseline != 3 {
 		t.Fatalf("a's quorum %+v, want a majority, 2 of 3", q)
 	}
-	r := Request{Key: key, Hits: 1, Limit: perMinute(90), Mode: ModeCached, Policy: PolicyFailClosed}
-	resp := check(t, a, nw.now, r)
+	r := check.Request{Key: key, Hits: 1, Limit: perMinute(90), Mode: check.ModeCached, Policy: check.PolicyFailClosed}
+	resp := checkSync(t, a, nw.now, r)
 	if !resp.Allowed || resp.Degraded || resp.Owner != "a" {
 		t.Errorf("c's key on a: %+v, want admitted by a, its new owner, not degraded", resp)
 	}
 	// c, cut off, still owns it on the baseline ring, but on a minority
 	// side decides it by its policy: only a holds a bucket for it.
-	if resp := check(t, c, nw.now, r); resp.Allowed || !resp.Degraded || resp.Owner != "c" {
+	if resp := checkSync(t, c, nw.now, r); resp.Allowed || !resp.Degraded || resp.Owner != "c" {
 		t.Errorf("the key on c: %+v, want rejected (fail-closed), degraded, owner c on the baseline ring", resp)
 	}
 	// a's own keys, on c, go by the policy.
 	r.Key = keyOwnedBy(t, "a", all...)
-	if resp := check(t, c, nw.now, r); resp.Allowed || !resp.Degraded {
+	if resp := checkSync(t, c, nw.now, r); resp.Allowed || !resp.Degraded {
 		t.Errorf("a's key on c: %+v, want rejected, degraded", resp)
 	}
 }
@@ -130,8 +131,8 @@ func TestQuorumHeal(t *testing.T) {
 	nw := newTestNet(t, nil, all...)
 	key := keyOwnedBy(t, "a", all...)
 	a, c := nw.nodes["a"], nw.nodes["c"]
-	r := Request{Key: key, Hits: 1, Limit: perHour(900), Mode: ModeCached, Policy: PolicyLocalShare}
-	check(t, c, nw.now, r) // c holds a view of the key
+	r := check.Request{Key: key, Hits: 1, Limit: perHour(900), Mode: check.ModeCached, Policy: check.PolicyLocalShare}
+	checkSync(t, c, nw.now, r) // c holds a view of the key
 	nw.run(200 * time.Millisecond)
 	nw.split([]string{"a", "b"}, []string{"c"})
 	admitted, degraded := admittedOf(t, nw, c, 10, r)
@@ -144,7 +145,7 @@ func TestQuorumHeal(t *testing.T) {
 		t.Fatalf("c's quorum after the heal %+v, want 3 live", q)
 	}
 	nw.run(300 * time.Millisecond)
-	resp := check(t, c, nw.now, r)
+	resp := checkSync(t, c, nw.now, r)
 	if resp.Degraded || !resp.Allowed || resp.Owner != "a" {
 		t.Errorf("after the heal, a's key on c: %+v, want admitted from a's state, not degraded", resp)
 	}
@@ -179,7 +180,7 @@ func TestQuorumLeaveShrinksBaseline(t *testing.T) {
 				t.Errorf("a's quorum %+v, want minority %v", q, tc.minority)
 			}
 			key := keyOwnedBy(t, "c", all...)
-			resp := check(t, a, nw.now, Request{Key: key, Hits: 1, Limit: perHour(900), Mode: ModeCached, Policy: PolicyFailClosed})
+			resp := checkSync(t, a, nw.now, check.Request{Key: key, Hits: 1, Limit: perHour(900), Mode: check.ModeCached, Policy: check.PolicyFailClosed})
 			if resp.Degraded != tc.minority {
 				t.Errorf("c's key on a: %+v, want degraded %v", resp, tc.minority)
 			}
@@ -199,7 +200,7 @@ func TestQuorumEvenSplit(t *testing.T) {
 			t.Errorf("%s: quorum %+v, want minority", tc.node, q)
 		}
 		key := keyOwnedBy(t, tc.owner, all...)
-		resp := check(t, n, nw.now, Request{Key: key, Hits: 1, Limit: perMinute(90), Policy: PolicyFailClosed})
+		resp := checkSync(t, n, nw.now, check.Request{Key: key, Hits: 1, Limit: perMinute(90), Policy: check.PolicyFailClosed})
 		if resp.Allowed || !resp.Degraded {
 			t.Errorf("%s's key on %s: %+v, want rejected, degraded", tc.owner, tc.node, resp)
 		}
@@ -214,17 +215,17 @@ func TestQuorumForgetsFailed(t *testing.T) {
 	nw := newTestNet(t, func(c *Config) { c.FailedMemberTTL = 10 * time.Second }, all...)
 	c := nw.nodes["c"]
 	key := keyOwnedBy(t, "a", all...)
-	r := Request{Key: key, Hits: 1, Limit: perMinute(90), Policy: PolicyFailClosed}
+	r := check.Request{Key: key, Hits: 1, Limit: perMinute(90), Policy: check.PolicyFailClosed}
 	nw.split([]string{"a", "b"}, []string{"c"})
 	nw.run(9 * time.Second)
-	if resp := check(t, c, nw.now, r); !resp.Degraded || resp.Allowed {
+	if resp := checkSync(t, c, nw.now, r); !resp.Degraded || resp.Allowed {
 		t.Fatalf("9s after the cut: %+v, want rejected, degraded", resp)
 	}
 	nw.run(2 * time.Second)
 	if q := c.Quorum(); q.Minority || q.Baseline != 1 {
 		t.Fatalf("11s after the cut: quorum %+v, want a and b forgotten", q)
 	}
-	if resp := check(t, c, nw.now, r); resp.Degraded || !resp.Allowed || resp.Owner != "c" {
+	if resp := checkSync(t, c, nw.now, r); resp.Degraded || !resp.Allowed || resp.Owner != "c" {
 		t.Errorf("11s after the cut: %+v, want admitted by c as owner", resp)
 	}
 	// Still reported failed: they stay forgotten; live again: they count.
@@ -248,7 +249,7 @@ func TestQuorumOff(t *testing.T) {
 	if q := c.Quorum(); q.Minority || q.Baseline != 1 {
 		t.Errorf("quorum %+v, want no baseline beyond the live members", q)
 	}
-	resp := check(t, c, nw.now, Request{Key: keyOwnedBy(t, "a", all...), Hits: 1, Limit: perMinute(90), Policy: PolicyFailClosed})
+	resp := checkSync(t, c, nw.now, check.Request{Key: keyOwnedBy(t, "a", all...), Hits: 1, Limit: perMinute(90), Policy: check.PolicyFailClosed})
 	if resp.Degraded || resp.Owner != "c" {
 		t.Errorf("%+v, want decided by c as owner", resp)
 	}
@@ -272,7 +273,7 @@ func TestQuorumIgnoresUnknownFailed(t *testing.T) {
 // most one bucket.
 func TestQuorumMinorityGrantsNoLeases(t *testing.T) {
 	all := []string{"a", "b", "c", "d", "e"}
-	nw := newTestNet(t, func(c *Config) { c.Policy = PolicyFailClosed }, all...)
+	nw := newTestNet(t, func(c *Config) { c.Policy = check.PolicyFailClosed }, all...)
 	// A key of a whose backup is held on the majority side.
 	without, _ := ring.New(ring.DefaultConfig(), "b", "c", "d", "e")
 	var key string
@@ -286,7 +287,7 @@ func TestQuorumMinorityGrantsNoLeases(t *testing.T) {
 		}
 	}
 	const limit = 100
-	r := Request{Key: key, Hits: 1, Limit: perMinute(limit), Mode: ModeLeased}
+	r := check.Request{Key: key, Hits: 1, Limit: perMinute(limit), Mode: check.ModeLeased}
 	admitted := 0
 	by := map[string]int{}
 	spend := func(names ...string) {
@@ -332,7 +333,7 @@ func TestQuorumMinorityGrantsNoLeases(t *testing.T) {
 // of one: 50 of 50 admitted, none degraded.
 func TestExpectedMembersDegradeAnUnjoinedNode(t *testing.T) {
 	standIns := []string{"seed 10.0.0.1:7946", "seed 10.0.0.2:7946"}
-	for _, mode := range []Mode{ModeOwner, ModeCached, ModeLeased} {
+	for _, mode := range []check.Mode{check.ModeOwner, check.ModeCached, check.ModeLeased} {
 		for _, tc := range policyCases {
 			t.Run(fmt.Sprintf("%v/%v", mode, tc.pol), func(t *testing.T) {
 				nw := newTestNet(t, nil)
@@ -342,7 +343,7 @@ func TestExpectedMembersDegradeAnUnjoinedNode(t *testing.T) {
 				if q := c.Quorum(); !q.Minority || q.Live != 1 || q.Baseline != 3 || !slices.Equal(q.Lost, standIns) {
 					t.Fatalf("unjoined c's quorum %+v, want minority 1 of 3, the stand-ins lost", q)
 				}
-				r := Request{Key: "k", Hits: 1, Limit: perMinute(90), Mode: mode, Policy: tc.pol}
+				r := check.Request{Key: "k", Hits: 1, Limit: perMinute(90), Mode: mode, Policy: tc.pol}
 				if admitted, degraded := admittedOf(t, nw, c, 50, r); admitted != tc.want || degraded != 50 {
 					t.Errorf("unjoined: admitted %d of 50 (want %d), %d degraded (want 50)", admitted, tc.want, degraded)
 				}
@@ -374,8 +375,8 @@ func TestExpectedMembersJoined(t *testing.T) {
 	if q := c.Quorum(); q.Minority || q.Live != 3 || q.Baseline != 5 {
 		t.Fatalf("c's quorum %+v, want a majority, 3 of 5", q)
 	}
-	r := Request{Key: keyOwnedBy(t, "c", all...), Hits: 1, Limit: perMinute(90), Mode: ModeCached, Policy: PolicyFailClosed}
-	if resp := check(t, c, nw.now, r); !resp.Allowed || resp.Degraded || resp.Owner != "c" {
+	r := check.Request{Key: keyOwnedBy(t, "c", all...), Hits: 1, Limit: perMinute(90), Mode: check.ModeCached, Policy: check.PolicyFailClosed}
+	if resp := checkSync(t, c, nw.now, r); !resp.Allowed || resp.Degraded || resp.Owner != "c" {
 		t.Errorf("c's own key: %+v; want admitted by c, not degraded", resp)
 	}
 }

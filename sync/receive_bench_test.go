@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -110,8 +111,8 @@ func BenchmarkOnPush(b *testing.B) {
 	n, p := receiver(b)
 	v := n.view
 	keys := receiveKeys(func(k string) bool { return v.owner(k) == "a" })
-	reqs := []Request{{Hits: 1, Limit: receiveLimit(), Mode: ModeCached}}
-	resps := make([]Response, 1)
+	reqs := []check.Request{{Hits: 1, Limit: receiveLimit(), Mode: check.ModeCached}}
+	resps := make([]check.Response, 1)
 	for _, k := range keys {
 		reqs[0].Key = k
 		n.Check(t0, reqs, resps, func() {})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // TestParametersCannotRefill steps issue 16's attacks on one key over fixed
@@ -20,7 +21,7 @@ func TestParametersCannotRefill(t *testing.T) {
 	loose.Limit = 1000
 	t0 := nw.now
 	for i := range 100 {
-		if r := check(t, a, t0, Request{Key: "k", Hits: 1, Limit: real, Mode: ModeOwner}); !r.Allowed {
+		if r := checkSync(t, a, t0, check.Request{Key: "k", Hits: 1, Limit: real, Mode: check.ModeOwner}); !r.Allowed {
 			t.Fatalf("t0: check %d of 100 denied", i+1)
 		}
 	}
@@ -39,28 +40,28 @@ func TestParametersCannotRefill(t *testing.T) {
 		{"check at the real limit", 5 * time.Millisecond, real, 1, false, 100},
 	}
 	for _, s := range steps {
-		r := check(t, a, t0.Add(s.at), Request{Key: "k", Hits: s.hits, Limit: s.limit, Mode: ModeOwner})
+		r := checkSync(t, a, t0.Add(s.at), check.Request{Key: "k", Hits: s.hits, Limit: s.limit, Mode: check.ModeOwner})
 		if r.Err != nil || r.Allowed != s.allowed || r.Limit != s.wantLimit || r.Remaining != 0 || r.Reconfigured {
 			t.Errorf("%s: %+v, want allowed %v, limit %d, remaining 0, not reconfigured", s.name, r, s.allowed, s.wantLimit)
 		}
 	}
 	// Refills at the real rate only: 100 a minute, one each 600ms.
-	if r := check(t, a, t0.Add(600*time.Millisecond), Request{Key: "k", Hits: 1, Limit: real, Mode: ModeOwner}); !r.Allowed {
+	if r := checkSync(t, a, t0.Add(600*time.Millisecond), check.Request{Key: "k", Hits: 1, Limit: real, Mode: check.ModeOwner}); !r.Allowed {
 		t.Errorf("t0+600ms: %+v, want the one token earned since t0 admitted", r)
 	}
 
 	// A key half spent, whose limit really changes: the tokens left never
 	// grow at the change.
 	for range 50 {
-		check(t, a, t0, Request{Key: "half", Hits: 1, Limit: real, Mode: ModeOwner})
+		checkSync(t, a, t0, check.Request{Key: "half", Hits: 1, Limit: real, Mode: check.ModeOwner})
 	}
-	r := check(t, a, t0, Request{Key: "half", Hits: 1, Limit: loose, Mode: ModeOwner})
+	r := checkSync(t, a, t0, check.Request{Key: "half", Hits: 1, Limit: loose, Mode: check.ModeOwner})
 	if !r.Allowed || r.Limit != 1000 || r.Remaining > 49 || !r.Reconfigured {
 		t.Errorf("limit 100 -> 1000 with 50 left: %+v, want reconfigured, admitted under 1000 with at most 49 left", r)
 	}
 	tight := real
 	tight.Limit = 10
-	r = check(t, a, t0, Request{Key: "half", Hits: 1, Limit: tight, Mode: ModeOwner})
+	r = checkSync(t, a, t0, check.Request{Key: "half", Hits: 1, Limit: tight, Mode: check.ModeOwner})
 	// 951 of 1000 consumed is 9.51 of 10: none left.
 	if r.Allowed || r.Limit != 10 || r.Remaining != 0 || !r.Reconfigured {
 		t.Errorf("limit 1000 -> 10 with 49 left: %+v, want reconfigured, denied under 10 (the share consumed kept)", r)
@@ -84,7 +85,7 @@ func TestReconfiguredOverTheWire(t *testing.T) {
 		{"same limit", perMinute(100), false},
 		{"limit 200", loose, true},
 	} {
-		p := checkAsync(a, nw.now, Request{Key: key, Hits: 1, Limit: s.limit, Mode: ModeOwner})
+		p := checkAsync(a, nw.now, check.Request{Key: key, Hits: 1, Limit: s.limit, Mode: check.ModeOwner})
 		nw.settle()
 		if r := p.resps[0]; !p.done || r.Err != nil || r.Owner != "b" || r.Reconfigured != s.want {
 			t.Errorf("%s: done %v, %+v, want decided by b, reconfigured %v", s.name, p.done, r, s.want)

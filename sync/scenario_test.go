@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // loadResult is what one load run admitted, against a single bucket fed the
@@ -30,12 +31,12 @@ func (r loadResult) over() float64 {
 //
 // With on < every, the load is bursty: on for on at the start of every
 // period of length every, idle the rest (nodes keep ticking).
-func runLoad(t testing.TB, nw *testNet, mode Mode, l bucket.Limit, rate int, d, window, on, every time.Duration) loadResult {
+func runLoad(t testing.TB, nw *testNet, mode check.Mode, l bucket.Limit, rate int, d, window, on, every time.Duration) loadResult {
 	return runLoadOn(t, nw, nw.names, mode, l, rate, d, window, on, every)
 }
 
 // runLoadOn is runLoad with the checks spread over the nodes clients only.
-func runLoadOn(t testing.TB, nw *testNet, clients []string, mode Mode, l bucket.Limit, rate int, d, window, on, every time.Duration) loadResult {
+func runLoadOn(t testing.TB, nw *testNet, clients []string, mode check.Mode, l bucket.Limit, rate int, d, window, on, every time.Duration) loadResult {
 	t.Helper()
 	key := "user:42"
 	ideal, err := bucket.New(l, nw.now)
@@ -50,7 +51,7 @@ func runLoadOn(t testing.TB, nw *testNet, clients []string, mode Mode, l bucket.
 	nextTick := start
 	var winAdm, winIdeal int64
 	winEnd := start.Add(window)
-	reqs := []Request{{Key: key, Hits: 1, Limit: l, Mode: mode}}
+	reqs := []check.Request{{Key: key, Hits: 1, Limit: l, Mode: mode}}
 	i := 0
 	msgs0, bytes0 := 0, nw.bytes
 	for _, c := range nw.sent {
@@ -73,7 +74,7 @@ func runLoadOn(t testing.TB, nw *testNet, clients []string, mode Mode, l bucket.
 		}
 		name := clients[i%len(clients)]
 		i++
-		resps := make([]Response, 1)
+		resps := make([]check.Response, 1)
 		nw.nodes[name].Check(at, reqs, resps, func() {
 			if resps[0].Err != nil {
 				t.Fatalf("check at %v on %s: %v", at.Sub(start), name, resps[0].Err)
@@ -109,14 +110,14 @@ func TestCachedOverAdmission(t *testing.T) {
 		t.Skip("long scenario")
 	}
 	for _, tc := range []struct {
-		mode    Mode
+		mode    check.Mode
 		rate    int
 		maxOver float64
 	}{
-		{ModeCached, 9000, 2},
-		{ModeCached, 3700, 2},
-		{ModeLeased, 9000, 0},
-		{ModeOwner, 9000, 0.05},
+		{check.ModeCached, 9000, 2},
+		{check.ModeCached, 3700, 2},
+		{check.ModeLeased, 9000, 0},
+		{check.ModeOwner, 9000, 0.05},
 	} {
 		t.Run(fmt.Sprintf("%v/%d", tc.mode, tc.rate), func(t *testing.T) {
 			nw := newTestNet(t, nil, "a", "b", "c")
@@ -141,11 +142,11 @@ func TestBurstAfterIdle(t *testing.T) {
 		t.Skip("long scenario")
 	}
 	for _, tc := range []struct {
-		mode    Mode
+		mode    check.Mode
 		maxOver float64
 	}{
-		{ModeCached, 2},
-		{ModeLeased, 0},
+		{check.ModeCached, 2},
+		{check.ModeLeased, 0},
 	} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			nw := newTestNet(t, nil, "a", "b", "c")
@@ -177,10 +178,10 @@ func TestCachedDriftGrid(t *testing.T) {
 			}
 			nw := newTestNet(t, nil, names...)
 			nw.latency = lat
-			steady := runLoad(t, nw, ModeCached, perMinute(1000), 9000, 2*time.Minute, time.Minute, time.Minute, time.Minute)
+			steady := runLoad(t, nw, check.ModeCached, perMinute(1000), 9000, 2*time.Minute, time.Minute, time.Minute, time.Minute)
 			nw = newTestNet(t, nil, names...)
 			nw.latency = lat
-			bursts := runLoad(t, nw, ModeCached, perMinute(1000), 9000, 3*70*time.Second, 70*time.Second, 2*time.Second, 70*time.Second)
+			bursts := runLoad(t, nw, check.ModeCached, perMinute(1000), 9000, 3*70*time.Second, 70*time.Second, 2*time.Second, 70*time.Second)
 			t.Logf("N=%2d latency %4v: steady %+.2f%% (worst minute %+d, %.4f msgs/decision) | bursts %+.2f%% (worst burst %+d of %d)",
 				nodes, lat, steady.over(), steady.worstWindow, float64(steady.messages)/float64(steady.checks),
 				bursts.over(), bursts.worstWindow, bursts.ideal/3)
@@ -208,7 +209,7 @@ func TestLeasedUnderAdmission(t *testing.T) {
 				clients = append(clients, n)
 			}
 		}
-		r := runLoadOn(t, nw, clients, ModeLeased, perMinute(1000), rate, 3*time.Minute, time.Minute, time.Minute, time.Minute)
+		r := runLoadOn(t, nw, clients, check.ModeLeased, perMinute(1000), rate, 3*time.Minute, time.Minute, time.Minute, time.Minute)
 		t.Logf("leased %d/s on non-owners only: admitted %d ideal %d (%+.2f%%); per node %v; %d msgs",
 			rate, r.admitted, r.ideal, r.over(), r.perNode, r.messages)
 		if r.admitted > r.ideal {

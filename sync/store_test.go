@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -24,11 +25,11 @@ func TestIdleEviction(t *testing.T) {
 	nw := newTestNet(t, nil, "a")
 	a := nw.nodes["a"]
 	for i := range 100 {
-		check(t, a, t0, Request{Key: fmt.Sprintf("k%d", i), Hits: 1, Limit: perMinute(60)})
+		checkSync(t, a, t0, check.Request{Key: fmt.Sprintf("k%d", i), Hits: 1, Limit: perMinute(60)})
 	}
 	hourly := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 60, Period: time.Hour}
-	check(t, a, t0, Request{Key: "spent", Hits: 60, Limit: hourly})
-	check(t, a, t0, Request{Key: "local", Hits: 1, Limit: perMinute(60), Mode: ModeLocal})
+	checkSync(t, a, t0, check.Request{Key: "spent", Hits: 60, Limit: hourly})
+	checkSync(t, a, t0, check.Request{Key: "local", Hits: 1, Limit: perMinute(60), Mode: check.ModeLocal})
 	if got := a.Metrics().Keys.Load(); got != 102 {
 		t.Fatalf("Keys %d, want 102", got)
 	}
@@ -57,10 +58,10 @@ func TestLRUBound(t *testing.T) {
 	a := nw.nodes["a"]
 	for i := range 5000 {
 		at := t0.Add(time.Duration(i) * 20 * time.Millisecond)
-		check(t, a, at, Request{Key: fmt.Sprintf("k%d", i), Hits: 1, Limit: perMinute(60)})
+		checkSync(t, a, at, check.Request{Key: fmt.Sprintf("k%d", i), Hits: 1, Limit: perMinute(60)})
 		if i%10 == 0 {
 			// a hot key, used all along, survives
-			check(t, a, at, Request{Key: "hot", Hits: 0, Limit: perMinute(60)})
+			checkSync(t, a, at, check.Request{Key: "hot", Hits: 0, Limit: perMinute(60)})
 		}
 	}
 	m := a.Metrics()
@@ -87,12 +88,12 @@ func TestHotKeys(t *testing.T) {
 			nw.run(5 * time.Millisecond)
 		}
 		at := nw.now
-		check(t, a, at, Request{Key: "hot", Hits: 1, Limit: perMinute(1e6)})
+		checkSync(t, a, at, check.Request{Key: "hot", Hits: 1, Limit: perMinute(1e6)})
 		if i%10 == 0 {
-			check(t, a, at, Request{Key: "warm", Hits: 1, Limit: perMinute(1e6)})
+			checkSync(t, a, at, check.Request{Key: "warm", Hits: 1, Limit: perMinute(1e6)})
 		}
 		if i%100 == 0 {
-			check(t, a, at, Request{Key: fmt.Sprintf("cold%d", i), Hits: 1, Limit: perMinute(1e6)})
+			checkSync(t, a, at, check.Request{Key: fmt.Sprintf("cold%d", i), Hits: 1, Limit: perMinute(1e6)})
 		}
 	}
 	hot := a.HotKeys(2)
@@ -127,8 +128,8 @@ func TestBytesPerKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.SetMembers(t0, []string{"a"})
-	reqs := []Request{{Hits: 1, Limit: perMinute(100)}}
-	resps := make([]Response, 1)
+	reqs := []check.Request{{Hits: 1, Limit: perMinute(100)}}
+	resps := make([]check.Response, 1)
 	for _, k := range names {
 		reqs[0].Key = k
 		n.Check(t0, reqs, resps, func() {})

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -18,16 +19,16 @@ func TestValidation(t *testing.T) {
 	nw := newTestNet(t, nil, "a")
 	a := nw.nodes["a"]
 	l := perMinute(10)
-	reqs := []Request{
+	reqs := []check.Request{
 		{Key: "", Hits: 1, Limit: l},
 		{Key: strings.Repeat("k", 1025), Hits: 1, Limit: l},
 		{Key: "k", Hits: 1, Limit: bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 0, Period: time.Second}},
-		{Key: "k", Hits: 1, Limit: l, Mode: Mode(9)},
-		{Key: "k", Hits: 1, Limit: l, Policy: Policy(9)},
+		{Key: "k", Hits: 1, Limit: l, Mode: check.Mode(9)},
+		{Key: "k", Hits: 1, Limit: l, Policy: check.Policy(9)},
 		{Key: "k", Hits: -1, Limit: l},
 		{Key: "ok", Hits: 1, Limit: l},
 	}
-	resps := make([]Response, len(reqs))
+	resps := make([]check.Response, len(reqs))
 	done := 0
 	a.Check(t0, reqs, resps, func() { done++ })
 	if done != 1 {
@@ -35,11 +36,11 @@ func TestValidation(t *testing.T) {
 	}
 	var le *bucket.LimitError
 	for i, want := range []func(error) bool{
-		func(err error) bool { return errors.Is(err, ErrEmptyKey) },
-		func(err error) bool { return errors.Is(err, ErrKeyTooLong) },
+		func(err error) bool { return errors.Is(err, check.ErrEmptyKey) },
+		func(err error) bool { return errors.Is(err, check.ErrKeyTooLong) },
 		func(err error) bool { return errors.As(err, &le) && le.Field == "limit" },
-		func(err error) bool { return errors.Is(err, ErrUnknownMode) },
-		func(err error) bool { return errors.Is(err, ErrUnknownPolicy) },
+		func(err error) bool { return errors.Is(err, check.ErrUnknownMode) },
+		func(err error) bool { return errors.Is(err, check.ErrUnknownPolicy) },
 		func(err error) bool { return errors.Is(err, bucket.ErrNegativeHits) },
 		func(err error) bool { return err == nil },
 	} {
@@ -50,7 +51,7 @@ func TestValidation(t *testing.T) {
 	if !resps[6].Allowed {
 		t.Errorf("valid item: %+v, want allowed", resps[6])
 	}
-	if got := a.Metrics().Decisions[ModeCached][2].Load(); got != 5 {
+	if got := a.Metrics().Decisions[check.ModeCached][2].Load(); got != 5 {
 		t.Errorf("cached errors %d, want 5 (all but the unknown mode)", got)
 	}
 	// Shorter resps: only the first items are answered, no panic.
@@ -66,11 +67,11 @@ func TestNoMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := check(t, n, t0, Request{Key: "k", Hits: 1, Limit: perMinute(1)})
-	if !errors.Is(r.Err, ErrNoMembers) || r.Allowed {
+	r := checkSync(t, n, t0, check.Request{Key: "k", Hits: 1, Limit: perMinute(1)})
+	if !errors.Is(r.Err, check.ErrNoMembers) || r.Allowed {
 		t.Errorf("got %+v, want ErrNoMembers", r)
 	}
-	if r := check(t, n, t0, Request{Key: "k", Hits: 1, Limit: perMinute(1), Mode: ModeLocal}); !r.Allowed {
+	if r := checkSync(t, n, t0, check.Request{Key: "k", Hits: 1, Limit: perMinute(1), Mode: check.ModeLocal}); !r.Allowed {
 		t.Errorf("local mode without members: %+v, want allowed", r)
 	}
 }
@@ -79,8 +80,8 @@ func TestNoMembers(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	for _, tweak := range []func(*Config){
 		func(c *Config) { c.Self = "" },
-		func(c *Config) { c.Mode = ModeDefault },
-		func(c *Config) { c.Policy = Policy(7) },
+		func(c *Config) { c.Mode = check.ModeDefault },
+		func(c *Config) { c.Policy = check.Policy(7) },
 		func(c *Config) { c.FlushInterval = 0 },
 		func(c *Config) { c.SyncFraction = 0 },
 		func(c *Config) { c.MaxBatch = 0 },
@@ -166,9 +167,9 @@ func FuzzStep(f *testing.F) {
 		a := nw.nodes["a"]
 		// A limit large enough for cached mode's shares (smallForShares), so
 		// that a's checks are decided on a, whoever owns "k".
-		check(t, a, t0, Request{Key: "k", Hits: 1, Limit: perMinute(1000)})
+		checkSync(t, a, t0, check.Request{Key: "k", Hits: 1, Limit: perMinute(1000)})
 		a.Step(t0, &env)
 		a.Tick(t0.Add(time.Second))
-		check(t, a, t0.Add(time.Second), Request{Key: "k", Hits: 1, Limit: perMinute(1000)})
+		checkSync(t, a, t0.Add(time.Second), check.Request{Key: "k", Hits: 1, Limit: perMinute(1000)})
 	})
 }

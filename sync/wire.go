@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -99,7 +100,7 @@ func decisionIntoWire(m *peerv1.Decision, d bucket.Decision, err error) {
 	case err == nil:
 	case errors.Is(err, ErrNotOwner):
 		m.Error = peerv1.ErrorCode_ERROR_CODE_NOT_OWNER
-	case errors.Is(err, ErrLeaving):
+	case errors.Is(err, check.ErrLeaving):
 		m.Error = peerv1.ErrorCode_ERROR_CODE_LEAVING
 	default:
 		m.Error = peerv1.ErrorCode_ERROR_CODE_INVALID
@@ -138,7 +139,7 @@ func decisionFromWire(m *peerv1.Decision) (bucket.Decision, error) {
 	case peerv1.ErrorCode_ERROR_CODE_NOT_OWNER:
 		return bucket.Decision{}, ErrNotOwner
 	case peerv1.ErrorCode_ERROR_CODE_LEAVING:
-		return bucket.Decision{}, ErrLeaving
+		return bucket.Decision{}, check.ErrLeaving
 	}
 	return bucket.Decision{}, &remoteError{m.ErrorMessage}
 }
