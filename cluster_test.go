@@ -180,9 +180,13 @@ func TestLeavingNodesKeysAreOwnedElsewhere(t *testing.T) {
 	for range limit {
 		total += take("after the leave", leaver.Name())
 	}
-	if want := (limit - spent) * len(keys); total != want {
-		t.Errorf("after the leave, %d more hits admitted over %d keys, want %d: the new owners must continue from the handed-off state (%d of %d spent), not from a full bucket",
-			total, len(keys), want, spent, limit)
+	// Each key may lose its backup's reserve (sync/fence.go: at most
+	// max(1, limit/10), 1 here): the backup holder, the new owner, drains it
+	// when it restores the leaver's backup, and the hand-off is merged
+	// keeping the most consumed state. Never more than the handed-off state.
+	if want := (limit - spent) * len(keys); total > want || total < want-len(keys) {
+		t.Errorf("after the leave, %d more hits admitted over %d keys, want %d (at least %d): the new owners must continue from the handed-off state (%d of %d spent), not from a full bucket",
+			total, len(keys), want, want-len(keys), spent, limit)
 	}
 }
 

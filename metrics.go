@@ -122,6 +122,12 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 		{"ringlimit_backup_keys_restored_total", "Held key states given to a key's new owner after its owner failed or restarted.", &c.BackupKeysRestored},
 		{"ringlimit_clock_steps_total", "Times this node's clock correction moved (every state it held shifted with it).", &c.ClockSteps},
 		{"ringlimit_clock_rebased_total", "Messages whose states were shifted on receipt to this node's cluster time (a sender whose clock is not yet measured, or whose cluster time differs).", &c.ClockRebased},
+		{"ringlimit_policy_hits_charged_total", "Hits admitted by a partition policy without the key's owner, recorded to be charged to its bucket.", &c.PolicyHitsCharged},
+		{"ringlimit_policy_hits_drained_total", "Recorded policy hits charged to their key's bucket since (sent to the owner or drained here).", &c.PolicyHitsDrained},
+		{"ringlimit_policy_hits_uncharged_total", "Policy hits not recorded: beyond one bucket of debt per key, or with MaxKeys keys in debt.", &c.PolicyHitsUncharged},
+		{"ringlimit_fence_waits_total", "Checks that waited for their key's backup to be acknowledged before the owner decided them.", &c.FenceWaits},
+		{"ringlimit_fence_timeouts_total", "Checks that waited for their key's backup in vain and went to the partition policy.", &c.FenceTimeouts},
+		{"ringlimit_deposed_keys_total", "Owned states dropped on the return from a minority side (the majority decided them meanwhile).", &c.DeposedKeys},
 	}
 }
 

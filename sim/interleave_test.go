@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -71,13 +72,7 @@ func envelopeViolation(sc Scenario, r *Result) string {
 // ticks, messages and membership changes that reach its node around it:
 // owner mode exact while connected, and owner and leased mode (policy
 // fail-closed) within the token bucket's envelope on the hot key.
-//
-// Scenarios whose membership changes (rolling-restart, churn) are not in
-// this test: there owner and leased mode leave the envelope with or without
-// the interleave (seeds 1 to 3, rolling-restart, owner mode: 4005 to 4009 in
-// windows 0..6 for 4000; leased: 4009), the open fault of issue #15 (an
-// owner starts deciding before the previous one stopped) that
-// TestLeasedNeverOverLimit avoids by freezing membership.
+// The faults are in TestFencedModesStayInEnvelope.
 func TestInterleavedModesKeepTheirPromises(t *testing.T) {
 	seeds := []uint64{1, 2, 3}
 	if testing.Short() {
@@ -111,6 +106,40 @@ func TestInterleavedModesKeepTheirPromises(t *testing.T) {
 				}
 				if v := envelopeViolation(sc, r); v != "" {
 					t.Errorf("seed %d: %s, %v: %s", seed, name, tc.mode, v)
+				}
+			}
+		}
+	}
+}
+
+// TestFencedModesStayInEnvelope: owner and leased mode with policy
+// fail-closed stay within the token bucket's envelope on the hot key under
+// every standard fault, with membership following the faults (failure
+// detection, the quorum rule, hand-offs, backups) and the interleave window
+// on. Before the owners' fences (sync/fence.go) and the bound on refunds of
+// returned lease tokens (sync/lease.go), seeds 1 to 3 left it in 19 of 30
+// runs, by 1 to 56 tokens: partition-half (owner 7515 for 7500, leased 5556
+// for 5500), isolate-owner (2505 for 2500), rolling-restart (7004 for
+// 7000), churn (leased 4522 for 4500). make test runs seed 3;
+// RINGLIMIT_LONG=1 runs seeds 1 to 3.
+func TestFencedModesStayInEnvelope(t *testing.T) {
+	seeds := []uint64{3} // make test: one seed (20 s of simulated time per run)
+	if os.Getenv("RINGLIMIT_LONG") != "" {
+		seeds = []uint64{1, 2, 3}
+	}
+	for _, mode := range []rlsync.Mode{rlsync.ModeOwner, rlsync.ModeLeased} {
+		for _, name := range []string{"partition-half", "isolate-owner", "flapping", "rolling-restart", "churn"} {
+			for _, seed := range seeds {
+				sc := short(t, name)
+				sc.Workload.Rate = 5000 // key 0 at about 850/s, over the limit
+				sc.Sync.Policy = "fail-closed"
+				sc = sc.Scale(0, 20*time.Second)
+				r, err := Run(sc, Variant{Mode: mode}, Options{Seed: seed, Interleave: interleave})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v := envelopeViolation(sc, r); v != "" {
+					t.Errorf("seed %d: %s, %v: %s", seed, name, mode, v)
 				}
 			}
 		}

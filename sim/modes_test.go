@@ -64,12 +64,13 @@ func TestOwnerEqualsIdealWhenConnected(t *testing.T) {
 // consecutive windows stay within capacity + rate x span (the token
 // bucket's envelope), and no phase admits more than the ideal limiter.
 //
-// The promise needs two preconditions, which the test sets: the partition
-// policy is fail-closed (local-share and fail-open admit without the owner
-// once a lease is spent), and membership is static (views do not follow the
-// cut: when they do, a partition that outlasts failure detection gives each
-// side an owner of its own, split brain, which no lease can prevent). See
-// docs/accuracy.md.
+// The promise needs the partition policy fail-closed (local-share and
+// fail-open admit without the owner once a lease is spent), which the test
+// sets. Membership follows the faults: a partition that outlasts failure
+// detection gives the majority side the keys of the members it lost, and
+// the owners' fences (sync/fence.go) keep the old owner and the new one
+// from admitting the same tokens. (Before the fences this test froze
+// membership to hold; TestFencedModesStayInEnvelope covers more faults.)
 func TestLeasedNeverOverLimit(t *testing.T) {
 	const seed = 11
 	for _, name := range []string{"healthy", "hot-key", "partition-half", "isolate-owner", "flapping"} {
@@ -78,7 +79,6 @@ func TestLeasedNeverOverLimit(t *testing.T) {
 		sc.Sync.Policy = "fail-closed"
 		if len(sc.Events) > 0 {
 			sc = sc.Scale(0, 20*time.Second)
-			sc.Membership.Static = true
 		}
 		r := runMode(t, sc, rlsync.ModeLeased, seed)
 		if v := envelopeViolation(sc, r); v != "" {

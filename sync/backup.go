@@ -119,6 +119,17 @@ type backupFlight struct {
 	seq    uint64
 	items  []*peerv1.KeyState
 	sentAt time.Time
+	// marks holds, for the fenced keys among items, the mark each backup
+	// sets once acknowledged (fence.go).
+	marks []fenceMark
+}
+
+// fenceMark is a fence's bound once a backup is acknowledged: f.bound
+// rises to mark unless f was reset since (gen).
+type fenceMark struct {
+	f    *fence
+	gen  uint64
+	mark int64
 }
 
 // heldBackup is one key's state kept for its owner.
@@ -126,6 +137,19 @@ type heldBackup struct {
 	from string
 	b    bucket.Bucket
 	dem  float32
+	// reserve is the latest backup's reserve: drained from b by whoever
+	// starts from it (fence.go).
+	reserve int64
+}
+
+// fenced returns a copy of h's state with its reserve drained (fence.go):
+// what anyone who starts from the backup starts from.
+func (h *heldBackup) fenced(now time.Time) bucket.Bucket {
+	b := h.b.Clone()
+	if h.reserve > 0 {
+		_ = b.Drain(now, h.reserve)
+	}
+	return b
 }
 
 // markBackup notes that an owned entry's state changed: the next
@@ -211,6 +235,9 @@ func (n *Node) tickBackups(now time.Time, v *view) {
 			if !gone && now.Sub(f.sentAt) < n.cfg.RequestTimeout {
 				return false
 			}
+			if p := v.peers[name]; p != nil && !gone {
+				p.markDown(now, n.cfg.UnreachableAfter) // fence.go: its keys' checks stop waiting
+			}
 			n.metrics.BackupsRetried.Add(1)
 			n.remark(f.items)
 			return true
@@ -234,6 +261,7 @@ func (n *Node) tickBackups(now time.Time, v *view) {
 		}
 	}
 	out := make([][]*peerv1.KeyState, len(v.names))
+	marks := make([]map[*peerv1.KeyState]fenceMark, len(v.names))
 	var targets []int32
 	if succ != nil {
 		targets = n.targetsOf(v, succ)
@@ -278,6 +306,17 @@ func (n *Node) tickBackups(now time.Time, v *view) {
 			e.clear(flagBackup)
 			ks := a.keyState()
 			ks.Key, ks.State, ks.Demand = key, a.state(e.b), e.dem
+			if f := n.fen.m[key]; f != nil {
+				// fence.go: the reserve the holder drains before starting
+				// from this state.
+				ks.Reserve = reserveOf(f, e.b.Config().Capacity())
+				f.promised = f.spent + ks.Reserve
+				f.want = 0
+				if marks[t] == nil {
+					marks[t] = map[*peerv1.KeyState]fenceMark{}
+				}
+				marks[t][ks] = fenceMark{f: f, gen: f.gen, mark: f.promised}
+			}
 			if out[t] == nil {
 				out[t] = make([]*peerv1.KeyState, 0, min(share, room[t]))
 			}
@@ -299,7 +338,13 @@ func (n *Node) tickBackups(now time.Time, v *view) {
 		for len(items) > 0 {
 			k := min(len(items), n.cfg.MaxBatch)
 			bp.seq++
-			bp.out = append(bp.out, &backupFlight{seq: bp.seq, items: items[:k:k], sentAt: now})
+			fl := &backupFlight{seq: bp.seq, items: items[:k:k], sentAt: now}
+			for _, ks := range fl.items {
+				if m, ok := marks[i][ks]; ok {
+					fl.marks = append(fl.marks, m)
+				}
+			}
+			bp.out = append(bp.out, fl)
 			n.send(name, backupBody{&peerv1.Backup{Seq: bp.seq, Items: items[:k:k]}})
 			n.metrics.BackupsSent.Add(1)
 			n.metrics.BackupKeys.Add(int64(k))
@@ -321,13 +366,24 @@ func (n *Node) remark(items []*peerv1.KeyState) {
 }
 
 // onBackupAck retires an acknowledged backup batch.
-func (n *Node) onBackupAck(p *peer, ack *peerv1.BackupAck) {
+func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	if ack.BackupIncarnation != n.cfg.Incarnation {
 		return
 	}
 	if bp := n.dur.out[p.name]; bp != nil {
-		bp.out = slices.DeleteFunc(bp.out, func(f *backupFlight) bool { return f.seq == ack.Seq })
+		bp.out = slices.DeleteFunc(bp.out, func(f *backupFlight) bool {
+			if f.seq != ack.Seq {
+				return false
+			}
+			for _, m := range f.marks {
+				if m.gen == m.f.gen && m.mark > m.f.bound {
+					m.f.bound = m.mark // fence.go
+				}
+			}
+			return true
+		})
 	}
+	n.tickFenced(now, n.view)
 }
 
 // onBackup keeps the states p backed up with this node, merged with what it
@@ -390,13 +446,13 @@ func (n *Node) holdBackup(now time.Time, p *peer, ks *peerv1.KeyState, h *heldBa
 		if d.held == nil {
 			d.held = map[string]*heldBackup{}
 		}
-		d.held[ks.Key] = &heldBackup{from: p.name, b: bk, dem: ks.Demand}
+		d.held[ks.Key] = &heldBackup{from: p.name, b: bk, dem: ks.Demand, reserve: max(0, ks.Reserve)}
 		return true
 	case h.from != p.name || h.b.Merge(n.bt(now), bk) != nil:
 		d.spare = h.b
-		h.from, h.b, h.dem = p.name, bk, ks.Demand
+		h.from, h.b, h.dem, h.reserve = p.name, bk, ks.Demand, max(0, ks.Reserve)
 	default:
-		h.dem = ks.Demand
+		h.dem, h.reserve = ks.Demand, max(0, ks.Reserve)
 		d.spare = bk
 	}
 	return false
@@ -439,16 +495,17 @@ func (n *Node) takeHeld(keep func(key string, h *heldBackup) bool) ([]string, []
 }
 
 // heldBucket returns a copy of the bucket this node holds as a backup of
-// key, or nil.
-func (n *Node) heldBucket(key string) bucket.Bucket {
+// key, its reserve drained (fence.go), or nil.
+func (n *Node) heldBucket(now time.Time, key string) bucket.Bucket {
 	d := &n.dur
 	if h := d.held[key]; h != nil {
-		return h.b.Clone()
+		return h.fenced(n.bt(now))
 	}
 	return nil
 }
 
-// heldState returns the state this node holds as a backup of key, or nil.
+// heldState returns the state this node holds as a backup of key, as
+// backed up, or nil.
 func (n *Node) heldState(key string) *peerv1.KeyState {
 	d := &n.dur
 	h := d.held[key]
@@ -456,6 +513,30 @@ func (n *Node) heldState(key string) *peerv1.KeyState {
 		return nil
 	}
 	state, err := h.b.AppendBinary(nil)
+	if err != nil {
+		return nil
+	}
+	return &peerv1.KeyState{Key: key, State: state, Demand: h.dem, Reserve: h.reserve}
+}
+
+// heldFencedState returns the state this node holds as a backup of key for
+// a node that asks for it (its new owner): with the reserve drained
+// (fence.go) when the owner that backed it up is no longer a live member
+// here, which is when the asker starts from it; as backed up while that
+// owner is live, since its own hand-off, merged with this one keeping the
+// most consumed, has the real state (draining the reserve there would only
+// lose it). nil when it holds none.
+func (n *Node) heldFencedState(now time.Time, v *view, key string) *peerv1.KeyState {
+	d := &n.dur
+	h := d.held[key]
+	if h == nil {
+		return nil
+	}
+	b := h.b
+	if p := v.peers[h.from]; p == nil || p.gone {
+		b = h.fenced(n.bt(now))
+	}
+	state, err := b.AppendBinary(nil)
 	if err != nil {
 		return nil
 	}
@@ -468,12 +549,20 @@ func (n *Node) restoreHeld(now time.Time, nv *view, keys []string, hs []*heldBac
 	out := map[*peer][]*peerv1.KeyState{}
 	for i, key := range keys {
 		h := hs[i]
+		b := h.fenced(n.bt(now)) // fence.go: the reserve first
 		owner := nv.owner(key)
+		// Also after a graceful leave: the leaver's hand-off has the real
+		// state, and the drained copy, merged keeping the most consumed,
+		// takes the reserve off it (an under-admission of at most one
+		// reserve per key); restoring the copy as backed up instead, when
+		// this node is the key's new owner, left the envelope in the
+		// simulator's rolling restart (TestFencedModesStayInEnvelope,
+		// seed 3: 7003 for 7000), by a path not found yet.
 		switch p := nv.peers[owner]; {
 		case owner == n.cfg.Self:
-			n.mergeState(now, nv, key, h.b, h.dem)
+			n.mergeState(now, nv, key, b, h.dem)
 		case p != nil:
-			state, err := h.b.AppendBinary(nil)
+			state, err := b.AppendBinary(nil)
 			if err != nil {
 				continue
 			}

@@ -388,6 +388,14 @@ func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e
 		return
 	}
 	n.install(e, b, ks.Share, e.n1+e.n2, now, c, reported)
+	if l != nil && l.zero {
+		// An empty grant from a bucket that has tokens: the owner's fence
+		// held it back (fence.go), or a minority side granted nothing.
+		// Checks the lease cannot cover go to the owner, not rejected here.
+		if d, err := e.b.Take(n.bt(now), 0); err == nil && d.Remaining > 0 {
+			l.zero = false
+		}
+	}
 }
 
 // install replaces a cached view with the owner's state b, then takes

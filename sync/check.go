@@ -220,12 +220,26 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *Request, resp *Resp
 		n.record(resp)
 		return nil
 	}
+	if owner == n.cfg.Self && v.orphaned(r.Key) {
+		// quorum.go: its owner and backup target both failed.
+		n.degrade(now, c, v, r, resp, pol)
+		n.record(resp)
+		return nil
+	}
 	if owner == n.cfg.Self {
 		if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
 			resp.Owner = prev
 			it := a.item()
 			it.resp, it.req, it.pol, it.here = resp, *r, pol, true
 			return it
+		}
+		if mode != ModeCached && n.fenceBlocks(now, v, r) {
+			// fence.go: decided once the key's backup is acknowledged.
+			it := a.item()
+			it.resp, it.req, it.pol = resp, *r, pol
+			n.metrics.FenceWaits.Add(1)
+			n.holdFenced(now, it)
+			return nil
 		}
 		n.decideOwned(now, c, v, r, resp, mode == ModeCached)
 		n.record(resp)
@@ -384,6 +398,9 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *Request, resp *Res
 		return false
 	}
 	n.markChanged(s, r.Key, e, -1)
+	if !cached && r.Limit.Algorithm != bucket.Concurrency {
+		n.fenceSpent(now, v, r.Key, r.Hits, r.Limit) // fence.go
+	}
 	if !shared {
 		return false
 	}

@@ -199,6 +199,7 @@ func (n *Node) sendLane(now time.Time, p *peer, lane int, force bool) {
 			fi := &b.items[i].fi
 			fi.Key, fi.Limit, fi.Hits = it.req.Key, n.limitWire(it.req.Limit), it.req.Hits
 			fi.Lease, fi.Release, fi.Relayed = it.req.Lease, it.req.Release, it.probe()
+			fi.Fenced = it.resp.Mode != ModeCached
 			msg.Items[i] = fi
 		}
 		x.w.Forward = msg
@@ -276,12 +277,17 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 // probe relayed for another node is answered not-owner and one of this
 // node's clients is decided by its partition policy.
 func (n *Node) decideHere(now time.Time, c uint32, v *view, it *fwdItem) {
-	if v.owner(it.req.Key) != n.cfg.Self {
+	if v.owner(it.req.Key) != n.cfg.Self || v.orphaned(it.req.Key) {
 		it.here = false
 		n.degradeForward(now, c, it)
 		return
 	}
 	it.resp.Owner = n.cfg.Self
+	if it.resp.Mode != ModeCached && n.fenceBlocks(now, v, &it.req) {
+		n.metrics.FenceWaits.Add(1)
+		n.holdFenced(now, it) // fence.go: decided once the key's backup is acknowledged
+		return
+	}
 	// A push is an optimisation: the next Tick sends it.
 	_ = n.takeOwned(now, c, v, &it.req, it.resp, it.resp.Mode == ModeCached)
 	n.completeForward(it)
@@ -477,15 +483,19 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 	var a asyncs
 	// relay returns the fwdItem (with its Response) of item i, which waits
 	// on the network.
-	relay := func(i int) *fwdItem {
+	hold := func(i int) *fwdItem {
 		if a.done == nil {
 			a.done = x.done
 		}
 		ri := &relayedItem{}
 		ri.it.c, ri.it.resp = a.wait(), &ri.resp
 		x.later = append(x.later, laterAnswer{dec: &decs[i], resp: &ri.resp})
-		a.fwd = append(a.fwd, &ri.it)
 		return &ri.it
+	}
+	relay := func(i int) *fwdItem {
+		it := hold(i)
+		a.fwd = append(a.fwd, it)
+		return it
 	}
 	c := coarse(now)
 	var restore []*peerv1.KeyState
@@ -511,13 +521,17 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			resp.Err = err
 		case leaving:
 			resp.Err = ErrLeaving
+		case v.orphaned(it.Key):
+			// quorum.go: no member knows the key's state; the asking node
+			// applies its partition policy.
+			resp.Err = ErrNotOwner
 		case v.owner(it.Key) != n.cfg.Self:
 			n.metrics.NotOwner.Add(1)
 			resp.Err = ErrNotOwner
 			if it.Relayed {
 				// Passed on, or a probe from a node that sees itself as
 				// the owner: give it the backup held here, if any.
-				if ks := n.heldState(it.Key); ks != nil {
+				if ks := n.heldFencedState(now, v, it.Key); ks != nil {
 					restore = append(restore, ks)
 				}
 				break
@@ -527,7 +541,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 				// The rings disagree: pass it on to the owner this node
 				// knows (which it may have just handed the key to).
 				fi := relay(i)
-				fi.resp.Owner = owner
+				fi.resp.Owner, fi.resp.Mode = owner, fwdMode(it)
 				fi.req = Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
 				fi.relay = true
 				continue
@@ -536,8 +550,18 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			r := Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
 			if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
 				fi := relay(i)
-				fi.resp.Owner = prev
+				fi.resp.Owner, fi.resp.Mode = prev, fwdMode(it)
 				fi.req, fi.pol, fi.here, fi.relay = r, n.cfg.Policy, true, true
+				continue
+			}
+			if it.Fenced && n.fenceBlocks(now, v, &r) {
+				// fence.go: decided once the key's backup is acknowledged;
+				// if that takes too long, answered not-owner (relay).
+				fi := hold(i)
+				fi.resp.Owner, fi.resp.Mode = n.cfg.Self, ModeOwner
+				fi.req, fi.pol, fi.relay = r, n.cfg.Policy, true
+				n.metrics.FenceWaits.Add(1)
+				n.holdFenced(now, fi)
 				continue
 			}
 			n.decideOwned(now, c, v, &r, &resp, false)
@@ -556,6 +580,16 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 		return
 	}
 	a.c.finish()
+}
+
+// fwdMode returns the mode a forwarded check it is decided in at its
+// owner: owner mode when it is fenced, else cached (a cached-mode key too
+// small for shares, decided exactly all the same, see decideOwned).
+func fwdMode(it *peerv1.ForwardItem) Mode {
+	if it.Fenced {
+		return ModeOwner
+	}
+	return ModeCached
 }
 
 // served is the reply to a forward being served, allocated with its

@@ -29,17 +29,19 @@ func TestForwardBatching(t *testing.T) {
 	if got := nw.queued("a", "b"); len(got) != 1 {
 		t.Fatalf("t0: queued %v while one batch is in flight, want the first only", got)
 	}
-	// t0+1ms: b answers; t0+2ms: the answer completes the first check and
-	// sends the five others in one message.
-	nw.deliver(t0.Add(2 * time.Millisecond))
+	// t0+1ms: b gets the check, a key it has never backed up: it sends
+	// the key's backup to a (fence.go); t0+2ms: a acknowledges it; t0+3ms:
+	// b decides and answers; t0+4ms: the answer completes the first check
+	// and sends the five others in one message.
+	nw.deliver(t0.Add(4 * time.Millisecond))
 	if !first.done || !first.resps[0].Allowed || first.resps[0].Remaining != 99 {
-		t.Fatalf("t0+2ms: first check %+v done=%v, want allowed with 99 remaining", first.resps[0], first.done)
+		t.Fatalf("t0+4ms: first check %+v done=%v, want allowed with 99 remaining", first.resps[0], first.done)
 	}
 	if got := nw.queued("a", "b"); !slices.Equal(got, []string{"forward"}) {
-		t.Fatalf("t0+2ms: queued %v, want one forward", got)
+		t.Fatalf("t0+4ms: queued %v, want one forward", got)
 	}
 	if got := len(nw.queue[0].env.GetForward().Items); got != 5 {
-		t.Fatalf("t0+2ms: second forward has %d items, want 5", got)
+		t.Fatalf("t0+4ms: second forward has %d items, want 5", got)
 	}
 	nw.settle()
 	for i, p := range later {

@@ -282,6 +282,75 @@ type grantBook struct {
 // when the last grant was made (Unix ns).
 type grantEntry struct {
 	tokens, at int64
+	// peak, when hasPeak, bounds what the key's token bucket at the owner
+	// can have held since these grants: after each grant it held level
+	// tokens and refills rate per nanosecond, so at t it holds at most
+	// level + rate x (t - grant time); peak is the highest level - rate x
+	// grant time (see refundable).
+	peak    float64
+	hasPeak bool
+}
+
+// notePeak records that right after a grant to p on key at now, the key's
+// token bucket held level tokens and refills rate tokens per nanosecond
+// (see grantEntry.peak). Call it after recordGrant.
+func (p *peer) notePeak(key string, level, rate float64, now time.Time) {
+	ge, ok := p.grants.m[key]
+	if !ok {
+		return
+	}
+	v := level - rate*float64(now.UnixNano())
+	if !ge.hasPeak || v > ge.peak {
+		ge.peak, ge.hasPeak = v, true
+		p.grants.m[key] = ge
+	}
+}
+
+// refundable returns how many lease tokens of key that p gives back the
+// owner's token bucket b may take back at now without admitting more than
+// one bucket would have. A returned token is one the bucket would have had
+// all along; but a bucket that would have been full meanwhile (with every
+// outstanding grant's tokens in it) would have dropped the refill beyond
+// its capacity, and so the tokens. So the tokens are refunded only up to
+// capacity - the most the bucket can have held since the oldest
+// outstanding grant on the key (the highest peak of every peer's book,
+// plus the refill since) - the tokens granted to the other peers and not
+// returned yet. Other algorithms are not limited here.
+func (n *Node) refundable(v *view, p *peer, key string, b bucket.Bucket, now time.Time) int64 {
+	l := b.Config()
+	if l.Algorithm != bucket.TokenBucket || l.Period <= 0 {
+		return math.MaxInt64
+	}
+	mem := int64(n.grantMemory())
+	t := now.UnixNano()
+	var (
+		peak   float64
+		seen   bool
+		others int64
+	)
+	look := func(q *peer) {
+		ge, ok := q.grants.m[key]
+		if !ok || t-ge.at > mem {
+			return
+		}
+		if q != p {
+			others += ge.tokens
+		}
+		if ge.hasPeak && (!seen || ge.peak > peak) {
+			peak, seen = ge.peak, true
+		}
+	}
+	look(p)
+	for _, name := range v.names {
+		if q := v.peers[name]; q != nil && q != p {
+			look(q)
+		}
+	}
+	if !seen {
+		return math.MaxInt64
+	}
+	most := peak + float64(l.Limit)/float64(l.Period.Nanoseconds())*float64(t)
+	return max(0, l.Capacity()-int64(math.Ceil(most))-others)
 }
 
 // minGrantPrune is the smallest book that is swept of old entries.

@@ -123,7 +123,7 @@ func TestForgedLeaseReturn(t *testing.T) {
 	key := keyOwnedBy(t, "b", "a", "b")
 	l := perMinute(10)
 	for range 10 {
-		check(t, b, nw.now, Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner})
+		nw.checkAnswered(b, Request{Key: key, Hits: 1, Limit: l, Mode: ModeOwner})
 	}
 	if got := remainingOn(b, nw.now, key); got != 0 {
 		t.Fatalf("t0: remaining %d after 10 of 10, want 0", got)

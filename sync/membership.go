@@ -110,7 +110,7 @@ func (n *Node) applyMembers(now time.Time) {
 		n.metrics.MembershipRejected.Add(1)
 		return
 	}
-	if r == old.ring && old.sameLost(lost) {
+	if r == old.ring && old.sameLost(lost) && !n.orphansChanged(old) {
 		return
 	}
 	nv := &view{ring: r, names: r.Members(), index: map[string]int{}, peers: map[string]*peer{}}
@@ -125,6 +125,12 @@ func (n *Node) applyMembers(now time.Time) {
 	}
 	if !n.leaving && r.Has(n.cfg.Self) {
 		nv.await = n.gainedPartitions(now, old.await, old.ring, r, old.standIns)
+		for id, a := range n.deposed(now, old, nv) { // quorum.go: back from a minority side
+			if nv.await == nil {
+				nv.await = map[int]awaitFrom{}
+			}
+			nv.await[id] = a
+		}
 	}
 	for i, name := range nv.names {
 		nv.index[name] = i
@@ -137,7 +143,8 @@ func (n *Node) applyMembers(now time.Time) {
 		}
 		nv.peers[name] = p
 	}
-	n.restoreBackups(now, old, nv) // backup.go: before checks see nv
+	nv.orphans = n.orphanedPartitions(nv) // quorum.go
+	n.restoreBackups(now, old, nv)        // backup.go: before checks see nv
 	n.view = nv
 	n.moveKeys(now, old, nv)
 	for _, name := range old.names {
@@ -146,6 +153,7 @@ func (n *Node) applyMembers(now time.Time) {
 		}
 	}
 	n.rebackup(old, nv)
+	n.resetFences(nv) // fence.go
 }
 
 // moveKeys hands off the owned keys that moved and converts the

@@ -79,4 +79,19 @@ type Metrics struct {
 	// correction moved (every held state shifted); ClockRebased the
 	// envelopes whose states were shifted on receipt to this node's time.
 	ClockOffsetNs, ClockSkewed, ClockSteps, ClockRebased atomic.Int64
+	// PolicyHitsCharged counts hits admitted by a partition policy without
+	// the key's owner and recorded to be charged to its bucket;
+	// PolicyHitsDrained those charged since (sent to the owner or drained
+	// here); PolicyHitsUncharged those not recorded: beyond one bucket of
+	// debt per key, or with MaxKeys keys in debt already (charge.go).
+	PolicyHitsCharged, PolicyHitsDrained, PolicyHitsUncharged atomic.Int64
+	// FenceWaits counts checks that waited for their key's backup to be
+	// acknowledged before the owner decided them; FenceTimeouts those that
+	// waited RequestTimeout in vain and went to the partition policy
+	// (fence.go).
+	FenceWaits, FenceTimeouts atomic.Int64
+	// DeposedKeys counts owned states dropped on the return from a
+	// minority side: the majority decided those keys meanwhile, and their
+	// states come back by hand-off (quorum.go, deposed).
+	DeposedKeys atomic.Int64
 }

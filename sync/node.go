@@ -44,6 +44,13 @@ type Node struct {
 	quorum quorum
 	// dur holds the backups and the announced leaves (backup.go, leave.go).
 	dur durability
+	// chg holds the hits admitted without their owner, to be charged
+	// (charge.go).
+	chg charges
+	// fen holds the owned keys' fences and the checks waiting on them
+	// (fence.go); backingUp is set while backupKeyNow runs a round.
+	fen       fences
+	backingUp bool
 	// nextFlush and nextPush are when the next scheduled flush and push are
 	// due; zero before the first Tick.
 	nextFlush, nextPush time.Time
@@ -86,6 +93,10 @@ type view struct {
 	// standIns lists the members of lost that are SetExpected's stand-ins
 	// for members never seen, not members that failed.
 	standIns []string
+	// orphans marks the partitions of this node whose previous owner and
+	// its backup target both failed (quorum.go, orphanedPartitions); nil
+	// when none.
+	orphans map[int]bool
 }
 
 // owner returns key's owner, or "" on an empty ring.
@@ -294,7 +305,7 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 	case *peerv1.Envelope_Backup:
 		n.onBackup(now, p, env.Incarnation, b.Backup)
 	case *peerv1.Envelope_BackupAck:
-		n.onBackupAck(p, b.BackupAck)
+		n.onBackupAck(now, p, b.BackupAck)
 	case *peerv1.Envelope_ClockProbe:
 		// measured by observeClock; nothing else to do
 	default:
@@ -362,6 +373,8 @@ func (n *Node) Tick(now time.Time) {
 	n.tickParked(now, v)
 	n.tickContested(now, v)
 	n.tickClock(now, v) // clock.go
+	n.tickCharges(now, v)
+	n.tickFenced(now, v)
 	i, sweep := n.sweepDue(now)
 	if sweep {
 		n.sweepShard(now, i)

@@ -120,7 +120,8 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 	}
 	var refund int64
 	if it.LeaseReturn > 0 {
-		refund = p.takeReturn(it.Key, it.LeaseReturn, now, n.grantMemory())
+		safe := n.refundable(v, p, it.Key, e.b, now) // lease.go: not beyond one bucket
+		refund = min(safe, p.takeReturn(it.Key, it.LeaseReturn, now, n.grantMemory()))
 		if refund > 0 {
 			_ = e.b.Refund(n.bt(now), refund)
 			n.metrics.LeasesReturned.Add(1)
@@ -129,9 +130,15 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		n.metrics.LeaseTokensRefused.Add(it.LeaseReturn - refund)
 	}
 	var granted int64
-	if it.LeaseWant > 0 && len(v.lost) == 0 { // a minority side grants nothing (quorum.go)
+	if it.LeaseWant > 0 && len(v.lost) == 0 && !v.orphaned(it.Key) { // a minority side grants nothing, nor an orphaned key (quorum.go)
 		granted = n.grantLease(e, now, it)
 		p.recordGrant(it.Key, granted, now, n.grantMemory())
+		if granted > 0 {
+			if d, err := e.b.Take(n.bt(now), 0); err == nil {
+				l := e.b.Config()
+				p.notePeak(it.Key, float64(d.Remaining+1), float64(l.Limit)/float64(max(1, l.Period.Nanoseconds())), now)
+			}
+		}
 	}
 	if it.Hits > 0 || refund > 0 || granted > 0 || len(it.View) > 0 {
 		n.markChanged(s, it.Key, e, m)
@@ -177,9 +184,16 @@ func (n *Node) grantLease(e *entry, now time.Time, it *peerv1.FlushItem) int64 {
 	}
 	g := int64(share * float64(peek.Remaining))
 	g = min(max(g, 1), it.LeaseWant, peek.Remaining)
+	if room := n.fenceRoom(now, n.view, it.Key, e.b.Config(), g); room >= 0 {
+		g = min(g, room) // fence.go: within what the backup target knows
+	}
+	if g <= 0 {
+		return 0
+	}
 	if err := e.b.Drain(n.bt(now), g); err != nil {
 		return 0
 	}
+	n.fenceSpent(now, n.view, it.Key, g, e.b.Config())
 	n.metrics.LeasesGranted.Add(1)
 	n.metrics.LeaseTokensGranted.Add(g)
 	return g

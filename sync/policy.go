@@ -19,10 +19,10 @@ import (
 //     time it takes to detect a crash, does not hand out a fresh share of a
 //     bucket known to be spent.
 //
-// In cached mode the hits admitted under local-share are also kept as
-// pending hits of the key, flushed to the owner once it is back: its bucket
-// then counts what the partition admitted. Hits admitted by fail-open are
-// not charged: that policy deliberately ignores the limit.
+// In every mode the hits either policy admits are recorded and charged to
+// the key's bucket at its owner once that is reachable again (charge.go):
+// its bucket then counts what the partition admitted, once. Fail-open's
+// charge is capped at one bucket per key.
 func (n *Node) degrade(now time.Time, c uint32, v *view, r *Request, resp *Response, pol Policy) {
 	resp.Degraded = true
 	capacity := r.Limit.Capacity()
@@ -33,6 +33,9 @@ func (n *Node) degrade(now time.Time, c uint32, v *view, r *Request, resp *Respo
 		resp.Decision = bucket.Decision{Limit: capacity, RetryAfter: n.cfg.UnreachableAfter}
 	default:
 		n.decideShare(now, c, v, r, resp)
+	}
+	if resp.Err == nil && resp.Allowed {
+		n.charge(r) // charge.go: drained into the key's bucket later
 	}
 }
 
@@ -54,7 +57,7 @@ func (n *Node) decideShare(now time.Time, c uint32, v *view, r *Request, resp *R
 	var held bucket.Bucket
 	if s.share[r.Key] == nil && n.st.lookup(s, r.Key) == nil {
 		// A new share with no view to start from: a held backup may be one.
-		held = n.heldBucket(r.Key)
+		held = n.heldBucket(now, r.Key)
 	}
 	n.decideShareOn(now, c, v, s, r, resp, l, held)
 }
@@ -91,13 +94,4 @@ func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *Requ
 	}
 	e.meta = e.meta&flagMask | c<<flagBits
 	resp.Decision, resp.Err = take(e.b, n.bt(now), r)
-	if resp.Err != nil || !resp.Allowed || r.Hits == 0 || resp.Mode != ModeCached {
-		return
-	}
-	if base := n.st.lookup(s, r.Key); base != nil && !base.has(flagOwned) {
-		base.n1 += r.Hits
-		if p := v.peers[v.owner(r.Key)]; p != nil {
-			n.markDirty(s, r.Key, base, p)
-		}
-	}
 }

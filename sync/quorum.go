@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // The quorum rule keeps a node cut off from most of the cluster from taking
@@ -265,4 +267,141 @@ func (v *view) sameLost(lost []string) bool {
 		}
 	}
 	return true
+}
+
+// deposed handles this node's return from a minority side (old had lost
+// members, nv has none): while it was cut off, the majority took over every
+// key this node owns on nv (it started from their backups, fence.go) and
+// decided them; what this node still holds of them is stale, and deciding
+// on it, or merging the majority's hand-off into it keeping the most
+// consumed, would admit what the majority spent (issue #15: the rejoining
+// owner admitting on its refilled copy at the heal). So those owned states
+// are dropped, and their partitions await the hand-off of the member that
+// owned them on the majority's ring (await.go): until it comes, checks go
+// to that member as probes. What this node admitted while cut off is
+// charged separately (charge.go). It returns the partitions' marks, nil
+// when none.
+func (n *Node) deposed(now time.Time, old, nv *view) map[int]awaitFrom {
+	if len(old.lost) == 0 || len(nv.lost) > 0 || nv.ring == nil || n.cfg.HandoffWait == 0 || !nv.ring.Has(n.cfg.Self) {
+		return nil
+	}
+	var other []string
+	for name := range old.lost {
+		if !slices.Contains(old.standIns, name) && nv.ring.Has(name) {
+			other = append(other, name)
+		}
+	}
+	if len(other) == 0 {
+		return nil
+	}
+	slices.Sort(other)
+	maj, err := nv.ring.WithMembers(other)
+	if err != nil {
+		return nil
+	}
+	marks := map[int]awaitFrom{}
+	for id := range nv.ring.Config().PartitionCount {
+		if o, err := nv.ring.PartitionOwner(id); err != nil || o != n.cfg.Self {
+			continue
+		}
+		if from, err := maj.PartitionOwner(id); err == nil {
+			marks[id] = awaitFrom{from: from, until: now.Add(n.cfg.HandoffWait)}
+		}
+	}
+	if len(marks) == 0 {
+		return nil
+	}
+	var keys []string
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		keys = keys[:0]
+		for key, e := range s.m.all() {
+			if e.has(flagOwned) {
+				if _, ok := marks[nv.ring.PartitionOf(key)]; ok {
+					keys = append(keys, key)
+				}
+			}
+		}
+		slices.Sort(keys)
+		for _, key := range keys {
+			n.st.removeEntry(s, key, n.st.lookup(s, key))
+			n.dropFence(key)
+			n.metrics.DeposedKeys.Add(1)
+		}
+	}
+	return marks
+}
+
+// orphanedPartitions returns the partitions nv gives this node whose
+// owner before the failures and that owner's backup target (backup.go)
+// both failed (they are in the quorum baseline, not forgotten): a
+// partition cut off from the majority together with the member that held
+// its backups, two nodes crashed at once. No member holds a state of its
+// keys, nor knows what their owner admitted, which may go on admitting
+// where it is; deciding them here from fresh buckets would give each key a
+// second bucket. So their keys go by the partition policy, degraded, like
+// those of an unreachable owner, until the failed members return or are
+// forgotten (Config.FailedMemberTTL): the fence of fence.go covers what a
+// backup target knows, and here none does.
+func (n *Node) orphanedPartitions(nv *view) map[int]bool {
+	failed := n.quorum.failed
+	if len(failed) == 0 || nv.ring == nil || !nv.ring.Has(n.cfg.Self) || len(nv.lost) > 0 {
+		return nil
+	}
+	names := nv.ring.Members()
+	for m := range failed {
+		if !slices.Contains(names, m) {
+			names = append(names, m)
+		}
+	}
+	slices.Sort(names)
+	base, err := nv.ring.WithMembers(names)
+	if err != nil {
+		return nil
+	}
+	without := map[string]*ring.Ring{}
+	var out map[int]bool
+	for id := range nv.ring.Config().PartitionCount {
+		if o, err := nv.ring.PartitionOwner(id); err != nil || o != n.cfg.Self {
+			continue
+		}
+		was, err := base.PartitionOwner(id)
+		if err != nil || was == n.cfg.Self {
+			continue
+		}
+		if _, ok := failed[was]; !ok {
+			continue
+		}
+		w, ok := without[was]
+		if !ok {
+			if w, err = base.WithoutMember(was); err != nil {
+				w = nil
+			}
+			without[was] = w
+		}
+		if w == nil {
+			continue
+		}
+		if holder, err := w.PartitionOwner(id); err == nil {
+			if _, lost := failed[holder]; lost {
+				if out == nil {
+					out = map[int]bool{}
+				}
+				out[id] = true
+			}
+		}
+	}
+	return out
+}
+
+// orphaned reports whether key's partition is orphaned in v (see
+// orphanedPartitions).
+func (v *view) orphaned(key string) bool {
+	return len(v.orphans) > 0 && v.orphans[v.ring.PartitionOf(key)]
+}
+
+// orphansChanged reports whether the orphaned partitions of v are not
+// those the quorum gives now (a failed member was forgotten).
+func (n *Node) orphansChanged(v *view) bool {
+	return len(v.orphans) > 0 || len(n.quorum.failed) > 0 && v.ring != nil && len(n.orphanedPartitions(v)) > 0
 }

@@ -868,7 +868,11 @@ type KeyState struct {
 	LeaseGranted int64 `protobuf:"varint,5,opt,name=lease_granted,json=leaseGranted,proto3" json:"lease_granted,omitempty"`
 	// share is the receiver's share of the key's tokens between syncs, as the
 	// owner sees the nodes active on the key (cached mode's budget).
-	Share         float32 `protobuf:"fixed32,6,opt,name=share,proto3" json:"share,omitempty"`
+	Share float32 `protobuf:"fixed32,6,opt,name=share,proto3" json:"share,omitempty"`
+	// reserve, in a Backup, is the tokens the owner may still drain from the
+	// key beyond this state until a later backup of it is acknowledged (its
+	// fence, sync/fence.go): whoever starts from this state drains them first.
+	Reserve       int64 `protobuf:"varint,7,opt,name=reserve,proto3" json:"reserve,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -941,6 +945,13 @@ func (x *KeyState) GetLeaseGranted() int64 {
 func (x *KeyState) GetShare() float32 {
 	if x != nil {
 		return x.Share
+	}
+	return 0
+}
+
+func (x *KeyState) GetReserve() int64 {
+	if x != nil {
+		return x.Reserve
 	}
 	return 0
 }
@@ -1076,7 +1087,11 @@ type ForwardItem struct {
 	// own the key, or it asks the previous owner while a hand-off is on its
 	// way). The receiver decides it as owner or answers not-owner; it never
 	// passes it on again.
-	Relayed       bool `protobuf:"varint,6,opt,name=relayed,proto3" json:"relayed,omitempty"`
+	Relayed bool `protobuf:"varint,6,opt,name=relayed,proto3" json:"relayed,omitempty"`
+	// fenced: the check is in owner or leased mode, whose owner decides it
+	// within its fence (sync/fence.go); a cached-mode check sent to the owner
+	// (a key too small for shares) is not.
+	Fenced        bool `protobuf:"varint,7,opt,name=fenced,proto3" json:"fenced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1149,6 +1164,13 @@ func (x *ForwardItem) GetRelease() bool {
 func (x *ForwardItem) GetRelayed() bool {
 	if x != nil {
 		return x.Relayed
+	}
+	return false
+}
+
+func (x *ForwardItem) GetFenced() bool {
+	if x != nil {
+		return x.Fenced
 	}
 	return false
 }
@@ -1622,14 +1644,15 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\bFlushAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12+\n" +
 	"\x11flush_incarnation\x18\x02 \x01(\x04R\x10flushIncarnation\x121\n" +
-	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\"\xa2\x01\n" +
+	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\"\xbc\x01\n" +
 	"\bKeyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\fR\x05state\x12\x16\n" +
 	"\x06demand\x18\x03 \x01(\x02R\x06demand\x12\x1b\n" +
 	"\tnot_owner\x18\x04 \x01(\bR\bnotOwner\x12#\n" +
 	"\rlease_granted\x18\x05 \x01(\x03R\fleaseGranted\x12\x14\n" +
-	"\x05share\x18\x06 \x01(\x02R\x05share\"\x8b\x01\n" +
+	"\x05share\x18\x06 \x01(\x02R\x05share\x12\x18\n" +
+	"\areserve\x18\a \x01(\x03R\areserve\"\x8b\x01\n" +
 	"\x04Push\x12\x1f\n" +
 	"\vapplied_seq\x18\x01 \x01(\x04R\n" +
 	"appliedSeq\x12/\n" +
@@ -1637,14 +1660,15 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\"O\n" +
 	"\aForward\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x124\n" +
-	"\x05items\x18\x02 \x03(\v2\x1e.ringlimit.peer.v1.ForwardItemR\x05items\"\xad\x01\n" +
+	"\x05items\x18\x02 \x03(\v2\x1e.ringlimit.peer.v1.ForwardItemR\x05items\"\xc5\x01\n" +
 	"\vForwardItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
 	"\x04hits\x18\x03 \x01(\x03R\x04hits\x12\x14\n" +
 	"\x05lease\x18\x04 \x01(\tR\x05lease\x12\x18\n" +
 	"\arelease\x18\x05 \x01(\bR\arelease\x12\x18\n" +
-	"\arelayed\x18\x06 \x01(\bR\arelayed\"\x82\x01\n" +
+	"\arelayed\x18\x06 \x01(\bR\arelayed\x12\x16\n" +
+	"\x06fenced\x18\a \x01(\bR\x06fenced\"\x82\x01\n" +
 	"\fForwardReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
 	"\x13forward_incarnation\x18\x02 \x01(\x04R\x12forwardIncarnation\x121\n" +

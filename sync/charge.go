@@ -1,0 +1,140 @@
+package sync
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// Charging: every admission counts once in the key's bucket.
+//
+// A hit admitted without the key's owner (by the partition policy:
+// local-share or fail-open, while the owner is unreachable or while this
+// node is on a minority side, including the keys this node owns itself
+// then) is recorded here as a debt of its key, in every mode. A debt is
+// drained into the key's bucket at whichever node owns the key once that
+// owner is reachable again and this node is not on a minority side:
+//
+//   - when the owner is another member, the hits go as pending hits of the
+//     key's cached entry (created if need be) with the next flush, which the
+//     owner applies once (flushes are numbered per incarnation; a flush lost
+//     with its target goes back to pending, membership.go's requeue);
+//   - when the owner is this node, they are drained into its owned state,
+//     once no hand-off of the key's partition is still awaited (a state
+//     merged after the drain keeps the most consumed of the two, which would
+//     lose either the drain or the hand-off's hits).
+//
+// A debt waits while neither holds: for the owner to be reachable, for
+// this node to leave its minority side, for the hand-off. The debt of a key
+// is capped at its capacity: a policy that admits without limit (fail-open)
+// then costs the key at most one bucket afterwards, not a lockout as long
+// as the flood was. Checks that are only peeks (hits 0) and the Concurrency
+// limiter's permits (released by their holder, not refilled) are not
+// charged. Metrics.PolicyHitsCharged counts the hits recorded,
+// PolicyHitsDrained those handed to an owner or drained here.
+
+// charges holds a Node's debts.
+type charges struct {
+	// debt maps a key to the hits admitted without its owner and not yet
+	// drained.
+	debt map[string]*debt
+}
+
+// debt is what a key owes its bucket: hits admitted under limit l.
+type debt struct {
+	l    bucket.Limit
+	hits int64
+}
+
+// charge records hits of r admitted by the partition policy (see above).
+func (n *Node) charge(r *Request) {
+	if r.Hits <= 0 || r.Limit.Algorithm == bucket.Concurrency {
+		return
+	}
+	ch := &n.chg
+	d := ch.debt[r.Key]
+	if d == nil {
+		if len(ch.debt) >= n.cfg.MaxKeys {
+			n.metrics.PolicyHitsUncharged.Add(r.Hits)
+			return
+		}
+		if ch.debt == nil {
+			ch.debt = map[string]*debt{}
+		}
+		d = &debt{}
+		ch.debt[r.Key] = d
+	}
+	d.l = r.Limit
+	capacity := max(1, r.Limit.Capacity())
+	add := min(r.Hits, capacity-min(d.hits, capacity))
+	d.hits += add
+	n.metrics.PolicyHitsCharged.Add(add)
+	n.metrics.PolicyHitsUncharged.Add(r.Hits - add)
+}
+
+// owes reports the hits this node owes key's bucket (0 when none).
+func (n *Node) owes(key string) int64 {
+	if d := n.chg.debt[key]; d != nil {
+		return d.hits
+	}
+	return 0
+}
+
+// tickCharges drains the debts whose key's owner can take them (see
+// above). Keys are visited in sorted order, so that the flushes are the
+// same from run to run.
+func (n *Node) tickCharges(now time.Time, v *view) {
+	ch := &n.chg
+	if len(ch.debt) == 0 || len(v.lost) > 0 || n.leaving || v.ring == nil {
+		return
+	}
+	c := coarse(now)
+	for _, key := range slices.Sorted(maps.Keys(ch.debt)) {
+		d := ch.debt[key]
+		owner := v.owner(key)
+		s := n.st.shardOf(key)
+		if owner == n.cfg.Self {
+			if n.awaitingPartition(now, v, key) {
+				continue
+			}
+			e, _, err := n.ownedEntry(s, key, d.l, 0, now, c)
+			if err == nil {
+				_ = e.b.Drain(n.bt(now), d.hits)
+				n.markChanged(s, key, e, -1)
+				n.metrics.PolicyHitsDrained.Add(d.hits)
+			}
+			delete(ch.debt, key)
+			continue
+		}
+		p := v.peers[owner]
+		if p == nil || p.gone || p.down(now) {
+			continue
+		}
+		e, _, _, err := n.cachedEntry(s, key, d.l, 0, now, c)
+		if err != nil {
+			delete(ch.debt, key)
+			continue
+		}
+		if e.has(flagOwned) {
+			continue // being handed off: flushed once it is a view
+		}
+		e.n1 = min(e.n1+d.hits, math.MaxInt64/2)
+		n.markDirty(s, key, e, p)
+		n.metrics.PolicyHitsDrained.Add(d.hits)
+		delete(ch.debt, key)
+	}
+}
+
+// awaitingPartition reports whether key's partition, gained by this node,
+// still awaits its hand-off at now (whether or not this node holds state
+// for the key).
+func (n *Node) awaitingPartition(now time.Time, v *view, key string) bool {
+	if len(v.await) == 0 || n.awaitOver(now, v) {
+		return false
+	}
+	a, ok := v.await[v.ring.PartitionOf(key)]
+	return ok && now.Before(a.until)
+}

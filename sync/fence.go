@@ -1,0 +1,295 @@
+package sync
+
+import (
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// Fencing: a key's owner never drains more from the key than the member that
+// would take it over knows about, so that whoever takes the key over (after
+// a crash, a partition or a restart, with no hand-off) starts from a state
+// at least as consumed as the real one, and the owner that was cut off, or
+// deposed, cannot admit on top of it.
+//
+// The owner's backups (backup.go) go to that member, the key's owner on the
+// ring without this node. Each backup of a key carries, with its state, a
+// reserve: the tokens the owner may drain from the key beyond that state
+// until a later backup of it is acknowledged. The owner keeps, per key
+// decided in owner or leased mode (its fence):
+//
+//   - spent, the tokens it drained deciding the key as owner since it took
+//     it: the hits it admitted and the leases it granted;
+//   - bound, how far spent may go: the highest mark (spent when a backup was
+//     sent, plus that backup's reserve) its target acknowledged. A key never
+//     acknowledged has bound 0;
+//   - promised, the highest mark sent. A backup's reserve is chosen so that
+//     its mark is never below one sent before: the holder keeps the latest
+//     reserve, so the latest mark must cover every acknowledged one.
+//
+// A decision that would take spent past bound waits (at most RequestTimeout)
+// for the acknowledgement of a backup sent at once; one that cannot get it
+// (the target is cut off, or this node is) is decided by the request's
+// partition policy, like a check whose owner does not answer (a forwarded
+// one is answered not-owner, and its sender applies its policy). A lease
+// is granted only within the bound. Once spent is within half a reserve of
+// the bound, the next backup is sent at once, so a busy key's checks rarely
+// wait.
+//
+// Whoever starts from a backed-up state (the new owner restoring it after a
+// crash, the owner given its states back after a restart, a node asking the
+// holder, the holder's local-share) drains the reserve first. The real
+// bucket has then drained at least as much as the state started from, since
+// the owner drained at most the reserve beyond it: the new owner never
+// admits on top of the old one, whenever the old one stops and whether it
+// stops at all, with no assumption on clocks or failure detection.
+//
+// The reserve is a fraction of the key's capacity (fenceFraction, at least
+// one token and at least the hits a waiting check asks for): what a failover
+// may under-admit, once. A key's first check in owner or leased mode waits
+// for one backup round trip; a node with no backup target (alone on its
+// ring) is not fenced: no one takes its keys over.
+//
+// The fence covers what the backup target knows. Its limit: a key's new
+// owner that is not its backup holder (two members lost at once, the owner
+// and its target, e.g. both on the minority side of a partition) starts from
+// the views the non-owners report, or a fresh bucket, as before.
+
+// fenceFraction is the reserve of a backup, as a fraction of the key's
+// capacity.
+const fenceFraction = 0.1
+
+// fence is an owned key's account of what it drained against what its
+// backup target knows (see above).
+type fence struct {
+	spent, bound, promised int64
+	// want is the most hits a check waiting on the fence asks for: the next
+	// reserve covers it.
+	want int64
+	// gen counts the resets (resetFences): an acknowledgement of a backup
+	// sent before the last one raises nothing.
+	gen uint64
+}
+
+// fenceHold is a check waiting for its key's fence to rise.
+type fenceHold struct {
+	it    *fwdItem
+	until time.Time
+}
+
+// fences holds a Node's fences and the checks waiting on them.
+type fences struct {
+	m    map[string]*fence
+	wait []fenceHold
+}
+
+// fenceOn returns the fence of key, nil when the key is not fenced: this
+// node has no backup target for it (alone on its ring, or on a minority
+// side, where it decides no key as owner).
+func (n *Node) fenceOn(v *view, key string) *fence {
+	if len(v.lost) > 0 || v.ring == nil {
+		return nil
+	}
+	if p := n.fenceTarget(v, key); p == nil || p.gone {
+		return nil
+	}
+	f := n.fen.m[key]
+	if f == nil {
+		if n.fen.m == nil {
+			n.fen.m = map[string]*fence{}
+		}
+		f = &fence{}
+		n.fen.m[key] = f
+	}
+	return f
+}
+
+// dropFence forgets key's fence: the key is no longer owned here.
+func (n *Node) dropFence(key string) {
+	if n.fen.m != nil {
+		delete(n.fen.m, key)
+	}
+}
+
+// resetFences starts every fence again from what it spent, after a
+// membership change: the backup target of a key may have changed, and the
+// new one knows nothing of the bound the old one acknowledged. The keys no
+// longer owned here lose their fence.
+func (n *Node) resetFences(v *view) {
+	for key, f := range n.fen.m {
+		if v.owner(key) != n.cfg.Self || len(v.lost) > 0 {
+			delete(n.fen.m, key)
+			continue
+		}
+		f.bound, f.promised = f.spent, f.spent
+		f.gen++
+	}
+}
+
+// reserveOf returns the reserve a backup of a key of capacity capacity
+// grants, for a fence f.
+func reserveOf(f *fence, capacity int64) int64 {
+	r := max(1, int64(fenceFraction*float64(capacity)), f.want)
+	return max(r, f.promised-f.spent)
+}
+
+// fenceBlocks reports whether a decision of hits on key as owner must wait
+// for its fence (see above), asking for a backup when it must.
+func (n *Node) fenceBlocks(now time.Time, v *view, r *Request) bool {
+	if r.Hits <= 0 || r.Limit.Algorithm == bucket.Concurrency {
+		return false
+	}
+	f := n.fenceOn(v, r.Key)
+	if f == nil || f.spent+r.Hits <= f.bound {
+		return false
+	}
+	s := n.st.shardOf(r.Key)
+	if e := n.st.lookup(s, r.Key); e != nil && e.has(flagOwned) && e.b.Config().Algorithm == r.Limit.Algorithm {
+		if d, err := e.b.Take(n.bt(now), 0); err == nil && d.Remaining < r.Hits {
+			return false // rejected whatever the fence: a rejection drains nothing
+		}
+	}
+	f.want = max(f.want, r.Hits)
+	if f.promised < f.spent+r.Hits {
+		n.backupKeyNow(now, v, r.Key, r.Limit)
+	}
+	return true
+}
+
+// fenceSpent records hits drained from key by this node as owner, and asks
+// for the next backup once they come within half a reserve of the bound.
+func (n *Node) fenceSpent(now time.Time, v *view, key string, hits int64, l bucket.Limit) {
+	if hits <= 0 {
+		return
+	}
+	f := n.fen.m[key]
+	if f == nil {
+		return
+	}
+	f.spent += hits
+	if f.promised-f.spent < max(1, int64(fenceFraction*float64(l.Capacity())))/2 {
+		n.backupKeyNow(now, v, key, l)
+	}
+}
+
+// fenceRoom returns how many tokens of key this node may drain as owner now
+// without waiting (for a lease grant), asking for a backup when that is
+// less than want; -1 when the key is not fenced.
+func (n *Node) fenceRoom(now time.Time, v *view, key string, l bucket.Limit, want int64) int64 {
+	f := n.fenceOn(v, key)
+	if f == nil {
+		return -1
+	}
+	room := max(0, f.bound-f.spent)
+	if room < want && f.promised < f.spent+want {
+		f.want = max(f.want, min(want, 1<<20))
+		n.backupKeyNow(now, v, key, l)
+	}
+	return room
+}
+
+// backupKeyNow sends key's state to its backup target at once, with
+// whatever else changed since the last round (tickBackups). A key with no
+// state yet gets a fresh one of limit l (its first check waits for it).
+func (n *Node) backupKeyNow(now time.Time, v *view, key string, l bucket.Limit) {
+	s := n.st.shardOf(key)
+	e := n.st.lookup(s, key)
+	if e == nil {
+		var err error
+		if e, _, err = n.ownedEntry(s, key, l, 0, now, coarse(now)); err != nil {
+			return
+		}
+	}
+	if !e.has(flagOwned) {
+		return
+	}
+	markBackup(s, e)
+	if n.backingUp {
+		return
+	}
+	n.backingUp = true
+	n.dur.nextBackup = now
+	n.tickBackups(now, v)
+	n.backingUp = false
+}
+
+// holdFenced makes it wait for its key's fence (see above): half the
+// request timeout (a forwarded check's sender waits for the whole of it,
+// and must get this node's answer first), or only until the next Tick when
+// the key's backup target is marked unreachable (a backup to it went
+// unanswered: the checks go to the policy without waiting each in turn).
+func (n *Node) holdFenced(now time.Time, it *fwdItem) {
+	until := now.Add(n.cfg.RequestTimeout / 2)
+	if p := n.fenceTarget(n.view, it.req.Key); p != nil && p.down(now) {
+		until = now
+	}
+	n.fen.wait = append(n.fen.wait, fenceHold{it: it, until: until})
+}
+
+// fenceTarget returns the peer that backs key up, nil when none.
+func (n *Node) fenceTarget(v *view, key string) *peer {
+	if v.ring == nil {
+		return nil
+	}
+	succ := n.successorRing(v.ring)
+	if succ == nil {
+		return nil
+	}
+	t := n.targetsOf(v, succ)[succ.PartitionOf(key)]
+	if t < 0 {
+		return nil
+	}
+	return v.peers[v.names[t]]
+}
+
+// tickFenced decides the checks waiting on a fence that has risen, and
+// those whose wait is over or whose key is no longer owned here (see
+// above). Checks of one key are decided in the order they came.
+func (n *Node) tickFenced(now time.Time, v *view) {
+	if len(n.fen.wait) == 0 {
+		return
+	}
+	c := coarse(now)
+	waiting := n.fen.wait
+	n.fen.wait = nil
+	var blocked map[string]bool
+	for i, h := range waiting {
+		it := h.it
+		key := it.req.Key
+		switch {
+		case v.owner(key) != n.cfg.Self || len(v.lost) > 0:
+			if it.relay {
+				it.resp.Err = ErrNotOwner
+				n.completeForward(it)
+			} else if len(v.lost) > 0 || !n.routeAgain(now, c, v, n.selfPeer(), it) {
+				n.degradeForward(now, c, it)
+			}
+			continue
+		case blocked[key]:
+		case !n.fenceBlocks(now, v, &it.req):
+			it.resp.Owner = n.cfg.Self
+			_ = n.takeOwned(now, c, v, &it.req, it.resp, false)
+			n.completeForward(it)
+			continue
+		case !now.Before(h.until):
+			n.metrics.FenceTimeouts.Add(1)
+			if it.relay {
+				it.resp.Err = ErrNotOwner
+				n.completeForward(it)
+			} else {
+				n.degrade(now, c, v, &it.req, it.resp, it.pol)
+				n.completeForward(it)
+			}
+			continue
+		}
+		if blocked == nil {
+			blocked = map[string]bool{}
+		}
+		blocked[key] = true
+		n.fen.wait = append(n.fen.wait, waiting[i])
+	}
+}
+
+// selfPeer returns a stand-in peer for this node, for routeAgain's "from"
+// (a check held here is sent on to the key's new owner, never back here).
+func (n *Node) selfPeer() *peer { return &peer{name: n.cfg.Self} }
