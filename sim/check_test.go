@@ -80,7 +80,7 @@ func checkSpecShort() CheckSpec {
 }
 
 // TestCheckReproducible: a seed gives the same schedule and the same
-// result, byte for byte; two seeds give two schedules.
+// result, byte for byte, clock offsets included; two seeds give two schedules.
 func TestCheckReproducible(t *testing.T) {
 	spec := checkSpecShort()
 	m := CheckModes()[2]
@@ -95,8 +95,10 @@ func TestCheckReproducible(t *testing.T) {
 		}
 		return b
 	}
-	if a, b := run(3), run(3); !bytes.Equal(a, b) {
-		t.Errorf("seed 3: two runs differ:\n%s\n%s", a, b)
+	for _, seed := range []uint64{3, 4} { // seed 4 steps a clock
+		if a, b := run(seed), run(seed); !bytes.Equal(a, b) {
+			t.Errorf("seed %d: two runs differ:\n%s\n%s", seed, a, b)
+		}
 	}
 	if a, b := NewSchedule(spec, 3), NewSchedule(spec, 4); a.String() == b.String() {
 		t.Errorf("seeds 3 and 4 draw the same schedule: %v", a)
@@ -118,26 +120,21 @@ func TestSchedulesDrawEveryFault(t *testing.T) {
 			if f.At < sec(1) || f.At+f.For > Duration(spec.Duration)-sec(2) {
 				t.Errorf("seed %d: %v outside [1s, %v]", seed, f, spec.Duration-2*time.Second)
 			}
+			if f.Offset > Duration(spec.MaxOffset) || f.Offset < -Duration(spec.MaxOffset) {
+				t.Errorf("seed %d: %v beyond ±%v", seed, f, spec.MaxOffset)
+			}
 		}
 		if _, err := s.Scenario(spec, CheckModes()[0]); err != nil {
 			t.Errorf("seed %d: %v", seed, err)
 		}
 	}
-	for _, k := range []string{"partition", "isolate", "cut", "flap", "restart", "kill", "leave", "join", "silent=yes", "silent=no"} {
+	for _, k := range []string{"partition", "isolate", "cut", "flap", "restart", "kill", "leave", "join", "offset", "silent=yes", "silent=no"} {
 		if seen[k] == 0 {
 			t.Errorf("200 seeds drew no %s", k)
 		}
 	}
 	if len(sizes) != spec.MaxNodes-spec.MinNodes+1 {
 		t.Errorf("200 seeds drew cluster sizes %v, want every one of %d to %d", sizes, spec.MinNodes, spec.MaxNodes)
-	}
-	spec.MaxOffset = 2 * time.Second
-	s := NewSchedule(spec, 0)
-	for seed := uint64(1); !s.hasOffsets(); seed++ {
-		s = NewSchedule(spec, seed)
-	}
-	if _, err := Check(spec, CheckModes()[0], s); err == nil {
-		t.Errorf("seed %d: a schedule with clock offsets ran without a clock hook", s.Seed)
 	}
 }
 
@@ -182,10 +179,12 @@ func TestFaultCheckCachedWithinAllowance(t *testing.T) {
 	checkShort(t, []CheckMode{CheckModes()[2]}, 40)
 }
 
-// TestFaultCheckNoFaultKeepsEnvelope: with no fault, owner mode
-// (fail-closed) keeps every key within the token bucket's envelope over
-// every span, under the interleaving scheduler, and leased mode within the
-// bound consistency.md documents for it, C + r·(t + LeaseTTL). (Leased
+// TestFaultCheckNoFaultKeepsEnvelope: with no fault but the schedules'
+// clock offsets within the bound, owner mode (fail-closed) keeps every key
+// within the token bucket's envelope over every span (plus the bound's
+// effect, clockAllowance), under the interleaving scheduler, and leased
+// mode within the bound consistency.md documents for it,
+// C + r·(t + LeaseTTL). (Leased
 // mode leaves the envelope itself by up to 1.4 hits with no fault, seeds 2,
 // 4, 6 and 7: a grant drained before a span is spent in it while the
 // owner's bucket refills; TestFailClosedEnvelopeUnderFaults holds it to
@@ -194,13 +193,18 @@ func TestFaultCheckNoFaultKeepsEnvelope(t *testing.T) {
 	spec := checkSpecShort()
 	leased := CheckModes()[1]
 	leased.LeaseSlack = true
+	offsets, worst := 0, math.Inf(-1)
 	for _, m := range []CheckMode{CheckModes()[0], leased} {
-		for seed := uint64(1); seed <= 10; seed++ {
+		for seed := uint64(1); seed <= 40; seed++ {
 			s := NewSchedule(spec, seed)
-			s.Faults = nil
+			s.Faults = slices.DeleteFunc(s.Faults, func(f Fault) bool { return f.Kind != "offset" })
+			offsets += len(s.Faults)
 			r, err := Check(spec, m, s)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if len(s.Faults) > 0 && r.Envelope.Over > worst {
+				worst = r.Envelope.Over
 			}
 			if r.Failed() {
 				var b bytes.Buffer
@@ -209,21 +213,29 @@ func TestFaultCheckNoFaultKeepsEnvelope(t *testing.T) {
 			}
 		}
 	}
+	if offsets == 0 {
+		t.Error("seeds 1 to 40 drew no clock offset")
+	}
+	t.Logf("%d clock offsets within ±%v over both modes; with offsets, at most %+.2f hits over the envelope alone (the clock allowance: up to %.0f per offset)",
+		offsets, spec.MaxOffset, worst, float64(spec.Limit.Limit)/spec.Limit.Period.D().Seconds()*2*spec.MaxOffset.Seconds())
 }
 
 // TestFaultCheckHandoffsKeepEnvelope: owner mode with fail-closed keeps
-// every key within the envelope through joins, graceful leaves and
-// one-way cuts (the schedules of seeds 1 to 100 with their other faults
-// dropped): hand-offs move keys with their state, and a one-way cut
-// removes nobody. (make sim-check: no failure of owner mode shrinks to one
-// of these alone.)
+// every key within the envelope (plus the clock bound's effect,
+// clockAllowance) through joins, graceful leaves, one-way cuts and clock
+// offsets within the bound (the schedules of seeds 1 to 100 with their
+// other faults dropped): hand-offs move keys with their state, a one-way
+// cut removes nobody, and cluster time absorbs the offsets. (make
+// sim-check: no failure of owner mode shrinks to one of these alone.)
 func TestFaultCheckHandoffsKeepEnvelope(t *testing.T) {
 	spec := checkSpecShort()
 	m := CheckModes()[0]
 	ran := 0
 	for seed := uint64(1); seed <= 100; seed++ {
 		s := NewSchedule(spec, seed)
-		s.Faults = slices.DeleteFunc(s.Faults, func(f Fault) bool { return f.Kind != "join" && f.Kind != "leave" && f.Kind != "cut" })
+		s.Faults = slices.DeleteFunc(s.Faults, func(f Fault) bool {
+			return f.Kind != "join" && f.Kind != "leave" && f.Kind != "cut" && f.Kind != "offset"
+		})
 		if len(s.Faults) == 0 {
 			continue
 		}
@@ -239,9 +251,47 @@ func TestFaultCheckHandoffsKeepEnvelope(t *testing.T) {
 		}
 	}
 	if ran < 20 {
-		t.Errorf("only %d of 100 seeds drew a join, a leave or a cut", ran)
+		t.Errorf("only %d of 100 seeds drew a join, a leave, a cut or an offset", ran)
 	}
-	t.Logf("%d schedules of joins, graceful leaves and one-way cuts", ran)
+	t.Logf("%d schedules of joins, graceful leaves, one-way cuts and clock offsets", ran)
+}
+
+// TestFaultCheckSeesOffsetsBeyondBound: the checker is not blind to the
+// clock. Schedules whose offsets go up to 30 minutes, far beyond the nodes'
+// bound of 500 ms (their other faults dropped), break owner mode's
+// envelope: a node's clock stepping forward by more than the bound refills
+// the keys it owns by more than clockAllowance allows, and the check says
+// so. The same seeds with offsets within the bound keep it
+// (TestFaultCheckNoFaultKeepsEnvelope).
+func TestFaultCheckSeesOffsetsBeyondBound(t *testing.T) {
+	spec := checkSpecShort()
+	spec.MaxOffset = 30 * time.Minute
+	m := CheckModes()[0]
+	ran, failed := 0, 0
+	worst := Excess{}
+	for seed := uint64(1); seed <= 100; seed++ {
+		s := NewSchedule(spec, seed)
+		s.Faults = slices.DeleteFunc(s.Faults, func(f Fault) bool { return f.Kind != "offset" })
+		if len(s.Faults) == 0 {
+			continue
+		}
+		ran++
+		r, err := Check(spec, m, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Failed() {
+			failed++
+		}
+		if r.Worst.Over > worst.Over {
+			worst = r.Worst
+		}
+	}
+	t.Logf("%d of %d schedules of offsets up to ±30m failed; worst %+.2f hits over (%d in %v..%v, bound %.2f)",
+		failed, ran, worst.Over, worst.Admitted, worst.From, worst.To, worst.Bound)
+	if ran < 10 || failed*2 < ran {
+		t.Errorf("%d of %d schedules with offsets beyond the bound failed; want at least half of at least 10", failed, ran)
+	}
 }
 
 // TestFailClosedEnvelopeUnderFaults is issue #15's promise (item 3) under

@@ -28,9 +28,10 @@ const streamSchedule = 5
 //   - "kill": Node crashes for good.
 //   - "leave": Node leaves gracefully for good.
 //   - "join": a new node joins.
-//   - "offset": Node's clock runs Offset ahead (negative: behind). The
-//     seam for issue #15's clock bound: Check refuses it until the
-//     simulator has a clock hook.
+//   - "offset": Node's clock steps to Offset ahead (negative: behind) of
+//     the simulation's, and For later steps back to it (the simulator's
+//     "clock" event, twice): one step forward and one back, whatever the
+//     sign.
 //
 // Node and From name a node ("n2") or say "owner": the owner of key 0 when
 // the fault fires.
@@ -70,7 +71,7 @@ func (f Fault) String() string {
 	case "flap":
 		fmt.Fprintf(&b, " every %v for %v", f.Every, f.For)
 	case "offset":
-		fmt.Fprintf(&b, " by %v", f.Offset)
+		fmt.Fprintf(&b, " by %v for %v", f.Offset, f.For)
 	case "partition", "isolate", "cut":
 		fmt.Fprintf(&b, " for %v", f.For)
 	}
@@ -176,8 +177,7 @@ func NewSchedule(spec CheckSpec, seed uint64) Schedule {
 		case "join":
 			f.For = 0
 		case "offset":
-			f.Node = name()
-			f.For = 0
+			f.Node = name() // a name: the step back must reach the same node
 			f.Offset = Duration(rng.Int64N(2*int64(spec.MaxOffset)+1) - int64(spec.MaxOffset))
 		}
 		s.Faults = append(s.Faults, f)
@@ -226,7 +226,8 @@ func (s Schedule) Scenario(spec CheckSpec, m CheckMode) (Scenario, error) {
 		case "join":
 			sc.Events = append(sc.Events, Event{At: f.At, Action: "join"})
 		case "offset":
-			// Applied by the clock hook (see Fault); no timeline event.
+			sc.Events = append(sc.Events, Event{At: f.At, Action: "clock", Node: f.Node, Offset: f.Offset},
+				Event{At: f.At + f.For, Action: "clock", Node: f.Node})
 		default:
 			return Scenario{}, fmt.Errorf("%w: schedule %d: unknown fault %q", ErrScenario, s.Seed, f.Kind)
 		}

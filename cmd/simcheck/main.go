@@ -1,6 +1,7 @@
 // Command simcheck is ringlimit's randomized fault checker: it runs seeded
 // random fault schedules (partitions, isolations, one-way cuts, flapping
-// links, crashes, restarts, joins, graceful leaves) through the simulator
+// links, crashes, restarts, joins, graceful leaves, clock offsets within
+// the nodes' bound, stepping forward and back) through the simulator
 // with the interleaving scheduler, and checks every key's admissions over
 // every span against the promise of each mode (sim/check.go): owner and
 // leased mode with fail-closed within the token bucket's envelope, cached
@@ -49,7 +50,7 @@ type config struct {
 	modes, schedule, format string
 	seed                    uint64
 	n, parallel, shrink     int
-	duration                time.Duration
+	duration, maxOffset     time.Duration
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
@@ -62,6 +63,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.parallel, "parallel", 0, "schedules run at once (default: one per CPU); the output does not depend on it")
 	fs.IntVar(&c.shrink, "shrink", 1000, "failed schedules to shrink and print per mode (the others are listed by seed)")
 	fs.DurationVar(&c.duration, "duration", 0, "simulated traffic time of each schedule (default 20s)")
+	fs.DurationVar(&c.maxOffset, "max-offset", sim.DefaultCheckSpec().MaxOffset,
+		"largest clock offset a schedule gives a node, either way (default: the nodes' bound, sync.Config.MaxClockOffset; 0 draws none; beyond the bound the check sees its effect)")
 	fs.StringVar(&c.schedule, "schedule", "", "check the schedule in this JSON file (as a failure prints it) instead of drawing seeds")
 	fs.StringVar(&c.format, "format", "text", "output: text, or json (every result)")
 	if err := fs.Parse(args); err != nil {
@@ -74,8 +77,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-n %d: want at least 1", c.n)
 	case c.format != "text" && c.format != "json":
 		return c, fmt.Errorf("-format %q: want text or json", c.format)
-	case c.shrink < 0 || c.parallel < 0 || c.duration < 0:
-		return c, errors.New("-shrink, -parallel and -duration must not be negative")
+	case c.shrink < 0 || c.parallel < 0 || c.duration < 0 || c.maxOffset < 0:
+		return c, errors.New("-shrink, -parallel, -duration and -max-offset must not be negative")
 	}
 	if c.parallel == 0 {
 		c.parallel = runtime.GOMAXPROCS(0)
@@ -98,6 +101,7 @@ func run(args []string, stdout, stderr io.Writer, tty bool) (int, error) {
 	if c.duration > 0 {
 		spec.Duration = c.duration
 	}
+	spec.MaxOffset = c.maxOffset
 	var results []*sim.CheckResult
 	var scheds []sim.Schedule
 	if c.schedule != "" {
@@ -158,8 +162,8 @@ func run(args []string, stdout, stderr io.Writer, tty bool) (int, error) {
 		}
 	}
 	if c.format == "text" {
-		fmt.Fprintf(stdout, "fault checker: %d to %d nodes, %v each, %d keys of %d per %v, %.0f requests/s, interleave %v\n",
-			spec.MinNodes, spec.MaxNodes, spec.Duration, spec.Keys, spec.Limit.Limit, spec.Limit.Period, spec.Rate, spec.Interleave)
+		fmt.Fprintf(stdout, "fault checker: %d to %d nodes, %v each, %d keys of %d per %v, %.0f requests/s, interleave %v, clock offsets within ±%v\n",
+			spec.MinNodes, spec.MaxNodes, spec.Duration, spec.Keys, spec.Limit.Limit, spec.Limit.Period, spec.Rate, spec.Interleave, spec.MaxOffset)
 		if err := sim.WriteCheckSummary(stdout, sim.Summarize(modes, results)); err != nil {
 			return 2, err
 		}
