@@ -522,6 +522,13 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			resp.Err = err
 		case leaving:
 			resp.Err = check.ErrLeaving
+		case len(v.lost) > 0:
+			// quorum.go: on a minority side every key goes by its policy,
+			// this node's own too (the majority takes them over from their
+			// backups, and the fence is off here): the asking node applies
+			// its policy.
+			n.metrics.NotOwner.Add(1)
+			resp.Err = ErrNotOwner
 		case v.orphaned(it.Key):
 			// quorum.go: no member knows the key's state; the asking node
 			// applies its partition policy.
