@@ -254,7 +254,12 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 		if errors.Is(err, ErrNotOwner) || errors.Is(err, check.ErrLeaving) {
 			if it.here {
 				// The previous owner answered: whatever state it had for
-				// the key was handed off before, on the same queue.
+				// the key was handed off before, on the same queue. Unless
+				// another member may hold it (awaitFrom.also): then the
+				// check waits for its hand-off.
+				if n.awaitsAlso(now, n.view, it.req.Key, p.name) && n.parkCheck(now, n.view, it) {
+					continue
+				}
 				n.decideHere(now, c, v, it)
 				continue
 			}

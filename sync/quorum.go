@@ -304,13 +304,20 @@ func (n *Node) deposed(now time.Time, old, nv *view) map[int]awaitFrom {
 	if err != nil {
 		return nil
 	}
+	holders := holderRing(old.ring, n.cfg.Self, old.standIns)
 	marks := map[int]awaitFrom{}
 	for id := range nv.ring.Config().PartitionCount {
 		if o, err := nv.ring.PartitionOwner(id); err != nil || o != n.cfg.Self {
 			continue
 		}
 		if from, err := maj.PartitionOwner(id); err == nil {
-			marks[id] = awaitFrom{from: from, until: now.Add(n.cfg.HandoffWait)}
+			a := awaitFrom{from: from, until: now.Add(n.cfg.HandoffWait)}
+			if holders != nil {
+				if h, err := holders.PartitionOwner(id); err == nil && h != from {
+					a.also = h
+				}
+			}
+			marks[id] = a
 		}
 	}
 	if len(marks) == 0 {
@@ -358,6 +365,31 @@ func (n *Node) keptState(key string) bucket.Bucket {
 		delete(n.dur.kept, key)
 	}
 	return b
+}
+
+// holderRing returns this node's minority ring (the baseline's) without
+// itself and the stand-ins of SetExpected: its owner of a partition this
+// node owns is the member that held this node's backups of it, which took
+// the partition over if anyone did. deposed awaits its hand-off too
+// (awaitFrom.also): membership spreads unevenly, and a node back from a
+// cut may still see that member as failed, so that the member deposed asks
+// first never had the key (the fault checker's seed 1: a fresh bucket
+// 20 ms before the holder's hand-off came). nil when there is none.
+func holderRing(r *ring.Ring, self string, standIns []string) *ring.Ring {
+	if r == nil {
+		return nil
+	}
+	for _, m := range append([]string{self}, standIns...) {
+		if !r.Has(m) {
+			continue
+		}
+		w, err := r.WithoutMember(m)
+		if err != nil || w.Len() == 0 {
+			return nil
+		}
+		r = w
+	}
+	return r
 }
 
 // orphanedPartitions returns the partitions nv gives this node whose
