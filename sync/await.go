@@ -22,6 +22,22 @@ import (
 type awaitFrom struct {
 	from  string
 	until time.Time
+	// also, when set, is a second member whose hand-off may come instead
+	// (deposed, quorum.go: the key's backup holder, which took the key over
+	// if anyone did): a "not owner" from from then leaves the check parked
+	// until the state comes or the wait is over.
+	also string
+}
+
+// awaitsAlso reports whether key's partition awaits, at now, a hand-off
+// from a member other than p (awaitFrom.also) and this node holds no
+// state for key.
+func (n *Node) awaitsAlso(now time.Time, v *view, key, p string) bool {
+	if v.ring == nil || len(v.await) == 0 {
+		return false
+	}
+	a, ok := v.await[v.ring.PartitionOf(key)]
+	return ok && a.also != "" && a.also != p && now.Before(a.until) && !n.heldLocally(key)
 }
 
 // gainedPartitions returns the partitions that move to this node between

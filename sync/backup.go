@@ -99,6 +99,10 @@ type durability struct {
 
 	// held maps a key to the backup this node keeps for another owner.
 	held map[string]*heldBackup
+	// kept maps a key this node dropped on its return from a minority side
+	// (quorum.go, deposed) to the state it had: the key's start, instead of
+	// a fresh bucket, should no hand-off come (see keptState).
+	kept map[string]bucket.Bucket
 	// spare is a bucket no one else refers to (a received state that was
 	// merged, or one a newer state replaced), decoded into by the next
 	// received state instead of allocating (bucket.DecodeInto); nil when
@@ -466,6 +470,11 @@ func (n *Node) sweepHeld(now time.Time) {
 		return
 	}
 	d.nextSweep = now.Add(n.cfg.SweepInterval)
+	for key, b := range d.kept {
+		if b.Idle(n.bt(now)) {
+			delete(d.kept, key)
+		}
+	}
 	for key, h := range d.held {
 		if h.b.Idle(n.bt(now)) {
 			delete(d.held, key)

@@ -346,6 +346,15 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 	h := n.st.hash(key)
 	e = s.m.get(h, key)
 	if e == nil {
+		if b := n.keptState(key); b != nil {
+			// quorum.go: dropped on the return from a minority side, and no
+			// hand-off came.
+			e = newKeyedEntryFor(key, b, c)
+			e.makeOwned()
+			n.st.insertEntry(s, h, e, c)
+			reconf, err = configure(e, l, n.bt(now), hits)
+			return e, reconf, err
+		}
 		if e, _, err = newKeyedEntry(key, l, n.bt(now), c); err != nil {
 			return nil, false, err
 		}

@@ -254,7 +254,12 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 		if errors.Is(err, ErrNotOwner) || errors.Is(err, check.ErrLeaving) {
 			if it.here {
 				// The previous owner answered: whatever state it had for
-				// the key was handed off before, on the same queue.
+				// the key was handed off before, on the same queue. Unless
+				// another member may hold it (awaitFrom.also): then the
+				// check waits for its hand-off.
+				if n.awaitsAlso(now, n.view, it.req.Key, p.name) && n.parkCheck(now, n.view, it) {
+					continue
+				}
 				n.decideHere(now, c, v, it)
 				continue
 			}
@@ -522,6 +527,13 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			resp.Err = err
 		case leaving:
 			resp.Err = check.ErrLeaving
+		case len(v.lost) > 0:
+			// quorum.go: on a minority side every key goes by its policy,
+			// this node's own too (the majority takes them over from their
+			// backups, and the fence is off here): the asking node applies
+			// its policy.
+			n.metrics.NotOwner.Add(1)
+			resp.Err = ErrNotOwner
 		case v.orphaned(it.Key):
 			// quorum.go: no member knows the key's state; the asking node
 			// applies its partition policy.

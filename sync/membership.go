@@ -296,6 +296,11 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 	s := n.st.shardOf(key)
 	h := n.st.hash(key)
 	e := s.m.get(h, key)
+	if e == nil && mine {
+		if k := n.keptState(key); k != nil && k.Merge(n.bt(now), b) == nil {
+			b = k // quorum.go: what this node had, merged with the hand-off
+		}
+	}
 	if e == nil {
 		e = newKeyedEntryFor(key, b, c)
 		if mine {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -278,7 +279,11 @@ func (v *view) sameLost(lost []string) bool {
 // owner admitting on its refilled copy at the heal). So those owned states
 // are dropped, and their partitions await the hand-off of the member that
 // owned them on the majority's ring (await.go): until it comes, checks go
-// to that member as probes. What this node admitted while cut off is
+// to that member as probes. The dropped states are kept
+// aside (keptState): a key whose hand-off does not come (the majority
+// never took it over: only this node saw the others fail, the fault
+// checker's seed 85) starts from what this node had, not from a fresh
+// bucket. What this node admitted while cut off is
 // charged separately (charge.go). It returns the partitions' marks, nil
 // when none.
 func (n *Node) deposed(now time.Time, old, nv *view) map[int]awaitFrom {
@@ -299,18 +304,26 @@ func (n *Node) deposed(now time.Time, old, nv *view) map[int]awaitFrom {
 	if err != nil {
 		return nil
 	}
+	holders := holderRing(old.ring, n.cfg.Self, old.standIns)
 	marks := map[int]awaitFrom{}
 	for id := range nv.ring.Config().PartitionCount {
 		if o, err := nv.ring.PartitionOwner(id); err != nil || o != n.cfg.Self {
 			continue
 		}
 		if from, err := maj.PartitionOwner(id); err == nil {
-			marks[id] = awaitFrom{from: from, until: now.Add(n.cfg.HandoffWait)}
+			a := awaitFrom{from: from, until: now.Add(n.cfg.HandoffWait)}
+			if holders != nil {
+				if h, err := holders.PartitionOwner(id); err == nil && h != from {
+					a.also = h
+				}
+			}
+			marks[id] = a
 		}
 	}
 	if len(marks) == 0 {
 		return nil
 	}
+	n.dur.kept = nil
 	var keys []string
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
@@ -324,12 +337,59 @@ func (n *Node) deposed(now time.Time, old, nv *view) map[int]awaitFrom {
 		}
 		slices.Sort(keys)
 		for _, key := range keys {
-			n.st.removeEntry(s, key, n.st.lookup(s, key))
+			e := n.st.lookup(s, key)
+			if n.dur.kept == nil {
+				n.dur.kept = map[string]bucket.Bucket{}
+			}
+			n.dur.kept[key] = e.b.Clone()
+			n.st.removeEntry(s, key, e)
 			n.dropFence(key)
 			n.metrics.DeposedKeys.Add(1)
 		}
 	}
 	return marks
+}
+
+// keptState returns, and forgets, the state key had when this node
+// dropped it on its return from a minority side (deposed), nil when none.
+// The key's owned state starts from it here instead of a fresh bucket: the
+// owner's own account is all anyone knows of a key the majority did not
+// take over; and merged with a hand-off that does come, keeping the most
+// consumed, it takes nothing off it (the majority's state, started from
+// the backup with its reserve drained, is at least as consumed as the real
+// one). Only deciding on it before the hand-off would be unsafe, and the
+// await (await.go) keeps checks off the key until then.
+func (n *Node) keptState(key string) bucket.Bucket {
+	b := n.dur.kept[key]
+	if b != nil {
+		delete(n.dur.kept, key)
+	}
+	return b
+}
+
+// holderRing returns this node's minority ring (the baseline's) without
+// itself and the stand-ins of SetExpected: its owner of a partition this
+// node owns is the member that held this node's backups of it, which took
+// the partition over if anyone did. deposed awaits its hand-off too
+// (awaitFrom.also): membership spreads unevenly, and a node back from a
+// cut may still see that member as failed, so that the member deposed asks
+// first never had the key (the fault checker's seed 1: a fresh bucket
+// 20 ms before the holder's hand-off came). nil when there is none.
+func holderRing(r *ring.Ring, self string, standIns []string) *ring.Ring {
+	if r == nil {
+		return nil
+	}
+	for _, m := range append([]string{self}, standIns...) {
+		if !r.Has(m) {
+			continue
+		}
+		w, err := r.WithoutMember(m)
+		if err != nil || w.Len() == 0 {
+			return nil
+		}
+		r = w
+	}
+	return r
 }
 
 // orphanedPartitions returns the partitions nv gives this node whose
