@@ -3,6 +3,8 @@ package sim
 import (
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/cputime"
 )
 
 // BenchmarkSimulate measures simulated client requests per wall-clock
@@ -23,7 +25,7 @@ func BenchmarkSimulate(b *testing.B) {
 			b.Run(dist+"/"+m.String(), func(b *testing.B) {
 				b.ReportAllocs()
 				var reqs int64
-				start, cpu0 := time.Now(), cpuTime()
+				start, cpu0 := time.Now(), cputime.Process()
 				for i := 0; b.Loop(); i++ {
 					r, err := Run(sc, Variant{Mode: m}, Options{Seed: uint64(i)})
 					if err != nil {
@@ -32,7 +34,7 @@ func BenchmarkSimulate(b *testing.B) {
 					reqs += r.Phases[0].Requests
 				}
 				b.ReportMetric(float64(reqs)/time.Since(start).Seconds(), "req/s")
-				if cpu := cpuTime() - cpu0; cpu > 0 {
+				if cpu := cputime.Process() - cpu0; cpu > 0 {
 					b.ReportMetric(float64(reqs)/cpu.Seconds(), "req/cpu-s")
 				}
 			})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/check"
+	"github.com/ringlimit/ringlimit/internal/cputime"
 )
 
 // scaleNodes returns the cluster sizes of BenchmarkScale: SCALE_NODES
@@ -83,13 +84,13 @@ func benchRun(b *testing.B, sc Scenario, v Variant) {
 		cpu  time.Duration
 	)
 	for i := 0; b.Loop(); i++ {
-		cpu0 := cpuTime()
+		cpu0 := cputime.Process()
 		var err error
 		r, err = Run(sc, v, Options{Seed: uint64(i + 1), Workers: 1})
 		if err != nil {
 			b.Fatal(err)
 		}
-		cpu += cpuTime() - cpu0
+		cpu += cputime.Process() - cpu0
 		reqs += r.Phases[0].Requests
 	}
 	all := r.Phase("all")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
+	"github.com/ringlimit/ringlimit/internal/cputime"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -108,7 +109,7 @@ func BenchmarkCoreUniform(b *testing.B) {
 			at, nextTick := t0, t0
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu0 := cpuTime()
+			cpu0 := cputime.Process()
 			for i := 0; b.Loop(); i++ {
 				at = at.Add(gap)
 				for !nextTick.After(at) {
@@ -127,7 +128,7 @@ func BenchmarkCoreUniform(b *testing.B) {
 			}
 			// CPU time per decision, which the machine's other load does not
 			// inflate as it does ns/op (wall time).
-			if cpu := cpuTime() - cpu0; cpu > 0 {
+			if cpu := cputime.Process() - cpu0; cpu > 0 {
 				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			}
 		})
