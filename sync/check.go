@@ -13,6 +13,10 @@ import (
 type call struct {
 	n    int32
 	done func()
+	// node and resps are the Check's, whose answers finish hands back on
+	// the driver's clock (Node.toLocal) before done runs.
+	node  *Node
+	resps []check.Response
 	// item is the callItem this call is part of, given back to pool once
 	// done has run; nil for a call allocated alone.
 	item *callItem
@@ -23,6 +27,9 @@ type call struct {
 func (c *call) finish() {
 	c.n--
 	if c.n == 0 {
+		if c.node != nil { // nil: a call of the core's own (a relayed forward), on cluster time
+			c.node.toLocal(c.resps)
+		}
 		c.done()
 		if c.item != nil {
 			c.pool.put(c.item)
@@ -35,7 +42,10 @@ func (c *call) finish() {
 type asyncs struct {
 	c    *call
 	done func()
-	fwd  []*fwdItem
+	// node and resps are the Check's (see call).
+	node  *Node
+	resps []check.Response
+	fwd   []*fwdItem
 	// pool supplies the callItem of the first forwarded check (nil: a new
 	// one is allocated).
 	pool *callPool
@@ -96,7 +106,7 @@ func (a *asyncs) item() *fwdItem {
 	} else {
 		x = new(callItem)
 	}
-	x.c.done = a.done
+	x.c.done, x.c.node, x.c.resps = a.done, a.node, a.resps
 	x.c.n = 1
 	a.c = &x.c
 	x.it.c = a.wait()
@@ -106,7 +116,7 @@ func (a *asyncs) item() *fwdItem {
 // wait registers one more answer that will be written later.
 func (a *asyncs) wait() *call {
 	if a.c == nil {
-		a.c = &call{done: a.done}
+		a.c = &call{done: a.done, node: a.node, resps: a.resps}
 		a.c.n = 1
 	}
 	a.c.n++
@@ -131,11 +141,12 @@ func (a *asyncs) wait() *call {
 func (n *Node) Check(now time.Time, reqs []check.Request, resps []check.Response, done func()) {
 	n.enter(now)
 	v := n.view
-	a := asyncs{done: done, pool: &n.calls}
+	k := min(len(reqs), len(resps))
+	a := asyncs{done: done, pool: &n.calls, node: n, resps: resps[:k]}
 	var one [1]*fwdItem // room for the forward of a Check of one item, on the stack
 	fwd := one[:0]
 	c := coarse(now)
-	for i := range min(len(reqs), len(resps)) {
+	for i := range k {
 		if it := n.checkOne(now, c, v, &reqs[i], &resps[i], &a); it != nil {
 			fwd = append(fwd, it)
 		}
@@ -144,6 +155,7 @@ func (n *Node) Check(now time.Time, reqs []check.Request, resps []check.Response
 		n.enqueueForwards(now, v, fwd)
 	}
 	if a.c == nil {
+		n.toLocal(resps[:k])
 		done()
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -191,6 +192,22 @@ func (n *Node) bt(now time.Time) time.Time {
 		return now
 	}
 	return now.Add(time.Duration(n.clk.corr))
+}
+
+// toLocal turns the instants of answers decided on cluster time (bucket
+// states run on it) back to the driver's clock, which the caller reads
+// them against: a ResetAt on cluster time, read against a host clock the
+// correction sets apart (a node whose clock stepped back, or is skewed),
+// would be off by the whole correction.
+func (n *Node) toLocal(resps []check.Response) {
+	if n.clk.corr == 0 {
+		return
+	}
+	for i := range resps {
+		if r := &resps[i]; !r.ResetAt.IsZero() {
+			r.ResetAt = r.ResetAt.Add(-time.Duration(n.clk.corr))
+		}
+	}
 }
 
 // clockStep is the least change of the median that moves the correction.

@@ -392,3 +392,25 @@ func TestClockStepsBack(t *testing.T) {
 		t.Errorf("after a's clock stepped back: %d of 60 admitted, want the refill of %d s", admitted, since)
 	}
 }
+
+// TestResetAtOnTheDriversClock: answers come back on the clock the driver
+// passed in, whatever the correction. A node whose clock stepped back an
+// hour keeps cluster time where it was (bucket states stay put); the
+// answer's ResetAt, decided on cluster time, was handed back on it, an
+// hour off the caller's clock (the Envoy conformance run saw resets 18
+// years away after its fake clock was set back).
+func TestResetAtOnTheDriversClock(t *testing.T) {
+	nw := newTestNet(t, nil, "a")
+	a := nw.nodes["a"]
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: time.Minute}
+	later := nw.now.Add(time.Hour)
+	checkSync(t, a, later, check.Request{Key: "warm", Hits: 1, Limit: l, Mode: check.ModeOwner})
+	back := later.Add(-time.Hour) // the host clock steps back an hour
+	r := checkSync(t, a, back, check.Request{Key: "fresh", Hits: 1, Limit: l, Mode: check.ModeOwner})
+	if !r.Allowed {
+		t.Fatalf("the first hit of a fresh key: %+v", r)
+	}
+	if d := r.ResetAt.Sub(back); d <= 0 || d > time.Minute {
+		t.Errorf("ResetAt %v after the driver's now, want within the key's minute (the step back is %v)", d, time.Hour)
+	}
+}
