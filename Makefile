@@ -42,7 +42,7 @@ test:
 
 ## race: the same tests under the race detector (CI runs it; a few minutes).
 race:
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## lint: gofmt and go vet (the e2e-tagged tests too).
 lint:

@@ -176,7 +176,7 @@ func TestShrinkFindsMinimalSchedule(t *testing.T) {
 // key over each span within the envelope plus one allowance per fault
 // (CheckSpec.allowance). make sim-check runs 1,000.
 func TestFaultCheckCachedWithinAllowance(t *testing.T) {
-	checkShort(t, []CheckMode{CheckModes()[2]}, 40)
+	checkShort(t, []CheckMode{CheckModes()[2]}, seeds(40))
 }
 
 // TestFaultCheckNoFaultKeepsEnvelope: with no fault but the schedules'
@@ -195,7 +195,7 @@ func TestFaultCheckNoFaultKeepsEnvelope(t *testing.T) {
 	leased.LeaseSlack = true
 	offsets, worst := 0, math.Inf(-1)
 	for _, m := range []CheckMode{CheckModes()[0], leased} {
-		for seed := uint64(1); seed <= 40; seed++ {
+		for seed := uint64(1); seed <= uint64(seeds(40)); seed++ {
 			s := NewSchedule(spec, seed)
 			s.Faults = slices.DeleteFunc(s.Faults, func(f Fault) bool { return f.Kind != "offset" })
 			offsets += len(s.Faults)
@@ -231,7 +231,7 @@ func TestFaultCheckHandoffsKeepEnvelope(t *testing.T) {
 	spec := checkSpecShort()
 	m := CheckModes()[0]
 	ran := 0
-	for seed := uint64(1); seed <= 100; seed++ {
+	for seed := uint64(1); seed <= uint64(seeds(100)); seed++ {
 		s := NewSchedule(spec, seed)
 		s.Faults = slices.DeleteFunc(s.Faults, func(f Fault) bool {
 			return f.Kind != "join" && f.Kind != "leave" && f.Kind != "cut" && f.Kind != "offset"
@@ -250,8 +250,8 @@ func TestFaultCheckHandoffsKeepEnvelope(t *testing.T) {
 			t.Errorf("%s", b.String())
 		}
 	}
-	if ran < 20 {
-		t.Errorf("only %d of 100 seeds drew a join, a leave, a cut or an offset", ran)
+	if ran < seeds(100)/5 {
+		t.Errorf("only %d of %d seeds drew a join, a leave, a cut or an offset", ran, seeds(100))
 	}
 	t.Logf("%d schedules of joins, graceful leaves, one-way cuts and clock offsets", ran)
 }
@@ -269,7 +269,7 @@ func TestFaultCheckSeesOffsetsBeyondBound(t *testing.T) {
 	m := CheckModes()[0]
 	ran, failed := 0, 0
 	worst := Excess{}
-	for seed := uint64(1); seed <= 100; seed++ {
+	for seed := uint64(1); seed <= uint64(seeds(100)); seed++ {
 		s := NewSchedule(spec, seed)
 		s.Faults = slices.DeleteFunc(s.Faults, func(f Fault) bool { return f.Kind != "offset" })
 		if len(s.Faults) == 0 {
@@ -289,8 +289,8 @@ func TestFaultCheckSeesOffsetsBeyondBound(t *testing.T) {
 	}
 	t.Logf("%d of %d schedules of offsets up to ±30m failed; worst %+.2f hits over (%d in %v..%v, bound %.2f)",
 		failed, ran, worst.Over, worst.Admitted, worst.From, worst.To, worst.Bound)
-	if ran < 10 || failed*2 < ran {
-		t.Errorf("%d of %d schedules with offsets beyond the bound failed; want at least half of at least 10", failed, ran)
+	if ran < seeds(100)/10 || failed*2 < ran {
+		t.Errorf("%d of %d schedules with offsets beyond the bound failed; want at least half of at least %d", failed, ran, seeds(100)/10)
 	}
 }
 
@@ -317,7 +317,7 @@ func TestFailClosedEnvelopeUnderFaults(t *testing.T) {
 	}
 	modes := CheckModes()[:2]
 	spec := checkSpecShort()
-	rs, err := CheckSeeds(spec, modes, 1, 40, 2, nil)
+	rs, err := CheckSeeds(spec, modes, 1, seeds(40), 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,4 +376,15 @@ func reportFailure(t *testing.T, spec CheckSpec, modes []CheckMode, r *CheckResu
 		t.Fatal(err)
 	}
 	t.Errorf("%s", b.String())
+}
+
+// seeds returns n, the schedules a test of the checker runs, or a fifth of
+// them under the race detector, which slows the simulator about tenfold:
+// make race looks for data races, which the fewer schedules reach as well,
+// and make test runs them all.
+func seeds(n int) int {
+	if raceEnabled {
+		return max(1, n/5)
+	}
+	return n
 }
