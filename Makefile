@@ -43,9 +43,10 @@ install:
 test:
 	$(GO) test -p 1 -count=1 -timeout 9m $(PKGS)
 
-## race: the same tests under the race detector (CI runs it; a few minutes).
+## race: the same tests under the race detector (CI runs it; the sim
+## package takes longest, over 20 minutes on a shared 2-core machine).
 race:
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	$(GO) test -race -count=1 -timeout 45m $(PKGS)
 
 ## lint: gofmt and go vet (the e2e-tagged tests too).
 lint:
