@@ -22,7 +22,14 @@ import (
 //   - when the owner is another member, the hits go as pending hits of the
 //     key's cached entry (created if need be) with the next flush, which the
 //     owner applies once (flushes are numbered per incarnation; a flush lost
-//     with its target goes back to pending, membership.go's requeue);
+//     with its target goes back to pending, membership.go's requeue). They
+//     stay recorded as in transit until the owner's answer says it applied
+//     them: if the key's entry becomes owned here first (the owner failed
+//     and this node takes the key over, which resets a view's pending hits)
+//     or is evicted, they become a debt again and are drained here. Before,
+//     they were lost then: a crashed owner's successor that had sent its own
+//     debt toward the dead owner admitted it again (133 of a key's 1000 in
+//     TestFailoverChargesPaidBack);
 //   - when the owner is this node, they are drained into its owned state,
 //     once no hand-off of the key's partition is still awaited (a state
 //     merged after the drain keeps the most consumed of the two, which would
@@ -35,7 +42,7 @@ import (
 // as the flood was. Checks that are only peeks (hits 0) and the Concurrency
 // limiter's permits (released by their holder, not refilled) are not
 // charged. Metrics.PolicyHitsCharged counts the hits recorded,
-// PolicyHitsDrained those handed to an owner or drained here.
+// PolicyHitsDrained those the owner applied or drained here.
 
 // charges holds a Node's debts.
 type charges struct {
@@ -44,10 +51,12 @@ type charges struct {
 	debt map[string]*debt
 }
 
-// debt is what a key owes its bucket: hits admitted under limit l.
+// debt is what a key owes its bucket: hits admitted under limit l, not yet
+// drained, and transit of them handed to a flush toward the key's owner
+// and not yet acknowledged as applied.
 type debt struct {
-	l    bucket.Limit
-	hits int64
+	l             bucket.Limit
+	hits, transit int64
 }
 
 // charge records hits of r admitted by the partition policy (see above).
@@ -76,12 +85,27 @@ func (n *Node) charge(r *check.Request) {
 	n.metrics.PolicyHitsUncharged.Add(r.Hits - add)
 }
 
-// owes reports the hits this node owes key's bucket (0 when none).
+// owes reports the hits this node owes key's bucket (0 when none), in
+// transit or not.
 func (n *Node) owes(key string) int64 {
 	if d := n.chg.debt[key]; d != nil {
-		return d.hits
+		return d.hits + d.transit
 	}
 	return 0
+}
+
+// delivered records that key's owner applied a flush of hits of it: the
+// debt in transit (all of it went with one flush, see tickCharges) is paid.
+func (n *Node) delivered(key string, hits int64) {
+	d := n.chg.debt[key]
+	if d == nil || d.transit == 0 || hits < d.transit {
+		return
+	}
+	n.metrics.PolicyHitsDrained.Add(d.transit)
+	d.transit = 0
+	if d.hits == 0 {
+		delete(n.chg.debt, key)
+	}
 }
 
 // tickCharges drains the debts whose key's owner can take them (see
@@ -97,6 +121,15 @@ func (n *Node) tickCharges(now time.Time, v *view) {
 		d := ch.debt[key]
 		owner := v.owner(key)
 		s := n.st.shardOf(key)
+		if d.transit > 0 {
+			// Still with a flush toward the owner, unless the key's view
+			// is gone or became this node's own state: its pending hits
+			// were reset then, so the debt is drained again.
+			if e := n.st.lookup(s, key); e != nil && !e.has(flagOwned) {
+				continue
+			}
+			d.hits, d.transit = d.hits+d.transit, 0
+		}
 		if owner == n.cfg.Self {
 			if n.awaitingPartition(now, v, key) {
 				continue
@@ -119,13 +152,15 @@ func (n *Node) tickCharges(now time.Time, v *view) {
 			delete(ch.debt, key)
 			continue
 		}
-		if e.has(flagOwned) {
-			continue // being handed off: flushed once it is a view
+		if e.has(flagOwned) || e.n2 > 0 {
+			// Being handed off (flushed once it is a view), or a flush of
+			// the key in flight: the debt goes whole with the next one, so
+			// that one answer tells it applied.
+			continue
 		}
 		e.n1 = min(e.n1+d.hits, math.MaxInt64/2)
 		n.markDirty(s, key, e, p)
-		n.metrics.PolicyHitsDrained.Add(d.hits)
-		delete(ch.debt, key)
+		d.hits, d.transit = 0, d.hits
 	}
 }
 

@@ -81,8 +81,8 @@ type Metrics struct {
 	ClockOffsetNs, ClockSkewed, ClockSteps, ClockRebased atomic.Int64
 	// PolicyHitsCharged counts hits admitted by a partition policy without
 	// the key's owner and recorded to be charged to its bucket;
-	// PolicyHitsDrained those charged since (sent to the owner or drained
-	// here); PolicyHitsUncharged those not recorded: beyond one bucket of
+	// PolicyHitsDrained those charged since (applied by the owner, as its
+	// answer to the flush that carried them says, or drained here); PolicyHitsUncharged those not recorded: beyond one bucket of
 	// debt per key, or with MaxKeys keys in debt already (charge.go).
 	PolicyHitsCharged, PolicyHitsDrained, PolicyHitsUncharged atomic.Int64
 	// FenceWaits counts checks that waited for their key's backup to be
