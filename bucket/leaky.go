@@ -31,7 +31,7 @@ func decodeLeakyMeter(l Limit, r *reader) (Bucket, error) {
 
 // level returns the level at the last instant seen, in hits (for tests).
 func (m *leakyMeter) level() float64 {
-	return float64(m.l.Capacity()-m.whole) - float64(m.frac)/float64(m.l.Period)
+	return float64(m.l.Value().Capacity()-m.whole) - float64(m.frac)/float64(m.l.Value().Period)
 }
 
 // Merge implements Bucket: the higher level wins.

@@ -53,9 +53,11 @@ func liveHeap() uint64 {
 }
 
 // TestHeapPerKey100k is the quick form of TestBytesPerKey, in make test:
-// 100,000 owned keys of 12 bytes take at most 200 bytes of live heap each,
-// key and index included, and the store's charge (Metrics.KeyBytes) is
-// within 15% of what the heap holds.
+// 100,000 owned keys of 12 bytes take at most 150 bytes of live heap each,
+// key and index included (125 measured: one 96-byte allocation holding the
+// entry, the key and the token bucket, and the table's 12-byte slots), and
+// the store's charge (Metrics.KeyBytes) is within 15% of what the heap
+// holds.
 func TestHeapPerKey100k(t *testing.T) {
 	const keys = 100_000
 	name := func(i int) string { return fmt.Sprintf("user:%07d", i) }
@@ -66,8 +68,8 @@ func TestHeapPerKey100k(t *testing.T) {
 	per := float64(after-before) / keys
 	charged := float64(n.Metrics().KeyBytes.Load()) / keys
 	t.Logf("%d keys: %.0f bytes of live heap per key, %.0f charged", n.Metrics().Keys.Load(), per, charged)
-	if per > 200 {
-		t.Errorf("%.0f bytes of heap per key, want at most 200", per)
+	if per > 150 {
+		t.Errorf("%.0f bytes of heap per key, want at most 150", per)
 	}
 	if charged < per*0.85 || charged > per*1.15 {
 		t.Errorf("charged %.0f bytes per key for %.0f on the heap: want within 15%%", charged, per)
