@@ -107,45 +107,54 @@ func (b *tokenBucket) decodeSame(buf []byte) (tokenBucket, bool) {
 // refill advances the bucket to t, adding the tokens earned since last. A t
 // before last is no time elapsed.
 func (b *tokenBucket) refill(t int64) {
+	l := b.l.Value()
+	b.refillUnder(t, &l)
+}
+
+// refillUnder is refill for a caller that holds b's limit, l: the limit is
+// copied out of its handle once per call, not once per field read.
+func (b *tokenBucket) refillUnder(t int64, l *Limit) {
 	e := elapsed(b.last, t)
 	if e == 0 {
 		return
 	}
 	b.last = t
-	if b.whole >= b.l.Value().Capacity() {
+	c := l.Capacity()
+	if b.whole >= c {
 		return
 	}
 	// frac + e*Limit, in units of 1/Period, split into whole tokens and a fraction.
-	hi, lo := bits.Mul64(uint64(e), uint64(b.l.Value().Limit))
+	hi, lo := bits.Mul64(uint64(e), uint64(l.Limit))
 	lo, carry := bits.Add64(lo, uint64(b.frac), 0)
 	hi += carry
-	p := uint64(b.l.Value().Period)
-	room := uint64(b.l.Value().Capacity() - b.whole) // at most c - tokenFloor <= 2e18
+	p := uint64(l.Period)
+	room := uint64(c - b.whole) // at most c - tokenFloor <= 2e18
 	if hi >= p {
-		b.whole, b.frac = b.l.Value().Capacity(), 0
+		b.whole, b.frac = c, 0
 		return
 	}
 	q, rem := bits.Div64(hi, lo, p)
 	if q >= room {
-		b.whole, b.frac = b.l.Value().Capacity(), 0
+		b.whole, b.frac = c, 0
 		return
 	}
 	b.whole += int64(q)
 	b.frac = int64(rem)
 }
 
-// timeTo returns the nanoseconds until the bucket holds need tokens (need <=
-// c), rounded up, or 0 if it holds them already.
-func (b *tokenBucket) timeTo(need int64) int64 {
+// timeTo returns the nanoseconds until the bucket, under its limit l,
+// holds need tokens (need <= c), rounded up, or 0 if it holds them
+// already.
+func (b *tokenBucket) timeTo(need int64, l *Limit) int64 {
 	if b.whole >= need {
 		return 0
 	}
 	// (need - whole)*Period - frac is the shortfall in units of 1/Period; each
 	// nanosecond earns Limit of them.
-	hi, lo := bits.Mul64(uint64(need-b.whole), uint64(b.l.Value().Period))
+	hi, lo := bits.Mul64(uint64(need-b.whole), uint64(l.Period))
 	lo, borrow := bits.Sub64(lo, uint64(b.frac), 0)
 	hi -= borrow
-	return gcraU128{hi, lo}.ceilDiv(uint64(b.l.Value().Limit))
+	return gcraU128{hi, lo}.ceilDiv(uint64(l.Limit))
 }
 
 // Take implements Bucket.
@@ -153,19 +162,21 @@ func (b *tokenBucket) Take(now time.Time, hits int64) (Decision, error) {
 	if hits < 0 {
 		return Decision{}, ErrNegativeHits
 	}
-	b.refill(nanos(now))
-	d := Decision{Limit: b.l.Value().Capacity()}
+	l := b.l.Value()
+	b.refillUnder(nanos(now), &l)
+	c := l.Capacity()
+	d := Decision{Limit: c}
 	switch {
-	case hits > b.l.Value().Capacity():
+	case hits > c:
 		d.RetryAfter = MaxRetry
 	case hits <= b.whole:
 		b.whole -= hits
 		d.Allowed = true
 	default:
-		d.RetryAfter = time.Duration(b.timeTo(hits))
+		d.RetryAfter = time.Duration(b.timeTo(hits, &l))
 	}
 	d.Remaining = max(b.whole, 0)
-	d.ResetAt = unix(addSat(b.last, b.timeTo(b.l.Value().Capacity())))
+	d.ResetAt = unix(addSat(b.last, b.timeTo(c, &l)))
 	return d, nil
 }
 
@@ -184,10 +195,11 @@ func (b *tokenBucket) Refund(now time.Time, hits int64) error {
 	if hits < 0 {
 		return ErrNegativeHits
 	}
-	b.refill(nanos(now))
+	l := b.l.Value()
+	b.refillUnder(nanos(now), &l)
 	b.whole = addSat(b.whole, hits)
-	if b.whole >= b.l.Value().Capacity() {
-		b.whole, b.frac = b.l.Value().Capacity(), 0
+	if c := l.Capacity(); b.whole >= c {
+		b.whole, b.frac = c, 0
 	}
 	return nil
 }
@@ -213,7 +225,8 @@ func (b *tokenBucket) Reconfigure(now time.Time, l Limit) error {
 func (b *tokenBucket) rescale(h unique.Handle[Limit]) {
 	l := h.Value()
 	c := l.Capacity()
-	b.whole, b.frac = tbRescale(b.whole, b.frac, int64(b.l.Value().Period), b.l.Value().Capacity(), int64(l.Period), c)
+	old := b.l.Value()
+	b.whole, b.frac = tbRescale(b.whole, b.frac, int64(old.Period), old.Capacity(), int64(l.Period), c)
 	switch {
 	case b.whole >= c:
 		b.whole, b.frac = c, 0
@@ -235,7 +248,7 @@ func (b *tokenBucket) Merge(now time.Time, other Bucket) error {
 }
 
 func (b *tokenBucket) merge(now time.Time, o *tokenBucket) error {
-	if o.l.Value().Algorithm != b.l.Value().Algorithm {
+	if o.l != b.l && o.l.Value().Algorithm != b.l.Value().Algorithm {
 		return ErrMismatch
 	}
 	v := *o
@@ -257,8 +270,9 @@ func (b *tokenBucket) Config() Limit { return b.l.Value() }
 // Idle implements Bucket: the bucket is full at now.
 func (b *tokenBucket) Idle(now time.Time) bool {
 	v := *b
-	v.refill(nanos(now))
-	return v.whole >= v.l.Value().Capacity()
+	l := b.l.Value()
+	v.refillUnder(nanos(now), &l)
+	return v.whole >= l.Capacity()
 }
 
 // Clone implements Bucket.
