@@ -2,19 +2,24 @@ package sync
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/check"
+	"github.com/ringlimit/ringlimit/internal/cputime"
+	"github.com/ringlimit/ringlimit/internal/memlimit"
 )
 
 // fillNode returns a lone node (owner of every key) made with tweak, and
 // checks keys named by name(i) for i in [from, to) on it, one hit each of a
 // limit of 100 an hour (a used key stays: its state is not a fresh
 // bucket's).
-func fillNode(t *testing.T, tweak func(*Config)) *Node {
+func fillNode(t testing.TB, tweak func(*Config)) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Self = "a"
@@ -190,4 +195,100 @@ func TestHeldBackupsBudget(t *testing.T) {
 	if b.st.heldBytes != 0 {
 		t.Errorf("held charge %d after every held state was taken, want 0", b.st.heldBytes)
 	}
+}
+
+// BenchmarkKeyMemory fills a lone node with 1M owned keys of 15 bytes
+// ("flood", NUL, "k00000000", as e2e's TestKeyMemory), making garbage of
+// garbagePerKey bytes per key as a server does (its calls' messages),
+// and reports per key:
+// the live heap after a collection (heap-B/key), the resident memory
+// (/proc/self/status VmRSS) when the fill ends, before any collection is
+// forced (rss-B/key), its peak during the fill (peak-rss-B/key), and the
+// store's charge (charged-B/key), each from before the fill; and the
+// CPU time of the fill per key (cpu-ns/key, collections included) and the
+// number of collections (gcs). Under
+// "default" the runtime works as configured (GOGC, GOMEMLIMIT); under
+// "tuned" a memlimit.Tuner sets the soft memory limit from the charge,
+// every 10,000 keys, as cmd/node does every second. One iteration is one
+// fill:
+//
+//	go test ./sync -run '^$' -bench BenchmarkKeyMemory -benchtime 1x
+func BenchmarkKeyMemory(b *testing.B) {
+	const keys = 1_000_000
+	for _, tuned := range []bool{false, true} {
+		name := "default"
+		if tuned {
+			name = "tuned"
+		}
+		b.Run(name, func(b *testing.B) {
+			defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+			for range b.N {
+				runtime.GC()
+				debug.FreeOSMemory()
+				rss0, heap0 := vmRSS(b), liveHeap()
+				var ms0, ms1 runtime.MemStats
+				runtime.ReadMemStats(&ms0)
+				cpu0 := cputime.Process()
+				n := fillNode(b, nil)
+				var tu *memlimit.Tuner
+				if tuned {
+					tu = memlimit.New(func() int64 { return n.Metrics().KeyBytes.Load() })
+				}
+				peak := rss0
+				key := func(i int) string { return fmt.Sprintf("flood\x00k%08d", i) }
+				for i := 0; i < keys; i += 10_000 {
+					fill(n, key, i, i+10_000)
+					for range 10_000 {
+						garbageSink = make([]byte, garbagePerKey)
+					}
+					if tu != nil {
+						tu.Update()
+					}
+					peak = max(peak, vmRSS(b))
+				}
+				rss := vmRSS(b)
+				cpu := cputime.Process() - cpu0
+				runtime.ReadMemStats(&ms1)
+				heap := liveHeap()
+				per := func(v, v0 uint64) float64 { return (float64(v) - float64(v0)) / keys }
+				b.ReportMetric(per(heap, heap0), "heap-B/key")
+				b.ReportMetric(per(rss, rss0), "rss-B/key")
+				b.ReportMetric(per(peak, rss0), "peak-rss-B/key")
+				b.ReportMetric(float64(n.Metrics().KeyBytes.Load())/keys, "charged-B/key")
+				b.ReportMetric(float64(cpu.Nanoseconds())/keys, "cpu-ns/key")
+				b.ReportMetric(float64(ms1.NumGC-ms0.NumGC), "gcs")
+				if got := n.Metrics().Keys.Load(); got != keys {
+					b.Fatalf("%d keys stored, want %d", got, keys)
+				}
+				runtime.KeepAlive(n)
+			}
+		})
+	}
+}
+
+// garbagePerKey is the garbage BenchmarkKeyMemory makes per key, for the
+// messages of a server's calls: without it a fill keeps almost all it
+// allocates, and the collector's headroom never fills.
+const garbagePerKey = 512
+
+var garbageSink []byte
+
+// vmRSS returns the resident memory of this process (VmRSS in
+// /proc/self/status), in bytes.
+func vmRSS(tb testing.TB) uint64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		tb.Skip("no /proc/self/status:", err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				tb.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	tb.Fatal("no VmRSS in /proc/self/status")
+	return 0
 }
