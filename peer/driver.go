@@ -26,18 +26,8 @@ var ErrDriverStopped = errors.New("peer: the core's driver is not running")
 // change already replaced, say). The core needs no lock and has none.
 //
 // Producers (gRPC handlers, the transport's receivers and senders, the
-// membership callback) put inputs on bounded queues and return; a full
-// queue blocks them, which is the node's back-pressure. Client checks have
-// a queue of their own and the loop takes a waiting check first, then one
-// input of either queue, and so on: a check waits behind at most one
-// other input (an envelope from a peer, a tick, a Do), however many are
-// queued, so a flood of peer traffic (the flushes of another node's key
-// flood, issue 16) does not queue a bystander's checks behind it, and the
-// other inputs still get at least a quarter of the loop while checks keep
-// coming. Each queue is applied in the order it was offered; an input of
-// one queue may overtake an earlier input of the other, as inputs offered
-// concurrently do anyway (a producer that needs one input applied before
-// another waits for it: a check's done, Do's return). The loop reads the
+// membership callback) put inputs on one bounded queue and return; a full
+// queue blocks them, which is the node's back-pressure. The loop reads the
 // clock as it applies each input, so the core sees time in the order it
 // sees inputs. What the core sends (Transport.Send) and the done callbacks
 // of checks run on the loop's goroutine and must not block.
@@ -45,11 +35,9 @@ var ErrDriverStopped = errors.New("peer: the core's driver is not running")
 // A Driver is safe for concurrent use. It implements Handler, so the
 // Transport hands it what it receives.
 type Driver struct {
-	core  *rlsync.Node
-	clock Clock
-	tick  time.Duration
-	// checks holds the client checks, in every other input.
-	checks   chan input
+	core     *rlsync.Node
+	clock    Clock
+	tick     time.Duration
 	in       chan input
 	stop     chan struct{}
 	finished chan struct{}
@@ -68,10 +56,9 @@ type DriverConfig struct {
 	// TickInterval is how often the core's Tick runs (rlsync.Config's
 	// TickInterval). Required.
 	TickInterval time.Duration
-	// QueueLen is the capacity, in inputs, of each of the two queues in
-	// front of the core (client checks; the other inputs). Default 4096: far
-	// more than the calls a node has in flight, and small enough that a
-	// stalled loop shows as back-pressure, not memory.
+	// QueueLen is the capacity, in inputs, of the queue in front of the
+	// core. Default 4096: far more than the calls a node has in flight, and
+	// small enough that a stalled loop shows as back-pressure, not memory.
 	QueueLen int
 	// AfterTick, when set, is called on the loop's goroutine after each Tick,
 	// with the core quiescent: it may read the core (HandedOff, Quorum) and
@@ -121,7 +108,6 @@ func NewDriver(core *rlsync.Node, cfg DriverConfig) (*Driver, error) {
 		core:      core,
 		clock:     cfg.Clock,
 		tick:      cfg.TickInterval,
-		checks:    make(chan input, cfg.QueueLen),
 		in:        make(chan input, cfg.QueueLen),
 		stop:      make(chan struct{}),
 		finished:  make(chan struct{}),
@@ -148,22 +134,14 @@ func (d *Driver) Close() {
 	}
 }
 
-// run is the loop: one input at a time, each queue in its order, and Tick
-// every TickInterval. Each round applies a waiting check first, then
-// whatever comes of checks, other inputs and ticks (see Driver).
+// run is the loop: one input at a time, in the order the queue holds them,
+// and Tick every TickInterval.
 func (d *Driver) run(ctx context.Context) {
 	defer close(d.finished)
 	t := time.NewTicker(d.tick)
 	defer t.Stop()
 	for {
 		select {
-		case x := <-d.checks:
-			d.apply(x)
-		default:
-		}
-		select {
-		case x := <-d.checks:
-			d.apply(x)
 		case x := <-d.in:
 			d.apply(x)
 		case <-t.C:
@@ -187,8 +165,6 @@ func (d *Driver) run(ctx context.Context) {
 func (d *Driver) drain() {
 	for {
 		select {
-		case x := <-d.checks:
-			d.apply(x)
 		case x := <-d.in:
 			d.apply(x)
 		default:
@@ -212,20 +188,15 @@ func (d *Driver) apply(x input) {
 	}
 }
 
-// offer queues x (a check on the checks' queue), or reports
-// ErrDriverStopped once the driver is closed.
+// offer queues x, or reports ErrDriverStopped once the driver is closed.
 func (d *Driver) offer(x input) error {
 	select {
 	case <-d.stop:
 		return ErrDriverStopped
 	default:
 	}
-	q := d.in
-	if x.kind == inCheck {
-		q = d.checks
-	}
 	select {
-	case q <- x:
+	case d.in <- x:
 		return nil
 	case <-d.stop:
 		return ErrDriverStopped
