@@ -293,3 +293,33 @@ func vmRSS(tb testing.TB) uint64 {
 	tb.Fatal("no VmRSS in /proc/self/status")
 	return 0
 }
+
+// TestHandoffHeap: what a membership change that moves keys holds on the
+// heap until the new owner acknowledges them, per key moved: the hand-off
+// batches (kept for resending) and what was sent, which the charges do not
+// cover. A node of 100k keys (15 bytes) hands about half to a joining
+// node; the batches sent are the ones kept, not copies of them (335 bytes
+// per moved key when each was cloned for sending; 183 shared). It matters
+// under a key flood: members starved of CPU are suspected and rejoin, and
+// each time the keys move (security.md).
+func TestHandoffHeap(t *testing.T) {
+	const keys = 100_000
+	nw := newTestNet(t, nil, "a")
+	nw.add("b", nil)
+	a := nw.nodes["a"]
+	fill(a, func(i int) string { return fmt.Sprintf("flood\x00k%08d", i) }, 0, keys)
+	before := liveHeap()
+	a.SetMembers(t0.Add(keys*10*time.Microsecond), []string{"a", "b"})
+	after := liveHeap()
+	moved := a.Metrics().HandoffKeys.Load()
+	per := (float64(after) - float64(before)) / float64(moved)
+	t.Logf("%d of %d keys handed off in %d batches: %.0f bytes of live heap per moved key until acknowledged",
+		moved, keys, a.Metrics().HandoffsSent.Load(), per)
+	if moved < keys/3 {
+		t.Fatalf("%d keys handed off, want about half of %d", moved, keys)
+	}
+	if per > 230 {
+		t.Errorf("%.0f bytes of live heap per key handed off, want at most 230", per)
+	}
+	runtime.KeepAlive(nw)
+}

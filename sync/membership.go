@@ -261,7 +261,7 @@ func (n *Node) sendHandoffs(now time.Time, v *view, out map[*peer][]*peerv1.KeyS
 			items = items[k:]
 			p.hoOut = append(p.hoOut, &handoffBatch{msg: msg, sentAt: now})
 			n.wake(p)
-			n.send(p.name, handoffBody{clone(msg)})
+			n.send(p.name, handoffBody{msg}) // kept in hoOut, never modified again: shared (see Transport)
 			n.metrics.HandoffsSent.Add(1)
 			n.metrics.HandoffKeys.Add(int64(k))
 		}
@@ -355,7 +355,7 @@ func (n *Node) resendHandoffs(now time.Time, p *peer, env *peerv1.Envelope) {
 	for _, b := range p.hoOut {
 		if before == 0 || b.msg.Seq < before {
 			b.sentAt = now
-			n.send(p.name, handoffBody{clone(b.msg)})
+			n.send(p.name, handoffBody{b.msg}) // never modified: shared
 		}
 	}
 }
@@ -376,7 +376,7 @@ func (n *Node) tickHandoffs(now time.Time, v *view, busy []*peer) {
 			}
 			b.retries++
 			b.sentAt = now
-			n.send(p.name, handoffBody{clone(b.msg)})
+			n.send(p.name, handoffBody{b.msg}) // never modified: shared
 			return false
 		})
 	}
