@@ -296,30 +296,68 @@ func vmRSS(tb testing.TB) uint64 {
 
 // TestHandoffHeap: what a membership change that moves keys holds on the
 // heap until the new owner acknowledges them, per key moved: the hand-off
-// batches (kept for resending) and what was sent, which the charges do not
-// cover. A node of 100k keys (15 bytes) hands about half to a joining
-// node; the batches sent are the ones kept, not copies of them (335 bytes
-// per moved key when each was cloned for sending; 183 shared). It matters
-// under a key flood: members starved of CPU are suspected and rejoin, and
-// each time the keys move (security.md).
+// batches (kept for resending) and what was sent. A node of 100k keys (15
+// bytes) hands about half to a joining node; the batches sent are the ones
+// kept, not copies of them (331 bytes per moved key when each was cloned
+// for sending; 178 shared). They are charged to the byte budget until
+// acknowledged, within 20% of what they hold on the heap, and the charge
+// goes back with the acknowledgements. It matters under a key flood:
+// members starved of CPU are suspected and rejoin, and each time keys move
+// (security.md).
 func TestHandoffHeap(t *testing.T) {
 	const keys = 100_000
 	nw := newTestNet(t, nil, "a")
 	nw.add("b", nil)
 	a := nw.nodes["a"]
 	fill(a, func(i int) string { return fmt.Sprintf("flood\x00k%08d", i) }, 0, keys)
+	nw.now = t0.Add(keys * 10 * time.Microsecond)
+	k0 := a.Metrics().KeyBytes.Load()
 	before := liveHeap()
-	a.SetMembers(t0.Add(keys*10*time.Microsecond), []string{"a", "b"})
+	nw.setMembers([]string{"a", "b"}, "a")
 	after := liveHeap()
 	moved := a.Metrics().HandoffKeys.Load()
-	per := (float64(after) - float64(before)) / float64(moved)
-	t.Logf("%d of %d keys handed off in %d batches: %.0f bytes of live heap per moved key until acknowledged",
-		moved, keys, a.Metrics().HandoffsSent.Load(), per)
+	heap := float64(after) - float64(before)
+	charged := float64(a.Metrics().KeyBytes.Load() - k0)
+	t.Logf("%d of %d keys handed off in %d batches: %.0f bytes of live heap per moved key until acknowledged, %.0f charged",
+		moved, keys, a.Metrics().HandoffsSent.Load(), heap/float64(moved), charged/float64(moved))
 	if moved < keys/3 {
 		t.Fatalf("%d keys handed off, want about half of %d", moved, keys)
 	}
-	if per > 230 {
-		t.Errorf("%.0f bytes of live heap per key handed off, want at most 230", per)
+	if heap/float64(moved) > 230 {
+		t.Errorf("%.0f bytes of live heap per key handed off, want at most 230", heap/float64(moved))
+	}
+	if charged < 0.8*heap || charged > 1.2*heap {
+		t.Errorf("hand-offs charged %.0f bytes for %.0f on the heap: want within 20%%", charged, heap)
+	}
+	nw.setMembers([]string{"a", "b"}, "b")
+	nw.run(time.Second)
+	if got := a.Metrics().KeyBytes.Load(); got != k0 {
+		t.Errorf("KeyBytes %d once the hand-offs are acknowledged, want %d as before them", got, k0)
 	}
 	runtime.KeepAlive(nw)
+}
+
+// TestHandoffsDisplaceKeys: hand-offs waiting for their acknowledgement
+// count against MaxKeyBytes, so the keys inserted meanwhile evict stored
+// ones until the charge is back within the budget.
+func TestHandoffsDisplaceKeys(t *testing.T) {
+	name := func(i int) string { return fmt.Sprintf("flood\x00k%08d", i) }
+	budget := 20_000 * entryCharge(len(name(0)), &entry{meta: flagKeyed}, false)
+	nw := newTestNet(t, func(c *Config) { c.MaxKeyBytes = budget }, "a")
+	nw.add("b", nil)
+	a := nw.nodes["a"]
+	fill(a, name, 0, 20_000)
+	nw.now = t0.Add(20_000 * 10 * time.Microsecond)
+	nw.setMembers([]string{"a", "b"}, "a")
+	over := a.Metrics().KeyBytes.Load()
+	if over <= budget {
+		t.Fatalf("KeyBytes %d after the hand-off of %d keys, want more than the budget %d", over, a.Metrics().HandoffKeys.Load(), budget)
+	}
+	keys := a.Metrics().Keys.Load()
+	fill(a, name, 20_000, 21_000) // as the flood goes on, before any acknowledgement
+	if got := a.Metrics().KeyBytes.Load(); got > budget {
+		t.Errorf("KeyBytes %d after more keys came, want at most the budget %d (%d with the hand-offs)", got, budget, over)
+	}
+	t.Logf("budget %d: %d with the hand-offs of %d keys; %d keys stored, then %d after 1000 more came",
+		budget, over, a.Metrics().HandoffKeys.Load(), keys, a.Metrics().Keys.Load())
 }

@@ -94,7 +94,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.IntVar(&c.Sync.MaxKeys, "max-keys", c.Sync.MaxKeys, "most keys a node keeps (owned, cached, backed up); beyond it the least recently used are evicted")
 	var keyBytesSet bool
 	fs.BoolVar(&o.tuneMemory, "tune-memory", o.tuneMemory, "set the Go runtime's soft memory limit from the keys' memory every second, so that the collector gives the keys a quarter of their size as headroom instead of GOGC's whole (never above GOMEMLIMIT; false: GOGC and GOMEMLIMIT alone)")
-	fs.Var(byteSize{&c.Sync.MaxKeyBytes, &keyBytesSet}, "max-key-bytes", "most memory the keys a node keeps (and the backups it holds for others) may take, e.g. 128MiB; beyond it the least recently used keys are evicted (0: --max-keys alone; default: half of GOMEMLIMIT when set, else 256MiB)")
+	fs.Var(byteSize{&c.Sync.MaxKeyBytes, &keyBytesSet}, "max-key-bytes", "most memory the keys a node keeps (and the backups it holds for others, and its hand-offs not yet acknowledged) may take, e.g. 128MiB; beyond it the least recently used keys are evicted (0: --max-keys alone; default: half of GOMEMLIMIT when set, else 256MiB)")
 	fs.Int64Var(&c.API.MaxBodyBytes, "max-body-bytes", c.API.MaxBodyBytes, "most bytes of an HTTP request body")
 	fs.IntVar(&c.API.MaxRecvMsgBytes, "max-recv-msg-bytes", c.API.MaxRecvMsgBytes, "most bytes of one gRPC message received, public or peer")
 	fs.UintVar(&maxConcurrentStreams, "max-concurrent-streams", uint(c.API.MaxConcurrentStreams), "most concurrent gRPC calls per connection")
