@@ -145,7 +145,7 @@ func coreCollectors(c *rlsync.Metrics) []prometheus.Collector {
 		Name: "ringlimit_keys", Help: "Keys stored by this node, owned and cached.",
 	}, func() float64 { return float64(c.Keys.Load()) }))
 	out = append(out, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "ringlimit_key_bytes", Help: "Memory charged for the keys stored and the backups held for other owners, in bytes (bounded by --max-key-bytes).",
+		Name: "ringlimit_key_bytes", Help: "Memory charged for the keys stored, the backups held for other owners and the hand-offs not yet acknowledged, in bytes (bounded by --max-key-bytes).",
 	}, func() float64 { return float64(c.KeyBytes.Load()) }))
 	out = append(out, coreDecisions{c})
 	out = append(out, clockCollectors(c)...)

@@ -503,6 +503,11 @@ func (n *Node) HTTPAddr() string { return n.httpAd }
 // GossipAddr returns the gossip address other nodes can use as a seed.
 func (n *Node) GossipAddr() string { return n.cl.GossipAddr() }
 
+// KeyBytes returns the memory charged for the keys the node stores and the
+// backups it holds for other owners, in bytes (Config.Sync.MaxKeyBytes
+// bounds it; the metric ringlimit_key_bytes). Safe for concurrent use.
+func (n *Node) KeyBytes() int64 { return n.core.Metrics().KeyBytes.Load() }
+
 // Name returns the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
 

@@ -3,6 +3,7 @@ package bucket
 import (
 	"fmt"
 	"time"
+	"unique"
 )
 
 // Decision is the answer to one Take.
@@ -182,13 +183,15 @@ func DecodeInto(dst Bucket, b []byte) (Bucket, error) {
 	if l.Algorithm != TokenBucket {
 		return Decode(b)
 	}
-	if l != tb.l { // dst's limit was validated: a state under it needs no check
+	h := tb.l
+	if l != h.Value() { // dst's limit was validated: a state under it needs no check
 		if err := l.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
+		h = unique.Make(l)
 	}
 	var t tokenBucket
-	err := t.decode(l, &r)
+	err := t.decode(h, &r)
 	if err == nil && r.off != len(r.buf) {
 		err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.buf)-r.off)
 	}

@@ -31,7 +31,8 @@ func decodeLeakyMeter(l Limit, r *reader) (Bucket, error) {
 
 // level returns the level at the last instant seen, in hits (for tests).
 func (m *leakyMeter) level() float64 {
-	return float64(m.l.Capacity()-m.whole) - float64(m.frac)/float64(m.l.Period)
+	l := m.l.Value()
+	return float64(l.Capacity()-m.whole) - float64(m.frac)/float64(l.Period)
 }
 
 // Merge implements Bucket: the higher level wins.

@@ -1,6 +1,9 @@
 package bucket
 
-import "time"
+import (
+	"time"
+	"unique"
+)
 
 // Space is room for one bucket inside a value of the caller's, so that a
 // store that allocates one value per key allocates the key's bucket with it:
@@ -8,7 +11,8 @@ import "time"
 // store reads before it anyway. It holds the state of the algorithms that
 // fit in it (TokenBucket); NewIn allocates the others as New does. Its zero
 // value is ready to use. A Space is not safe for concurrent use, and must
-// not be copied while a bucket built in it is in use.
+// not be copied while a bucket built in it is in use. It is 32 bytes: the
+// bucket refers to its Limit, interned, instead of holding a copy.
 type Space struct {
 	tb tokenBucket
 }
@@ -26,6 +30,6 @@ func NewIn(sp *Space, l Limit, now time.Time) (Bucket, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	sp.tb = tokenBucket{l: l, whole: l.Capacity(), last: nanos(now)}
+	sp.tb = tokenBucket{l: unique.Make(l), whole: l.Capacity(), last: nanos(now)}
 	return &sp.tb, nil
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"time"
+	"unique"
 )
 
 // tokenFloor is the fewest tokens (the largest debt) that Drain can leave in a
@@ -21,8 +22,14 @@ const tokenFloor = -MaxLimit
 // most c + Limit*t/Period hits are admitted (plus what Refund returns). It
 // starts full, so a burst of c passes at once; Drain may push it into debt
 // down to tokenFloor. Three integers of state; one division per refill.
+//
+// The limit is interned (package unique): a store holds up to millions of
+// buckets under a few limits, and a handle is 8 bytes where a Limit is 56,
+// which keeps the bucket at 32 bytes (issue 16: a store's memory per key).
+// The canonical limit is shared by every bucket that runs under it, and
+// freed by the collector once none does.
 type tokenBucket struct {
-	l     Limit
+	l     unique.Handle[Limit]
 	whole int64 // whole tokens, in [tokenFloor, c]
 	frac  int64 // fraction of a token, in units of 1/l.Period: [0, Period); 0 when whole == c
 	last  int64 // latest instant seen, Unix ns
@@ -34,7 +41,7 @@ func newTokenBucket(l Limit, now int64) Bucket { return newTokenState(l, now) }
 
 func newTokenState(l Limit, now int64) *tokenBucket {
 	c := l.Capacity()
-	return &tokenBucket{l: l, whole: c, last: now}
+	return &tokenBucket{l: unique.Make(l), whole: c, last: now}
 }
 
 func decodeTokenBucket(l Limit, r *reader) (Bucket, error) {
@@ -47,22 +54,23 @@ func decodeTokenBucket(l Limit, r *reader) (Bucket, error) {
 
 func decodeTokenState(l Limit, r *reader) (*tokenBucket, error) {
 	b := new(tokenBucket)
-	if err := b.decode(l, r); err != nil {
+	if err := b.decode(unique.Make(l), r); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-// decode reads a token state of limit l into b; b is unchanged on error.
-func (b *tokenBucket) decode(l Limit, r *reader) error {
-	t := tokenBucket{l: l}
+// decode reads a token state of limit h into b; b is unchanged on error.
+func (b *tokenBucket) decode(h unique.Handle[Limit], r *reader) error {
+	l := h.Value()
+	t := tokenBucket{l: h}
 	t.whole = r.varint("tokens")
 	t.frac = r.int63("token fraction")
 	t.last = r.varint("last")
 	if r.err != nil {
 		return r.err
 	}
-	if t.whole < tokenFloor || t.whole > t.l.Capacity() || t.frac >= int64(l.Period) || (t.whole == t.l.Capacity() && t.frac != 0) {
+	if t.whole < tokenFloor || t.whole > l.Capacity() || t.frac >= int64(l.Period) || (t.whole == l.Capacity() && t.frac != 0) {
 		return fmt.Errorf("%w: %v tokens %d+%d/%d out of range", ErrCorrupt, l.Algorithm, t.whole, t.frac, l.Period)
 	}
 	*b = t
@@ -74,7 +82,8 @@ func (b *tokenBucket) decode(l Limit, r *reader) error {
 // corrupt or out-of-range state, trailing bytes): decode then decides. It
 // accepts a subset of what Decode accepts, with the same result.
 func (b *tokenBucket) decodeSame(buf []byte) (tokenBucket, bool) {
-	i, ok := sameLimitAt(buf, &b.l)
+	l := b.l.Value()
+	i, ok := sameLimitAt(buf, &l)
 	if !ok {
 		return tokenBucket{}, false
 	}
@@ -87,8 +96,8 @@ func (b *tokenBucket) decodeSame(buf []byte) (tokenBucket, bool) {
 	if i >= 0 {
 		t.last, i = varintAt(buf, i)
 	}
-	c := t.l.Capacity()
-	if i != len(buf) || frac >= uint64(t.l.Period) || t.whole < tokenFloor || t.whole > c || (t.whole == c && frac != 0) {
+	c := l.Capacity()
+	if i != len(buf) || frac >= uint64(l.Period) || t.whole < tokenFloor || t.whole > c || (t.whole == c && frac != 0) {
 		return tokenBucket{}, false
 	}
 	t.frac = int64(frac)
@@ -98,45 +107,54 @@ func (b *tokenBucket) decodeSame(buf []byte) (tokenBucket, bool) {
 // refill advances the bucket to t, adding the tokens earned since last. A t
 // before last is no time elapsed.
 func (b *tokenBucket) refill(t int64) {
+	l := b.l.Value()
+	b.refillUnder(t, &l)
+}
+
+// refillUnder is refill for a caller that holds b's limit, l: the limit is
+// copied out of its handle once per call, not once per field read.
+func (b *tokenBucket) refillUnder(t int64, l *Limit) {
 	e := elapsed(b.last, t)
 	if e == 0 {
 		return
 	}
 	b.last = t
-	if b.whole >= b.l.Capacity() {
+	c := l.Capacity()
+	if b.whole >= c {
 		return
 	}
 	// frac + e*Limit, in units of 1/Period, split into whole tokens and a fraction.
-	hi, lo := bits.Mul64(uint64(e), uint64(b.l.Limit))
+	hi, lo := bits.Mul64(uint64(e), uint64(l.Limit))
 	lo, carry := bits.Add64(lo, uint64(b.frac), 0)
 	hi += carry
-	p := uint64(b.l.Period)
-	room := uint64(b.l.Capacity() - b.whole) // at most c - tokenFloor <= 2e18
+	p := uint64(l.Period)
+	room := uint64(c - b.whole) // at most c - tokenFloor <= 2e18
 	if hi >= p {
-		b.whole, b.frac = b.l.Capacity(), 0
+		b.whole, b.frac = c, 0
 		return
 	}
 	q, rem := bits.Div64(hi, lo, p)
 	if q >= room {
-		b.whole, b.frac = b.l.Capacity(), 0
+		b.whole, b.frac = c, 0
 		return
 	}
 	b.whole += int64(q)
 	b.frac = int64(rem)
 }
 
-// timeTo returns the nanoseconds until the bucket holds need tokens (need <=
-// c), rounded up, or 0 if it holds them already.
-func (b *tokenBucket) timeTo(need int64) int64 {
+// timeTo returns the nanoseconds until the bucket, under its limit l,
+// holds need tokens (need <= c), rounded up, or 0 if it holds them
+// already.
+func (b *tokenBucket) timeTo(need int64, l *Limit) int64 {
 	if b.whole >= need {
 		return 0
 	}
 	// (need - whole)*Period - frac is the shortfall in units of 1/Period; each
 	// nanosecond earns Limit of them.
-	hi, lo := bits.Mul64(uint64(need-b.whole), uint64(b.l.Period))
+	hi, lo := bits.Mul64(uint64(need-b.whole), uint64(l.Period))
 	lo, borrow := bits.Sub64(lo, uint64(b.frac), 0)
 	hi -= borrow
-	return gcraU128{hi, lo}.ceilDiv(uint64(b.l.Limit))
+	return gcraU128{hi, lo}.ceilDiv(uint64(l.Limit))
 }
 
 // Take implements Bucket.
@@ -144,19 +162,21 @@ func (b *tokenBucket) Take(now time.Time, hits int64) (Decision, error) {
 	if hits < 0 {
 		return Decision{}, ErrNegativeHits
 	}
-	b.refill(nanos(now))
-	d := Decision{Limit: b.l.Capacity()}
+	l := b.l.Value()
+	b.refillUnder(nanos(now), &l)
+	c := l.Capacity()
+	d := Decision{Limit: c}
 	switch {
-	case hits > b.l.Capacity():
+	case hits > c:
 		d.RetryAfter = MaxRetry
 	case hits <= b.whole:
 		b.whole -= hits
 		d.Allowed = true
 	default:
-		d.RetryAfter = time.Duration(b.timeTo(hits))
+		d.RetryAfter = time.Duration(b.timeTo(hits, &l))
 	}
 	d.Remaining = max(b.whole, 0)
-	d.ResetAt = unix(addSat(b.last, b.timeTo(b.l.Capacity())))
+	d.ResetAt = unix(addSat(b.last, b.timeTo(c, &l)))
 	return d, nil
 }
 
@@ -175,10 +195,11 @@ func (b *tokenBucket) Refund(now time.Time, hits int64) error {
 	if hits < 0 {
 		return ErrNegativeHits
 	}
-	b.refill(nanos(now))
+	l := b.l.Value()
+	b.refillUnder(nanos(now), &l)
 	b.whole = addSat(b.whole, hits)
-	if b.whole >= b.l.Capacity() {
-		b.whole, b.frac = b.l.Capacity(), 0
+	if c := l.Capacity(); b.whole >= c {
+		b.whole, b.frac = c, 0
 	}
 	return nil
 }
@@ -190,26 +211,29 @@ func (b *tokenBucket) Reconfigure(now time.Time, l Limit) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	if l.Algorithm != b.l.Algorithm {
+	if l.Algorithm != b.l.Value().Algorithm {
 		return ErrMismatch
 	}
 	b.refill(nanos(now))
-	b.rescale(l)
+	b.rescale(unique.Make(l))
 	return nil
 }
 
-// rescale moves the bucket to l, scaling the token count by the ratio of the
-// capacities (whole tokens exactly, the fraction in floating point).
-func (b *tokenBucket) rescale(l Limit) {
+// rescale moves the bucket to the limit h, scaling the token count by the
+// ratio of the capacities (whole tokens exactly, the fraction in floating
+// point).
+func (b *tokenBucket) rescale(h unique.Handle[Limit]) {
+	l := h.Value()
 	c := l.Capacity()
-	b.whole, b.frac = tbRescale(b.whole, b.frac, int64(b.l.Period), b.l.Capacity(), int64(l.Period), c)
+	old := b.l.Value()
+	b.whole, b.frac = tbRescale(b.whole, b.frac, int64(old.Period), old.Capacity(), int64(l.Period), c)
 	switch {
 	case b.whole >= c:
 		b.whole, b.frac = c, 0
 	case b.whole < tokenFloor:
 		b.whole, b.frac = tokenFloor, 0
 	}
-	b.l = l
+	b.l = h
 }
 
 // Merge implements Bucket: both states are brought to the latest instant
@@ -224,7 +248,7 @@ func (b *tokenBucket) Merge(now time.Time, other Bucket) error {
 }
 
 func (b *tokenBucket) merge(now time.Time, o *tokenBucket) error {
-	if o.l.Algorithm != b.l.Algorithm {
+	if o.l != b.l && o.l.Value().Algorithm != b.l.Value().Algorithm {
 		return ErrMismatch
 	}
 	v := *o
@@ -241,13 +265,14 @@ func (b *tokenBucket) merge(now time.Time, o *tokenBucket) error {
 }
 
 // Config implements Bucket.
-func (b *tokenBucket) Config() Limit { return b.l }
+func (b *tokenBucket) Config() Limit { return b.l.Value() }
 
 // Idle implements Bucket: the bucket is full at now.
 func (b *tokenBucket) Idle(now time.Time) bool {
 	v := *b
-	v.refill(nanos(now))
-	return v.whole >= v.l.Capacity()
+	l := b.l.Value()
+	v.refillUnder(nanos(now), &l)
+	return v.whole >= l.Capacity()
 }
 
 // Clone implements Bucket.
@@ -259,7 +284,7 @@ func (b *tokenBucket) Clone() Bucket {
 // AppendBinary implements Bucket: the header, then whole tokens (varint),
 // the fraction (uvarint, units of 1/Period) and the last instant (varint).
 func (b *tokenBucket) AppendBinary(buf []byte) ([]byte, error) {
-	buf = appendLimit(buf, b.l)
+	buf = appendLimit(buf, b.l.Value())
 	buf = appendVarint(buf, b.whole)
 	buf = appendUvarint(buf, uint64(b.frac))
 	buf = appendVarint(buf, b.last)

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
 // The memory budget of a store (issue 16): the keys a node keeps are
@@ -16,7 +17,11 @@ import (
 // index that finds it (a table slot or a Go map's), whatever its role
 // (owned, cached, local, share). The backups this node holds for other
 // owners (backup.go) are charged to the same budget, and take at most half
-// of it (holdCharge). What the charges do not cover is the state of
+// of it (holdCharge); so are the hand-offs of a membership change until the
+// new owner acknowledges them (handoffCharge: about 180 bytes per moved key,
+// more than the key itself, TestHandoffHeap), so that while members rejoin
+// and keys move, as under a flood that starves them of CPU, the keys stored
+// make room for them. What the charges do not cover is the state of
 // algorithms that do not fit a bucket.Space (a sliding log's hits), and
 // what a node needs whatever its keys (buffers, goroutines, the runtime):
 // the base. TestHeapPerKey100k checks the charges against the heap.
@@ -34,11 +39,12 @@ import (
 // cached-mode rebuild only if its owner crashes (consistency.md).
 
 // The charges, in bytes, of a key's share of the index that finds it: a
-// table slot (16 bytes at 3/8 to 3/4 load, and the old slots while a table
-// grows) or a Go map's (a 16-byte key header, an 8-byte pointer and a
-// control byte per slot at up to 7/8 load, and the map's own growth).
+// table slot (12 bytes at 3/8 to 3/4 load: 1.33 to 2.67 slots a key, 1.85
+// on average over the table's sizes) or a Go map's (a 16-byte key header,
+// an 8-byte pointer and a control byte per slot at up to 7/8 load, and the
+// map's own growth).
 const (
-	slotCharge = 32
+	slotCharge = 24
 	mapCharge  = 48
 )
 
@@ -80,10 +86,24 @@ func entryCharge(keyLen int, e *entry, inMap bool) int64 {
 	switch {
 	case keyLen <= len(entryKey16{}.k):
 		return c + sizeClass(unsafe.Sizeof(entryKey16{}))
+	case keyLen <= len(entryKey32{}.k):
+		return c + sizeClass(unsafe.Sizeof(entryKey32{}))
 	case keyLen <= len(entryKey48{}.k):
 		return c + sizeClass(unsafe.Sizeof(entryKey48{}))
 	}
 	return c + sizeClass(unsafe.Sizeof(entryKeyLong{})) + sizeClass(uintptr(keyLen))
+}
+
+// handoffCharge returns what a hand-off batch costs until it is
+// acknowledged: the message, its list of items, and per item its KeyState
+// and its encoded state. (Its keys are the stored keys' own copies.)
+func handoffCharge(msg *peerv1.Handoff) int64 {
+	c := sizeClass(unsafe.Sizeof(peerv1.Handoff{})) + sizeClass(uintptr(cap(msg.Items))*unsafe.Sizeof((*peerv1.KeyState)(nil)))
+	ks := sizeClass(unsafe.Sizeof(peerv1.KeyState{}))
+	for _, it := range msg.Items {
+		c += ks + sizeClass(uintptr(cap(it.State)))
+	}
+	return c
 }
 
 // heldCharge returns what a backup of a key of keyLen bytes held for

@@ -2,19 +2,24 @@ package sync
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/check"
+	"github.com/ringlimit/ringlimit/internal/cputime"
+	"github.com/ringlimit/ringlimit/internal/memlimit"
 )
 
 // fillNode returns a lone node (owner of every key) made with tweak, and
 // checks keys named by name(i) for i in [from, to) on it, one hit each of a
 // limit of 100 an hour (a used key stays: its state is not a fresh
 // bucket's).
-func fillNode(t *testing.T, tweak func(*Config)) *Node {
+func fillNode(t testing.TB, tweak func(*Config)) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Self = "a"
@@ -53,9 +58,11 @@ func liveHeap() uint64 {
 }
 
 // TestHeapPerKey100k is the quick form of TestBytesPerKey, in make test:
-// 100,000 owned keys of 12 bytes take at most 200 bytes of live heap each,
-// key and index included, and the store's charge (Metrics.KeyBytes) is
-// within 15% of what the heap holds.
+// 100,000 owned keys of 12 bytes take at most 150 bytes of live heap each,
+// key and index included (125 measured: one 96-byte allocation holding the
+// entry, the key and the token bucket, and the table's 12-byte slots), and
+// the store's charge (Metrics.KeyBytes) is within 15% of what the heap
+// holds.
 func TestHeapPerKey100k(t *testing.T) {
 	const keys = 100_000
 	name := func(i int) string { return fmt.Sprintf("user:%07d", i) }
@@ -66,8 +73,8 @@ func TestHeapPerKey100k(t *testing.T) {
 	per := float64(after-before) / keys
 	charged := float64(n.Metrics().KeyBytes.Load()) / keys
 	t.Logf("%d keys: %.0f bytes of live heap per key, %.0f charged", n.Metrics().Keys.Load(), per, charged)
-	if per > 200 {
-		t.Errorf("%.0f bytes of heap per key, want at most 200", per)
+	if per > 150 {
+		t.Errorf("%.0f bytes of heap per key, want at most 150", per)
 	}
 	if charged < per*0.85 || charged > per*1.15 {
 		t.Errorf("charged %.0f bytes per key for %.0f on the heap: want within 15%%", charged, per)
@@ -188,4 +195,169 @@ func TestHeldBackupsBudget(t *testing.T) {
 	if b.st.heldBytes != 0 {
 		t.Errorf("held charge %d after every held state was taken, want 0", b.st.heldBytes)
 	}
+}
+
+// BenchmarkKeyMemory fills a lone node with 1M owned keys of 15 bytes
+// ("flood", NUL, "k00000000", as e2e's TestKeyMemory), making garbage of
+// garbagePerKey bytes per key as a server does (its calls' messages),
+// and reports per key:
+// the live heap after a collection (heap-B/key), the resident memory
+// (/proc/self/status VmRSS) when the fill ends, before any collection is
+// forced (rss-B/key), its peak during the fill (peak-rss-B/key), and the
+// store's charge (charged-B/key), each from before the fill; and the
+// CPU time of the fill per key (cpu-ns/key, collections included) and the
+// number of collections (gcs). Under
+// "default" the runtime works as configured (GOGC, GOMEMLIMIT); under
+// "tuned" a memlimit.Tuner sets the soft memory limit from the charge,
+// every 10,000 keys, as cmd/node does every second. One iteration is one
+// fill:
+//
+//	go test ./sync -run '^$' -bench BenchmarkKeyMemory -benchtime 1x
+func BenchmarkKeyMemory(b *testing.B) {
+	const keys = 1_000_000
+	for _, tuned := range []bool{false, true} {
+		name := "default"
+		if tuned {
+			name = "tuned"
+		}
+		b.Run(name, func(b *testing.B) {
+			defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+			for range b.N {
+				runtime.GC()
+				debug.FreeOSMemory()
+				rss0, heap0 := vmRSS(b), liveHeap()
+				var ms0, ms1 runtime.MemStats
+				runtime.ReadMemStats(&ms0)
+				cpu0 := cputime.Process()
+				n := fillNode(b, nil)
+				var tu *memlimit.Tuner
+				if tuned {
+					tu = memlimit.New(func() int64 { return n.Metrics().KeyBytes.Load() })
+				}
+				peak := rss0
+				key := func(i int) string { return fmt.Sprintf("flood\x00k%08d", i) }
+				for i := 0; i < keys; i += 10_000 {
+					fill(n, key, i, i+10_000)
+					for range 10_000 {
+						garbageSink = make([]byte, garbagePerKey)
+					}
+					if tu != nil {
+						tu.Update()
+					}
+					peak = max(peak, vmRSS(b))
+				}
+				rss := vmRSS(b)
+				cpu := cputime.Process() - cpu0
+				runtime.ReadMemStats(&ms1)
+				heap := liveHeap()
+				per := func(v, v0 uint64) float64 { return (float64(v) - float64(v0)) / keys }
+				b.ReportMetric(per(heap, heap0), "heap-B/key")
+				b.ReportMetric(per(rss, rss0), "rss-B/key")
+				b.ReportMetric(per(peak, rss0), "peak-rss-B/key")
+				b.ReportMetric(float64(n.Metrics().KeyBytes.Load())/keys, "charged-B/key")
+				b.ReportMetric(float64(cpu.Nanoseconds())/keys, "cpu-ns/key")
+				b.ReportMetric(float64(ms1.NumGC-ms0.NumGC), "gcs")
+				if got := n.Metrics().Keys.Load(); got != keys {
+					b.Fatalf("%d keys stored, want %d", got, keys)
+				}
+				runtime.KeepAlive(n)
+			}
+		})
+	}
+}
+
+// garbagePerKey is the garbage BenchmarkKeyMemory makes per key, for the
+// messages of a server's calls (a node filled over gRPC allocated 1,299
+// and 1,279 bytes per key: e2e's TestKeyMemory): without it a fill keeps
+// almost all it allocates, and the collector's headroom never fills.
+const garbagePerKey = 1280
+
+var garbageSink []byte
+
+// vmRSS returns the resident memory of this process (VmRSS in
+// /proc/self/status), in bytes.
+func vmRSS(tb testing.TB) uint64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		tb.Skip("no /proc/self/status:", err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				tb.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	tb.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+// TestHandoffHeap: what a membership change that moves keys holds on the
+// heap until the new owner acknowledges them, per key moved: the hand-off
+// batches (kept for resending) and what was sent. A node of 100k keys (15
+// bytes) hands about half to a joining node; the batches sent are the ones
+// kept, not copies of them (331 bytes per moved key when each was cloned
+// for sending; 178 shared). They are charged to the byte budget until
+// acknowledged, within 20% of what they hold on the heap, and the charge
+// goes back with the acknowledgements. It matters under a key flood:
+// members starved of CPU are suspected and rejoin, and each time keys move
+// (security.md).
+func TestHandoffHeap(t *testing.T) {
+	const keys = 100_000
+	nw := newTestNet(t, nil, "a")
+	nw.add("b", nil)
+	a := nw.nodes["a"]
+	fill(a, func(i int) string { return fmt.Sprintf("flood\x00k%08d", i) }, 0, keys)
+	nw.now = t0.Add(keys * 10 * time.Microsecond)
+	k0 := a.Metrics().KeyBytes.Load()
+	before := liveHeap()
+	nw.setMembers([]string{"a", "b"}, "a")
+	after := liveHeap()
+	moved := a.Metrics().HandoffKeys.Load()
+	heap := float64(after) - float64(before)
+	charged := float64(a.Metrics().KeyBytes.Load() - k0)
+	t.Logf("%d of %d keys handed off in %d batches: %.0f bytes of live heap per moved key until acknowledged, %.0f charged",
+		moved, keys, a.Metrics().HandoffsSent.Load(), heap/float64(moved), charged/float64(moved))
+	if moved < keys/3 {
+		t.Fatalf("%d keys handed off, want about half of %d", moved, keys)
+	}
+	if heap/float64(moved) > 230 {
+		t.Errorf("%.0f bytes of live heap per key handed off, want at most 230", heap/float64(moved))
+	}
+	if charged < 0.8*heap || charged > 1.2*heap {
+		t.Errorf("hand-offs charged %.0f bytes for %.0f on the heap: want within 20%%", charged, heap)
+	}
+	nw.setMembers([]string{"a", "b"}, "b")
+	nw.run(time.Second)
+	if got := a.Metrics().KeyBytes.Load(); got != k0 {
+		t.Errorf("KeyBytes %d once the hand-offs are acknowledged, want %d as before them", got, k0)
+	}
+	runtime.KeepAlive(nw)
+}
+
+// TestHandoffsDisplaceKeys: hand-offs waiting for their acknowledgement
+// count against MaxKeyBytes, so the keys inserted meanwhile evict stored
+// ones until the charge is back within the budget.
+func TestHandoffsDisplaceKeys(t *testing.T) {
+	name := func(i int) string { return fmt.Sprintf("flood\x00k%08d", i) }
+	budget := 20_000 * entryCharge(len(name(0)), &entry{meta: flagKeyed}, false)
+	nw := newTestNet(t, func(c *Config) { c.MaxKeyBytes = budget }, "a")
+	nw.add("b", nil)
+	a := nw.nodes["a"]
+	fill(a, name, 0, 20_000)
+	nw.now = t0.Add(20_000 * 10 * time.Microsecond)
+	nw.setMembers([]string{"a", "b"}, "a")
+	over := a.Metrics().KeyBytes.Load()
+	if over <= budget {
+		t.Fatalf("KeyBytes %d after the hand-off of %d keys, want more than the budget %d", over, a.Metrics().HandoffKeys.Load(), budget)
+	}
+	keys := a.Metrics().Keys.Load()
+	fill(a, name, 20_000, 21_000) // as the flood goes on, before any acknowledgement
+	if got := a.Metrics().KeyBytes.Load(); got > budget {
+		t.Errorf("KeyBytes %d after more keys came, want at most the budget %d (%d with the hand-offs)", got, budget, over)
+	}
+	t.Logf("budget %d: %d with the hand-offs of %d keys; %d keys stored, then %d after 1000 more came",
+		budget, over, a.Metrics().HandoffKeys.Load(), keys, a.Metrics().Keys.Load())
 }

@@ -72,13 +72,14 @@ type Config struct {
 	// least recently used are evicted. Default 1,000,000.
 	MaxKeys int
 	// MaxKeyBytes bounds the memory of the keys a node keeps, in bytes:
-	// every stored key (owned, cached, local) and every backup held for
-	// another owner is charged its allocations (budget.go); beyond it, as
-	// beyond MaxKeys, the least recently used keys are evicted, and held
-	// backups beyond half of it are not kept. Zero: no byte bound, MaxKeys
-	// alone. Default 256 MiB: above what MaxKeys of short keys take (about
-	// 180 MB), so that it binds only when keys are long (a million keys of
-	// 1 KiB would take 1.2 GB).
+	// every stored key (owned, cached, local), every backup held for
+	// another owner and every hand-off not yet acknowledged is charged its
+	// allocations (budget.go); beyond it, as beyond MaxKeys, the least
+	// recently used keys are evicted, and held backups beyond half of it
+	// are not kept. Zero: no byte bound, MaxKeys alone. Default 256 MiB:
+	// above what MaxKeys of short keys take (about 120 MB), so that it
+	// binds only when keys are long (a million keys of 1 KiB would take
+	// 1.2 GB).
 	MaxKeyBytes int64
 	// MaxKeyLen bounds the length of a key in bytes. Default 1024.
 	MaxKeyLen int

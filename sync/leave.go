@@ -40,7 +40,7 @@ func (n *Node) announceLeave(now time.Time, v *view) {
 		msg := &peerv1.Handoff{Seq: p.hoSeq, Leaving: true}
 		p.hoOut = append(p.hoOut, &handoffBatch{msg: msg, sentAt: now})
 		n.wake(p)
-		n.send(p.name, handoffBody{clone(msg)})
+		n.send(p.name, handoffBody{msg}) // kept in hoOut, never modified again: shared (see Transport)
 		n.metrics.HandoffsSent.Add(1)
 	}
 }

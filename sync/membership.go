@@ -9,12 +9,19 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// handoffBatch is a Handoff message not yet acknowledged.
+// handoffBatch is a Handoff message not yet acknowledged. charge is what
+// it costs the store's byte budget meanwhile (handoffCharge), given back
+// when it is retired (retireHandoff).
 type handoffBatch struct {
 	msg     *peerv1.Handoff
 	sentAt  time.Time
 	retries int
+	charge  int64
 }
+
+// retireHandoff gives back the charge of b, acknowledged, given up or
+// routed again.
+func (n *Node) retireHandoff(b *handoffBatch) { n.st.charge(-b.charge) }
 
 // SetMembers replaces the membership (node names, this node included) and
 // starts the hand-off of the keys whose owner changed:
@@ -217,6 +224,7 @@ func (n *Node) abandon(now time.Time, nv *view, p *peer) {
 	}
 	out := map[*peer][]*peerv1.KeyState{}
 	for _, b := range p.hoOut {
+		n.retireHandoff(b)
 		for _, ks := range b.msg.Items {
 			if q := nv.peers[nv.owner(ks.Key)]; q != nil {
 				out[q] = append(out[q], ks)
@@ -259,9 +267,11 @@ func (n *Node) sendHandoffs(now time.Time, v *view, out map[*peer][]*peerv1.KeyS
 			p.hoSeq++
 			msg := &peerv1.Handoff{Seq: p.hoSeq, Items: items[:k:k]}
 			items = items[k:]
-			p.hoOut = append(p.hoOut, &handoffBatch{msg: msg, sentAt: now})
+			b := &handoffBatch{msg: msg, sentAt: now, charge: handoffCharge(msg)}
+			n.st.charge(b.charge)
+			p.hoOut = append(p.hoOut, b)
 			n.wake(p)
-			n.send(p.name, handoffBody{clone(msg)})
+			n.send(p.name, handoffBody{msg}) // kept in hoOut, never modified again: shared (see Transport)
 			n.metrics.HandoffsSent.Add(1)
 			n.metrics.HandoffKeys.Add(int64(k))
 		}
@@ -331,7 +341,13 @@ func (n *Node) onHandoffAck(p *peer, ack *peerv1.HandoffAck) {
 	if ack.HandoffIncarnation != n.cfg.Incarnation {
 		return
 	}
-	p.hoOut = slices.DeleteFunc(p.hoOut, func(b *handoffBatch) bool { return b.msg.Seq == ack.Seq })
+	p.hoOut = slices.DeleteFunc(p.hoOut, func(b *handoffBatch) bool {
+		if b.msg.Seq != ack.Seq {
+			return false
+		}
+		n.retireHandoff(b)
+		return true
+	})
 }
 
 // resendHandoffs sends p's unacknowledged hand-offs again, at once, when
@@ -355,7 +371,7 @@ func (n *Node) resendHandoffs(now time.Time, p *peer, env *peerv1.Envelope) {
 	for _, b := range p.hoOut {
 		if before == 0 || b.msg.Seq < before {
 			b.sentAt = now
-			n.send(p.name, handoffBody{clone(b.msg)})
+			n.send(p.name, handoffBody{b.msg}) // never modified: shared
 		}
 	}
 }
@@ -372,11 +388,12 @@ func (n *Node) tickHandoffs(now time.Time, v *view, busy []*peer) {
 			p.markDown(now, n.cfg.UnreachableAfter)
 			if b.retries >= n.cfg.MaxRetries {
 				n.metrics.HandoffsDropped.Add(1)
+				n.retireHandoff(b)
 				return true
 			}
 			b.retries++
 			b.sentAt = now
-			n.send(p.name, handoffBody{clone(b.msg)})
+			n.send(p.name, handoffBody{b.msg}) // never modified: shared
 			return false
 		})
 	}

@@ -37,8 +37,8 @@ type Metrics struct {
 	// Keys is the number of keys stored now; Evicted counts idle and LRU
 	// evictions.
 	Keys, Evicted atomic.Int64
-	// KeyBytes is the memory charged now for the stored keys and the held
-	// backups, in bytes (Config.MaxKeyBytes bounds it; budget.go).
+	// KeyBytes is the memory charged now for the stored keys, the held
+	// backups and the hand-offs not yet acknowledged, in bytes (Config.MaxKeyBytes bounds it; budget.go).
 	KeyBytes atomic.Int64
 	// FlushesAcked counts flush acknowledgements received; PushesReceived
 	// push messages received; ForwardTimeouts owner-mode checks decided by the

@@ -375,14 +375,15 @@ func newEntry(l bucket.Limit, now time.Time, c uint32) (*entry, error) {
 	return &x.e, nil
 }
 
-// entryBucket, entryKey16, entryKey48 and entryKeyLong are an entry, room
-// for its bucket and (the last three) the store's copy of its key,
-// allocated together (128, 144, 176 and 160 bytes, four of Go's allocation
-// size classes): one allocation instead of three, and a lookup that compares
+// entryBucket, entryKey16, entryKey32, entryKey48 and entryKeyLong are an
+// entry, room for its bucket and (the last four) the store's copy of its
+// key, allocated together (80, 96, 112, 128 and 112 bytes, Go's allocation
+// size classes, with a token bucket of 32 bytes: its limit is interned, see
+// bucket.Space): one allocation instead of three, and a lookup that compares
 // the stored key reads the entry's memory, which it reads next anyway, and
 // then the bucket's, instead of cache lines of their own. The key comes
 // right after the entry, so that the key and the entry (read together by
-// every lookup) are adjacent; the bucket follows. The three keyed forms
+// every lookup) are adjacent; the bucket follows. The keyed forms
 // start alike, as keyedHead does: the entry, flagged flagKeyed, then the
 // key's length n, or longKey when the key is stored as a string of its own;
 // so a list can hold an entry alone and get its key back (entry.key).
@@ -402,6 +403,13 @@ type entryKey16 struct {
 	e  entry
 	n  uint8
 	k  [15]byte
+	sp bucket.Space
+}
+
+type entryKey32 struct {
+	e  entry
+	n  uint8
+	k  [31]byte
 	sp bucket.Space
 }
 
@@ -454,6 +462,10 @@ func allocKeyed(key string) (*entry, *bucket.Space, string) {
 		x := &entryKey16{e: entry{meta: flagKeyed}, n: uint8(len(key))}
 		copy(x.k[:], key)
 		return &x.e, &x.sp, unsafe.String(&x.k[0], len(key))
+	case len(key) <= len(entryKey32{}.k):
+		x := &entryKey32{e: entry{meta: flagKeyed}, n: uint8(len(key))}
+		copy(x.k[:], key)
+		return &x.e, &x.sp, unsafe.String(&x.k[0], len(key))
 	case len(key) <= len(entryKey48{}.k):
 		x := &entryKey48{e: entry{meta: flagKeyed}, n: uint8(len(key))}
 		copy(x.k[:], key)
@@ -476,6 +488,8 @@ func (e *entry) key() (string, bool) {
 	switch n := (*keyedHead)(p).n; {
 	case int(n) <= len(entryKey16{}.k):
 		return unsafe.String(&(*entryKey16)(p).k[0], n), true
+	case int(n) <= len(entryKey32{}.k):
+		return unsafe.String(&(*entryKey32)(p).k[0], n), true
 	case int(n) <= len(entryKey48{}.k):
 		return unsafe.String(&(*entryKey48)(p).k[0], n), true
 	}

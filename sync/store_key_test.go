@@ -15,10 +15,11 @@ func TestKeyedEntryForms(t *testing.T) {
 		size, want uintptr
 		nOff       uintptr
 	}{
-		{"entryBucket", unsafe.Sizeof(entryBucket{}), 128, unsafe.Offsetof(keyedHead{}.n)},
-		{"entryKey16", unsafe.Sizeof(entryKey16{}), 144, unsafe.Offsetof(entryKey16{}.n)},
-		{"entryKey48", unsafe.Sizeof(entryKey48{}), 176, unsafe.Offsetof(entryKey48{}.n)},
-		{"entryKeyLong", unsafe.Sizeof(entryKeyLong{}), 152, unsafe.Offsetof(entryKeyLong{}.n)},
+		{"entryBucket", unsafe.Sizeof(entryBucket{}), 80, unsafe.Offsetof(keyedHead{}.n)},
+		{"entryKey16", unsafe.Sizeof(entryKey16{}), 96, unsafe.Offsetof(entryKey16{}.n)},
+		{"entryKey32", unsafe.Sizeof(entryKey32{}), 112, unsafe.Offsetof(entryKey32{}.n)},
+		{"entryKey48", unsafe.Sizeof(entryKey48{}), 128, unsafe.Offsetof(entryKey48{}.n)},
+		{"entryKeyLong", unsafe.Sizeof(entryKeyLong{}), 104, unsafe.Offsetof(entryKeyLong{}.n)},
 	}
 	for _, f := range forms {
 		if f.size != f.want {
@@ -28,7 +29,7 @@ func TestKeyedEntryForms(t *testing.T) {
 			t.Errorf("%s has its key length at %d, keyedHead at %d", f.name, f.nOff, unsafe.Offsetof(keyedHead{}.n))
 		}
 	}
-	for _, n := range []int{0, 1, 15, 16, 47, 48, 254, 255, 256, 1000} {
+	for _, n := range []int{0, 1, 15, 16, 31, 32, 47, 48, 254, 255, 256, 1000} {
 		key := strings.Repeat("k", n)
 		e, own, err := newKeyedEntry(key, perMinute(60), t0, 7)
 		if err != nil {

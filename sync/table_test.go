@@ -216,11 +216,11 @@ func TestTableSameXXHash(t *testing.T) {
 // maxDisplacement returns the longest distance of an entry of t from its
 // home slot: the number of slots a lookup of it walks past.
 func maxDisplacement(t *table) int {
-	mask := uint64(len(t.slots) - 1)
+	mask := uint32(len(t.tags) - 1)
 	d := 0
-	for j, s := range t.slots {
-		if s.e != nil {
-			d = max(d, int((uint64(j)-s.h>>t.shift)&mask))
+	for j, g := range t.tags {
+		if g != 0 {
+			d = max(d, int((uint32(j)-g>>t.shift)&mask))
 		}
 	}
 	return d

@@ -22,6 +22,9 @@ type options struct {
 	logLevel        slog.Level
 	logJSON         bool
 	shutdownTimeout time.Duration
+	// tuneMemory sets the runtime's soft memory limit from the keys'
+	// memory (internal/memlimit).
+	tuneMemory bool
 	// testClockOffset is the test hook's offset (testClockOffsetEnv), 0
 	// when unset.
 	testClockOffset time.Duration
@@ -58,7 +61,7 @@ Flags:
 // (getenv). It writes --help and errors about flags to out. It returns
 // flag.ErrHelp for -h/--help.
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (options, error) {
-	o := options{cfg: ringlimit.DefaultConfig(), shutdownTimeout: 15 * time.Second}
+	o := options{cfg: ringlimit.DefaultConfig(), shutdownTimeout: 15 * time.Second, tuneMemory: true}
 	c := &o.cfg
 	fs := flag.NewFlagSet("ringlimit-node", flag.ContinueOnError)
 	// Errors are written below, in a line of their own, without the flag
@@ -90,7 +93,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.IntVar(&c.API.MaxKeyLen, "max-key-len", c.API.MaxKeyLen, "most bytes of name + unique_key in one item")
 	fs.IntVar(&c.Sync.MaxKeys, "max-keys", c.Sync.MaxKeys, "most keys a node keeps (owned, cached, backed up); beyond it the least recently used are evicted")
 	var keyBytesSet bool
-	fs.Var(byteSize{&c.Sync.MaxKeyBytes, &keyBytesSet}, "max-key-bytes", "most memory the keys a node keeps (and the backups it holds for others) may take, e.g. 128MiB; beyond it the least recently used keys are evicted (0: --max-keys alone; default: half of GOMEMLIMIT when set, else 256MiB)")
+	fs.BoolVar(&o.tuneMemory, "tune-memory", o.tuneMemory, "set the Go runtime's soft memory limit from the keys' memory every second, so that the collector gives the keys a quarter of their size as headroom instead of GOGC's whole (never above GOMEMLIMIT; false: GOGC and GOMEMLIMIT alone)")
+	fs.Var(byteSize{&c.Sync.MaxKeyBytes, &keyBytesSet}, "max-key-bytes", "most memory the keys a node keeps (and the backups it holds for others, and its hand-offs not yet acknowledged) may take, e.g. 128MiB; beyond it the least recently used keys are evicted (0: --max-keys alone; default: half of GOMEMLIMIT when set, else 256MiB)")
 	fs.Int64Var(&c.API.MaxBodyBytes, "max-body-bytes", c.API.MaxBodyBytes, "most bytes of an HTTP request body")
 	fs.IntVar(&c.API.MaxRecvMsgBytes, "max-recv-msg-bytes", c.API.MaxRecvMsgBytes, "most bytes of one gRPC message received, public or peer")
 	fs.UintVar(&maxConcurrentStreams, "max-concurrent-streams", uint(c.API.MaxConcurrentStreams), "most concurrent gRPC calls per connection")

@@ -13,11 +13,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ringlimit/ringlimit"
+	"github.com/ringlimit/ringlimit/internal/memlimit"
 	"github.com/ringlimit/ringlimit/rules"
 )
 
@@ -90,6 +92,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		log.Error("start failed", "err", err)
 		return 1
 	}
+	tuned := make(chan struct{})
+	tctx, stopTuning := context.WithCancel(ctx)
+	go func() { // ends with tctx: joined below
+		defer close(tuned)
+		if o.tuneMemory {
+			memlimit.New(n.KeyBytes).Run(tctx, time.Second)
+		}
+	}()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -117,5 +127,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		code = 1
 	}
 	<-waited
+	stopTuning()
+	<-tuned
 	return code
 }

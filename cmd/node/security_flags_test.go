@@ -85,6 +85,16 @@ func TestSecurityAndLimitFlags(t *testing.T) {
 				t.Errorf("Sync.MaxKeyBytes = %d, want 256 MiB", o.cfg.Sync.MaxKeyBytes)
 			}
 		}},
+		{name: "memory tuned by default", check: func(t *testing.T, o options) {
+			if !o.tuneMemory {
+				t.Error("tuneMemory false by default, want true")
+			}
+		}},
+		{name: "memory tuning off", env: map[string]string{"RINGLIMIT_TUNE_MEMORY": "false"}, check: func(t *testing.T, o options) {
+			if o.tuneMemory {
+				t.Error("tuneMemory true with RINGLIMIT_TUNE_MEMORY=false")
+			}
+		}},
 		{name: "max key bytes in MiB", args: []string{"--max-key-bytes", "96MiB"}, check: func(t *testing.T, o options) {
 			if o.cfg.Sync.MaxKeyBytes != 96<<20 {
 				t.Errorf("Sync.MaxKeyBytes = %d, want 96 MiB", o.cfg.Sync.MaxKeyBytes)
