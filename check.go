@@ -22,6 +22,7 @@ type pending struct {
 	resps []check.Response
 	done  chan struct{} // buffered 1: signal never blocks
 	fn    func()        // p.signal, bound once
+	timer *time.Timer   // wait's, stopped between calls; nil until needed
 }
 
 func (p *pending) signal() { p.done <- struct{}{} }
@@ -78,7 +79,14 @@ func (p *pending) wait(ctx context.Context, timeout time.Duration) error {
 		return nil
 	default:
 	}
-	t := time.NewTimer(timeout)
+	// The pooled timer is reused: Reset of a stopped timer (Go 1.23's
+	// timers) delivers no stale tick.
+	if p.timer == nil {
+		p.timer = time.NewTimer(timeout)
+	} else {
+		p.timer.Reset(timeout)
+	}
+	t := p.timer
 	defer t.Stop()
 	select {
 	case <-p.done:
