@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
@@ -121,6 +122,13 @@ func (d decider) Check(ctx context.Context, reqs []check.Request) ([]check.Respo
 	}
 	return out, nil
 }
+
+// CheckInto implements api.BackendInto.
+func (d decider) CheckInto(ctx context.Context, reqs []check.Request, out []check.Response) error {
+	return d.n.decide(ctx, reqs, out)
+}
+
+var _ api.BackendInto = decider{}
 
 // gate counts calls in flight and, once closed, admits no more, so that
 // Shutdown can wait for the calls already admitted. It is safe for

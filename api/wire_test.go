@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -221,4 +222,62 @@ func BenchmarkCheckWire(b *testing.B) {
 			_ = appendResponse(make([]byte, 0, 48*len(out)+10), "n1", out)
 		}
 	})
+}
+
+// intoBackend answers every request allowed, and records which method the
+// Server called.
+type intoBackend struct{ into, plain int }
+
+func (b *intoBackend) Check(_ context.Context, reqs []check.Request) ([]check.Response, error) {
+	b.plain++
+	out := make([]check.Response, len(reqs))
+	for i := range out {
+		out[i].Allowed, out[i].Owner = true, reqs[i].Key
+	}
+	return out, nil
+}
+
+func (b *intoBackend) CheckInto(_ context.Context, reqs []check.Request, out []check.Response) error {
+	b.into++
+	for i := range out {
+		out[i].Allowed, out[i].Owner = true, reqs[i].Key
+	}
+	return nil
+}
+
+// TestBackendInto: a call whose items are all valid is answered by
+// CheckInto, straight into the answers; one with an invalid item by Check,
+// each answer in its item's place.
+func TestBackendInto(t *testing.T) {
+	b := &intoBackend{}
+	s, err := New(Config{Node: "n", MaxKeyLen: 100, MaxBatchItems: 10, MaxBodyBytes: 1 << 10}, b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := item1("a", "k1", 5, ringlimitv1.Mode_MODE_LOCAL)
+	bad := item1("a", "k2", -1, ringlimitv1.Mode_MODE_LOCAL)
+	for _, c := range []struct {
+		items       []*ringlimitv1.CheckItem
+		into, plain int
+	}{
+		{[]*ringlimitv1.CheckItem{good, good}, 1, 0},
+		{[]*ringlimitv1.CheckItem{bad, good}, 1, 1},
+	} {
+		resp, err := s.Check(t.Context(), &ringlimitv1.CheckRequest{Items: c.items})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.into != c.into || b.plain != c.plain {
+			t.Errorf("after %d items: CheckInto %d, Check %d times; want %d, %d", len(c.items), b.into, b.plain, c.into, c.plain)
+		}
+		for i, r := range resp.Items {
+			if c.items[i] == bad {
+				if r.Status != ringlimitv1.Status_STATUS_ERROR {
+					t.Errorf("invalid item %d answered %v", i, r.Status)
+				}
+			} else if r.Status != ringlimitv1.Status_STATUS_UNDER_LIMIT || r.Owner != Key("a", c.items[i].UniqueKey) {
+				t.Errorf("item %d answered %v, owner %q", i, r.Status, r.Owner)
+			}
+		}
+	}
 }
