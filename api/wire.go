@@ -2,6 +2,7 @@ package api
 
 import (
 	"math"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -65,7 +66,8 @@ var itemWireTypes = [...]protowire.Type{
 // decodeItems decodes the CheckRequest b into its items, as
 // fromProto(proto.Unmarshal(b)) would, or reports false when b is not one
 // it takes (see above); maxItems bounds the items it decodes (beyond, it
-// reports false: checkProto refuses the call). Strings share one copy of b.
+// reports false: checkProto refuses the call). Strings share one copy of b
+// (the core keeps none of them but the lease ids, which are copied).
 func decodeItems(b []byte, maxItems int) ([]item, bool) {
 	n := 0
 	for rest := b; len(rest) > 0; {
@@ -194,7 +196,9 @@ func decodeItem(buf []byte, s string, off, end int) (item, bool) {
 				case fieldItemUniqueKey:
 					it.uniqueKey = str
 				case fieldItemLease:
-					it.lease = str
+					// A concurrency bucket keeps its holders' lease ids:
+					// a copy, lest one pin the whole request.
+					it.lease = strings.Clone(str)
 				default:
 					it.rule = str
 				}
