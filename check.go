@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/check"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
@@ -22,6 +23,7 @@ type pending struct {
 	resps []check.Response
 	done  chan struct{} // buffered 1: signal never blocks
 	fn    func()        // p.signal, bound once
+	timer *time.Timer   // wait's, stopped between calls; nil until needed
 }
 
 func (p *pending) signal() { p.done <- struct{}{} }
@@ -78,7 +80,14 @@ func (p *pending) wait(ctx context.Context, timeout time.Duration) error {
 		return nil
 	default:
 	}
-	t := time.NewTimer(timeout)
+	// The pooled timer is reused: Reset of a stopped timer (Go 1.23's
+	// timers) delivers no stale tick.
+	if p.timer == nil {
+		p.timer = time.NewTimer(timeout)
+	} else {
+		p.timer.Reset(timeout)
+	}
+	t := p.timer
 	defer t.Stop()
 	select {
 	case <-p.done:
@@ -113,6 +122,13 @@ func (d decider) Check(ctx context.Context, reqs []check.Request) ([]check.Respo
 	}
 	return out, nil
 }
+
+// CheckInto implements api.BackendInto.
+func (d decider) CheckInto(ctx context.Context, reqs []check.Request, out []check.Response) error {
+	return d.n.decide(ctx, reqs, out)
+}
+
+var _ api.BackendInto = decider{}
 
 // gate counts calls in flight and, once closed, admits no more, so that
 // Shutdown can wait for the calls already admitted. It is safe for

@@ -162,6 +162,16 @@ type GossipConfig struct {
 	// (peer.ClusterConfig.ReconnectTimeout). Zero is the profile's value
 	// (10m).
 	ReconnectTimeout time.Duration
+	// ProbeInterval, ProbeTimeout and SuspicionMult tune failure detection
+	// (peer.ClusterConfig's fields of these names, which say what each
+	// does). Zero is the profile's value (local: 200ms, 100ms, 2; lan:
+	// 250ms, 100ms, 2). Many nodes sharing few cores (tens of nodes in one
+	// process) need longer ones: a node starved of CPU answers probes late,
+	// is suspected and declared dead though alive, and the membership
+	// churns instead of settling (TestSidecarScaleRarelySeenKeys). Longer
+	// values detect a crash later.
+	ProbeInterval, ProbeTimeout time.Duration
+	SuspicionMult               int
 	// Key, when set, encrypts gossip with this AES key (16, 24 or 32
 	// bytes); every member must have it. Default none: gossip in clear text,
 	// acceptable only on a private network (docs/security.md).
@@ -400,6 +410,9 @@ func (c Config) Validate() error {
 		return configErr("API.MaxConnectionAge", "must be positive")
 	case c.Gossip.ReconnectTimeout < 0:
 		return configErr("Gossip.ReconnectTimeout", "%v must not be negative", c.Gossip.ReconnectTimeout)
+	case c.Gossip.ProbeInterval < 0, c.Gossip.ProbeTimeout < 0, c.Gossip.SuspicionMult < 0:
+		return configErr("Gossip.ProbeInterval", "ProbeInterval %v, ProbeTimeout %v, SuspicionMult %d: none may be negative",
+			c.Gossip.ProbeInterval, c.Gossip.ProbeTimeout, c.Gossip.SuspicionMult)
 	case c.API.CheckTimeout <= 0:
 		return configErr("API.CheckTimeout", "must be positive")
 	case c.API.ReadHeaderTimeout <= 0, c.API.ReadTimeout <= 0, c.API.WriteTimeout <= 0, c.API.IdleTimeout <= 0:

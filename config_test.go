@@ -20,6 +20,7 @@ func TestGossipConfigReachesGossip(t *testing.T) {
 	c.Gossip = GossipConfig{
 		Addr: "10.1.2.3:7001", AdvertiseAddr: "10.9.9.9:7002", Seeds: []string{"s1:7946", "s2:7946"},
 		Profile: GossipLocal, ReconnectInterval: 7 * time.Second, ReconnectTimeout: 9 * time.Minute,
+		ProbeInterval: 3 * time.Second, ProbeTimeout: 1500 * time.Millisecond, SuspicionMult: 5,
 		Key: key, SecondaryKeys: [][]byte{key2},
 	}
 	cc := (&Node{cfg: c}).clusterConfig()
@@ -30,6 +31,9 @@ func TestGossipConfigReachesGossip(t *testing.T) {
 		"Profile":           cc.Profile == peer.ProfileLocal,
 		"ReconnectInterval": cc.ReconnectInterval == 7*time.Second,
 		"ReconnectTimeout":  cc.ReconnectTimeout == 9*time.Minute,
+		"ProbeInterval":     cc.ProbeInterval == 3*time.Second,
+		"ProbeTimeout":      cc.ProbeTimeout == 1500*time.Millisecond,
+		"SuspicionMult":     cc.SuspicionMult == 5,
 		"Key":               bytes.Equal(cc.SecretKey, key),
 		"SecondaryKeys":     len(cc.SecondaryKeys) == 1 && bytes.Equal(cc.SecondaryKeys[0], key2),
 	}

@@ -43,6 +43,9 @@ func (n *Node) clusterConfig() peer.ClusterConfig {
 	if n.cfg.Gossip.ReconnectTimeout != 0 {
 		cc.ReconnectTimeout = n.cfg.Gossip.ReconnectTimeout
 	}
+	cc.ProbeInterval = n.cfg.Gossip.ProbeInterval // zero: the profile's
+	cc.ProbeTimeout = n.cfg.Gossip.ProbeTimeout
+	cc.SuspicionMult = n.cfg.Gossip.SuspicionMult
 	cc.GRPCAddr = n.peerAddr
 	cc.Incarnation = n.cfg.Sync.Incarnation
 	cc.SecretKey = n.cfg.Gossip.Key

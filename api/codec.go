@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -38,8 +39,14 @@ type serverCodec struct{ proto encoding.CodecV2 }
 // RegisterEnvoy's, decode their requests themselves.
 func Codec() encoding.CodecV2 { return serverCodec{proto: encoding.GetCodecV2("proto")} }
 
-// Marshal implements encoding.CodecV2.
-func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+// Marshal implements encoding.CodecV2. A *rawFrame is a message already
+// in wire form (the Check handler's answers): sent as it is.
+func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if f, ok := v.(*rawFrame); ok {
+		return mem.BufferSlice{mem.SliceBuffer(f.b)}, nil
+	}
+	return c.proto.Marshal(v)
+}
 
 // Unmarshal implements encoding.CodecV2.
 func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -54,14 +61,34 @@ func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
 func (serverCodec) Name() string { return "proto" }
 
 // rateLimiterDesc is ringlimitv1.RateLimiter_ServiceDesc with a Check
-// handler that decodes its request itself. The server it is registered on
-// must use serverCodec.
+// handler that decodes its request itself, and answers in wire form
+// (wire.go) the requests decodeItems takes when no interceptor wants the
+// messages. The server it is registered on must use serverCodec.
 var rateLimiterDesc = func() grpc.ServiceDesc {
 	d := ringlimitv1.RateLimiter_ServiceDesc
-	d.Methods = []grpc.MethodDesc{{MethodName: "Check", Handler: rawUnary(ringlimitv1.RateLimiter_Check_FullMethodName,
+	general := rawUnary(ringlimitv1.RateLimiter_Check_FullMethodName,
 		func(srv any, ctx context.Context, in *ringlimitv1.CheckRequest) (any, error) {
 			return srv.(ringlimitv1.RateLimiterServer).Check(ctx, in)
-		})}}
+		})
+	d.Methods = []grpc.MethodDesc{{MethodName: "Check", Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		a, ok := srv.(grpcAPI)
+		if !ok || interceptor != nil {
+			return general(srv, ctx, dec, interceptor)
+		}
+		start := time.Now()
+		var f rawFrame
+		if err := dec(&f); err != nil {
+			return nil, err
+		}
+		if items, ok := decodeItems(f.b, a.s.cfg.MaxBatchItems); ok {
+			return a.s.checkWire(ctx, items, a.s.cfg.GRPCRulesOnly, start)
+		}
+		in := new(ringlimitv1.CheckRequest)
+		if err := decodeRequest(f.b, in); err != nil {
+			return nil, err
+		}
+		return a.Check(ctx, in)
+	}}}
 	return d
 }()
 

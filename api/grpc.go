@@ -44,6 +44,19 @@ func (s *Server) checkProto(ctx context.Context, req *ringlimitv1.CheckRequest, 
 	return resp, nil
 }
 
+// checkWire is checkProto for items decoded from the wire (decodeItems),
+// answered in wire form (appendResponse) from a call that began at start.
+func (s *Server) checkWire(ctx context.Context, items []item, rulesOnly bool, start time.Time) (*rawFrame, error) {
+	out := make([]check.Response, len(items))
+	if err := s.decide(ctx, items, out, rulesOnly); err != nil {
+		return nil, err
+	}
+	// About 40 bytes per answer; append grows it if need be.
+	b := appendResponse(make([]byte, 0, 48*len(out)+len(s.cfg.Node)+8), s.cfg.Node, out)
+	s.obs.Call(GRPC, len(items), time.Since(start))
+	return &rawFrame{b: b}, nil
+}
+
 // fromProto decodes one item. Invalid durations are recorded in item.err;
 // enum values are checked by item.request.
 func fromProto(pi *ringlimitv1.CheckItem) item {
