@@ -1,13 +1,13 @@
 package sync
 
 import (
-	"maps"
 	"math"
 	"slices"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // Charging: every admission counts once in the key's bucket.
@@ -49,6 +49,12 @@ type charges struct {
 	// debt maps a key to the hits admitted without its owner and not yet
 	// drained.
 	debt map[string]*debt
+	// byOwner groups the keys of debt by their owner on the ring of, so
+	// that a tick visits only the debts whose owner can take them, not
+	// every debt while the owners are cut off (nil of: not grouped yet;
+	// regrouped when the ring changes).
+	of      *ring.Ring
+	byOwner map[string][]string
 }
 
 // debt is what a key owes its bucket: hits admitted under limit l, not yet
@@ -76,6 +82,10 @@ func (n *Node) charge(r *check.Request) {
 		}
 		d = &debt{}
 		ch.debt[r.Key] = d
+		if v := n.view; ch.of != nil && ch.of == v.ring {
+			o := v.owner(r.Key)
+			ch.byOwner[o] = append(ch.byOwner[o], r.Key)
+		}
 	}
 	d.l = r.Limit
 	capacity := max(1, r.Limit.Capacity())
@@ -109,16 +119,42 @@ func (n *Node) delivered(key string, hits int64) {
 }
 
 // tickCharges drains the debts whose key's owner can take them (see
-// above). Keys are visited in sorted order, so that the flushes are the
-// same from run to run.
+// above). Only the debts of owners that can are visited (byOwner), in
+// sorted key order, so that the flushes are the same from run to run.
 func (n *Node) tickCharges(now time.Time, v *view) {
 	ch := &n.chg
 	if len(ch.debt) == 0 || len(v.lost) > 0 || n.leaving || v.ring == nil {
 		return
 	}
+	if ch.of != v.ring {
+		ch.of, ch.byOwner = v.ring, map[string][]string{}
+		for key := range ch.debt {
+			o := v.owner(key)
+			ch.byOwner[o] = append(ch.byOwner[o], key)
+		}
+	}
+	var keys []string
+	var owners []string
+	for owner, ks := range ch.byOwner {
+		if owner != n.cfg.Self {
+			if p := v.peers[owner]; p == nil || p.gone || p.down(now) {
+				continue
+			}
+		}
+		keys = append(keys, ks...)
+		owners = append(owners, owner)
+	}
+	if len(keys) == 0 {
+		return
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys) // a debt paid (delivered) and charged again is listed twice
 	c := coarse(now)
-	for _, key := range slices.Sorted(maps.Keys(ch.debt)) {
+	for _, key := range keys {
 		d := ch.debt[key]
+		if d == nil {
+			continue // paid meanwhile (delivered)
+		}
 		owner := v.owner(key)
 		s := n.st.shardOf(key)
 		if d.transit > 0 {
@@ -161,6 +197,16 @@ func (n *Node) tickCharges(now time.Time, v *view) {
 		e.n1 = min(e.n1+d.hits, math.MaxInt64/2)
 		n.markDirty(s, key, e, p)
 		d.hits, d.transit = 0, d.hits
+	}
+	for _, owner := range owners {
+		ks := ch.byOwner[owner]
+		slices.Sort(ks)
+		ks = slices.DeleteFunc(slices.Compact(ks), func(key string) bool { return ch.debt[key] == nil })
+		if len(ks) == 0 {
+			delete(ch.byOwner, owner)
+			continue
+		}
+		ch.byOwner[owner] = ks
 	}
 }
 

@@ -203,3 +203,38 @@ func TestFailoverChargesPaidBack(t *testing.T) {
 		})
 	}
 }
+
+// TestChargesIdleWhileOwnerCut: while the owner of every debt is cut off,
+// a tick visits none of them. Before, every tick sorted all the debts'
+// keys (a slice of all of them, and n log n work, 200 times a second)
+// only to find that none could be drained.
+func TestChargesIdleWhileOwnerCut(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b", "c")
+	a := nw.nodes["a"]
+	nw.isolate("c")
+	a.Unreachable(nw.now, "c")
+	keys := keysOwnedBy(t, "c", []string{"a", "b", "c"}, 2000)
+	for _, key := range keys {
+		checkSync(t, a, nw.now, check.Request{Key: key, Hits: 1, Limit: perHour(10), Policy: check.PolicyFailOpen})
+	}
+	if got := len(a.chg.debt); got != len(keys) {
+		t.Fatalf("%d debts, want %d", got, len(keys))
+	}
+	now := nw.now
+	a.tickCharges(now, a.view) // groups the debts by owner once
+	allocs := testing.AllocsPerRun(20, func() {
+		now = now.Add(a.cfg.TickInterval)
+		a.tickCharges(now, a.view)
+	})
+	if allocs != 0 {
+		t.Errorf("a tick with every debt's owner cut off allocated %.0f times, want 0", allocs)
+	}
+	if got := len(a.chg.debt); got != len(keys) {
+		t.Errorf("%d debts after the ticks, want %d", got, len(keys))
+	}
+	nw.heal()
+	nw.run(2 * a.cfg.UnreachableAfter)
+	if got := len(a.chg.debt); got != 0 {
+		t.Errorf("%d debts left after the heal, want 0", got)
+	}
+}
