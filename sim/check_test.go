@@ -309,11 +309,14 @@ func TestFailClosedEnvelopeUnderFaults(t *testing.T) {
 	// knownOverEnvelope is, by mode and seed, how far over the envelope
 	// the seed's schedule goes today (the worst key's worst span, in hits).
 	// Owner seed 15 is one silent partition of 7 nodes (3|4); leased
-	// seeds 2 and 19 shrink to no fault at all: a lease's tokens are
+	// seeds 2 and 23 shrink to no fault at all: a lease's tokens are
 	// granted ahead, the LeaseTTL slack of leased mode's documented bound.
+	// (Which seeds meet that slack moves with the timing of backups:
+	// with early backup rounds, sync/backup.go, seed 19 (+0.45) keeps the
+	// envelope and seed 23 leaves it by +0.12.)
 	knownOverEnvelope := map[string]map[uint64]float64{
 		"owner/fail-closed":  {15: 2.74},
-		"leased/fail-closed": {2: 1.43, 19: 0.45},
+		"leased/fail-closed": {2: 1.43, 23: 0.12},
 	}
 	modes := CheckModes()[:2]
 	spec := checkSpecShort()

@@ -25,7 +25,12 @@ import (
 //     markBackup), batched by MaxBatch, at most maxBackupFlights
 //     batches unacknowledged per target. A batch not acknowledged within
 //     RequestTimeout is not sent again as it was: its keys are marked again,
-//     so the next round sends their current state.
+//     so the next round sends their current state. A fence that asks for a
+//     key's backup (fence.go: a check or a lease waits for it) brings the
+//     next round forward (backupEarly): at once when no early round is in
+//     flight, else once the one in flight is acknowledged (or after
+//     ForwardWindow, on Tick), so that the keys asked for meanwhile go
+//     together: one early round per round trip, not one per waiting check.
 //   - Holding. The target keeps the states aside (not in its store), merged
 //     keeping the most consumed, at most MaxKeys of them; states that have
 //     refilled to a fresh bucket's are swept every SweepInterval.
@@ -65,6 +70,20 @@ type durability struct {
 	// nextBackup is when the next backup round is due; nextSweep when the
 	// held states are next swept.
 	nextBackup, nextSweep time.Time
+	// early is set when a fence asked for a round before its time
+	// (fence.go, backupKeyNow), since earlySince; earlyOut counts the
+	// batches of early rounds in flight. While one is, the next early
+	// round waits for them (or ForwardWindow), so that the keys asked for
+	// meanwhile go together, as forwards do.
+	early      bool
+	earlySince time.Time
+	earlyOut   int
+	// room, outs, marks and markAt are backupRound's per-member work
+	// arrays, kept from round to round.
+	room   []int
+	outs   [][]*peerv1.KeyState
+	marks  [][]fenceMark
+	markAt [][]int
 	// succOf is the ring succ was computed from; succ is that ring without
 	// this node (nil when this node is not on it or alone): its owners are
 	// the targets of this node's backups.
@@ -126,6 +145,8 @@ type backupFlight struct {
 	// marks holds, for the fenced keys among items, the mark each backup
 	// sets once acknowledged (fence.go).
 	marks []fenceMark
+	// early is set for a batch of an early round.
+	early bool
 }
 
 // fenceMark is a fence's bound once a backup is acknowledged: f.bound
@@ -168,13 +189,14 @@ func markBackup(s *shard, e *entry) {
 }
 
 // backupTargets maps each partition to the index in v.names of its backup
-// target: its owner on the successor ring succ (-1 when there is none). A
-// round then finds a key's target with one hash (succ.PartitionOf) and no
-// lookup by name.
+// target: its owner on the successor ring succ (-1 when there is none),
+// and to its peer (nil when none). A round, or a fence, then finds a key's
+// target with one hash (succ.PartitionOf) and no lookup by name.
 type backupTargets struct {
 	v      *view
 	succ   *ring.Ring
 	target []int32
+	peer   []*peer
 }
 
 // targetsOf returns the backup target of each partition under v
@@ -186,11 +208,13 @@ func (n *Node) targetsOf(v *view, succ *ring.Ring) []int32 {
 	}
 	t.v, t.succ = v, succ
 	t.target = make([]int32, succ.Config().PartitionCount)
+	t.peer = make([]*peer, len(t.target))
 	for id := range t.target {
 		t.target[id] = -1
 		if o, err := succ.PartitionOwner(id); err == nil {
 			if i, ok := v.index[o]; ok {
 				t.target[id] = int32(i)
+				t.peer[id] = v.peers[o]
 			}
 		}
 	}
@@ -216,24 +240,53 @@ func (n *Node) successorRing(r *ring.Ring) *ring.Ring {
 	return d.succ
 }
 
-// tickBackups runs a backup round when one is due: it retires the
-// batches that timed out (their keys are marked again), then sends the
-// state of every owned key changed since its last backup to the key's
-// target, in batches of MaxBatch.
+// tickBackups runs a backup round when one is due, or an early one asked
+// for (earlyDue).
 func (n *Node) tickBackups(now time.Time, v *view) {
-	d := &n.dur
 	n.sweepHeld(now)
-	if now.Before(d.nextBackup) {
-		return
+	if early := n.earlyDue(now); early || !now.Before(n.dur.nextBackup) {
+		n.backupRound(now, v, early)
 	}
+}
+
+// earlyDue reports whether an early round asked for (backupEarly) may
+// run at now: when no batch of an early round is in flight, or when it
+// was asked for ForwardWindow ago.
+func (n *Node) earlyDue(now time.Time) bool {
+	d := &n.dur
+	return d.early && (d.earlyOut == 0 || now.Sub(d.earlySince) >= n.cfg.ForwardWindow)
+}
+
+// backupEarly asks for a round before its time (fence.go: a check or a
+// lease waits for a key's backup). It runs at once if it may (earlyDue)
+// or when hurry is set, else once the early rounds in flight are
+// acknowledged, or on Tick: the keys asked for meanwhile go together, at
+// most one early round per round trip while checks keep asking.
+func (n *Node) backupEarly(now time.Time, v *view, hurry bool) {
+	d := &n.dur
+	if !d.early {
+		d.early, d.earlySince = true, now
+	}
+	if hurry || n.earlyDue(now) {
+		n.backupRound(now, v, true)
+	}
+}
+
+// backupRound runs a backup round (early: one asked for before its time,
+// see backupEarly): it retires the batches that timed out (their keys are
+// marked again), then sends the state of every owned key changed since its
+// last backup to the key's target, in batches of MaxBatch.
+func (n *Node) backupRound(now time.Time, v *view, early bool) {
+	d := &n.dur
+	d.early = false
 	d.nextBackup = nextDue(d.nextBackup, now, n.cfg.FlushInterval)
 	succ := n.successorRing(v.ring)
 	if d.out == nil {
 		d.out = map[string]*backupPeer{}
 	}
-	// Retire timed-out batches, and those to members that left.
-	for _, name := range slices.Sorted(maps.Keys(d.out)) {
-		bp := d.out[name]
+	// Retire timed-out batches, and those to members that left, in name
+	// order: the members' (v.names is sorted), then any others'.
+	retire := func(name string, bp *backupPeer) {
 		gone := v.peers[name] == nil
 		bp.out = slices.DeleteFunc(bp.out, func(f *backupFlight) bool {
 			if !gone && now.Sub(f.sentAt) < n.cfg.RequestTimeout {
@@ -244,16 +297,33 @@ func (n *Node) tickBackups(now time.Time, v *view) {
 			}
 			n.metrics.BackupsRetried.Add(1)
 			n.remark(f.items)
+			if f.early {
+				d.earlyOut--
+			}
 			return true
 		})
 		if gone && len(bp.out) == 0 {
 			delete(d.out, name)
 		}
 	}
+	seen := 0
+	for _, name := range v.names {
+		if bp := d.out[name]; bp != nil {
+			seen++
+			retire(name, bp)
+		}
+	}
+	if seen < len(d.out) {
+		for _, name := range slices.Sorted(maps.Keys(d.out)) {
+			if _, member := v.index[name]; !member {
+				retire(name, d.out[name])
+			}
+		}
+	}
 	// room and out are indexed by member (v.names): room is how many
 	// states the member may be sent this round, -1 when it is no target
-	// (this node, or gone).
-	room := make([]int, len(v.names))
+	// (this node, or gone). They, and at, are kept from round to round.
+	room := resize(d.room, len(v.names))
 	for i, name := range v.names {
 		room[i] = -1
 		if p := v.peers[name]; p != nil && !p.gone {
@@ -264,8 +334,16 @@ func (n *Node) tickBackups(now time.Time, v *view) {
 			room[i] = max(0, maxBackupFlights-inFlight) * n.cfg.MaxBatch
 		}
 	}
-	out := make([][]*peerv1.KeyState, len(v.names))
-	marks := make([]map[*peerv1.KeyState]fenceMark, len(v.names))
+	out := resize(d.outs, len(v.names))
+	// marks holds, per member, the fences' marks of the states in out, in
+	// their order, and at the index in out of each.
+	marks := resize(d.marks, len(v.names))
+	at := d.markAt[:0:0]
+	if cap(d.markAt) >= len(v.names) {
+		at = d.markAt[:len(v.names)] // each emptied by the last round
+	} else {
+		at = make([][]int, len(v.names))
+	}
 	var targets []int32
 	if succ != nil {
 		targets = n.targetsOf(v, succ)
@@ -284,6 +362,9 @@ func (n *Node) tickBackups(now time.Time, v *view) {
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
 		list := s.backup
+		if len(list) == 0 {
+			continue
+		}
 		k := 0
 		for _, e := range list {
 			if !e.has(flagOwned) || !e.has(flagBackup) {
@@ -316,10 +397,8 @@ func (n *Node) tickBackups(now time.Time, v *view) {
 				ks.Reserve = reserveOf(f, e.b.Config().Capacity())
 				f.promised = f.spent + ks.Reserve
 				f.want = 0
-				if marks[t] == nil {
-					marks[t] = map[*peerv1.KeyState]fenceMark{}
-				}
-				marks[t][ks] = fenceMark{f: f, gen: f.gen, mark: f.promised}
+				marks[t] = append(marks[t], fenceMark{f: f, gen: f.gen, mark: f.promised})
+				at[t] = append(at[t], len(out[t]))
 			}
 			if out[t] == nil {
 				out[t] = make([]*peerv1.KeyState, 0, min(share, room[t]))
@@ -330,7 +409,7 @@ func (n *Node) tickBackups(now time.Time, v *view) {
 		s.backup = list[:k]
 	}
 	for i, name := range v.names {
-		items := out[i]
+		items, ms, idx := out[i], marks[i], at[i]
 		if len(items) == 0 {
 			continue
 		}
@@ -339,22 +418,46 @@ func (n *Node) tickBackups(now time.Time, v *view) {
 			bp = &backupPeer{}
 			d.out[name] = bp
 		}
-		for len(items) > 0 {
+		for sent := 0; len(items) > 0; {
 			k := min(len(items), n.cfg.MaxBatch)
 			bp.seq++
-			fl := &backupFlight{seq: bp.seq, items: items[:k:k], sentAt: now}
-			for _, ks := range fl.items {
-				if m, ok := marks[i][ks]; ok {
-					fl.marks = append(fl.marks, m)
-				}
+			fl := &backupFlight{seq: bp.seq, items: items[:k:k], sentAt: now, early: early}
+			j := 0
+			for j < len(idx) && idx[j] < sent+k {
+				j++
+			}
+			if j > 0 {
+				fl.marks, ms, idx = ms[:j:j], ms[j:], idx[j:]
+			}
+			if early {
+				d.earlyOut++
 			}
 			bp.out = append(bp.out, fl)
 			n.send(name, backupBody{&peerv1.Backup{Seq: bp.seq, Items: items[:k:k]}})
 			n.metrics.BackupsSent.Add(1)
 			n.metrics.BackupKeys.Add(int64(k))
-			items = items[k:]
+			items, sent = items[k:], sent+k
 		}
 	}
+	// The states and marks now belong to the batches: the next round makes
+	// its own; the index arrays are kept.
+	clear(out)
+	clear(marks)
+	for i := range at {
+		at[i] = at[i][:0]
+	}
+	d.room, d.outs, d.marks, d.markAt = room, out, marks, at
+}
+
+// resize returns s with length k, its elements zero (nil), reusing its
+// array when it is large enough.
+func resize[T any](s []T, k int) []T {
+	if cap(s) < k {
+		return make([]T, k)
+	}
+	s = s[:k]
+	clear(s)
+	return s
 }
 
 // remark marks the keys of items for the next backup round again
@@ -369,25 +472,38 @@ func (n *Node) remark(items []*peerv1.KeyState) {
 	}
 }
 
-// onBackupAck retires an acknowledged backup batch.
+// onBackupAck retires an acknowledged backup batch: the fences it raises
+// decide the checks waiting on them (fence.go), and an early round asked
+// for meanwhile runs once no other is in flight.
 func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	if ack.BackupIncarnation != n.cfg.Incarnation {
 		return
 	}
-	if bp := n.dur.out[p.name]; bp != nil {
-		bp.out = slices.DeleteFunc(bp.out, func(f *backupFlight) bool {
-			if f.seq != ack.Seq {
-				return false
-			}
-			for _, m := range f.marks {
-				if m.gen == m.f.gen && m.mark > m.f.bound {
-					m.f.bound = m.mark // fence.go
-				}
-			}
-			return true
-		})
+	bp := n.dur.out[p.name]
+	if bp == nil {
+		return
 	}
-	n.tickFenced(now, n.view)
+	i := slices.IndexFunc(bp.out, func(f *backupFlight) bool { return f.seq == ack.Seq })
+	if i < 0 {
+		return
+	}
+	fl := bp.out[i]
+	bp.out = slices.Delete(bp.out, i, i+1)
+	c := coarse(now)
+	for _, m := range fl.marks {
+		if m.gen == m.f.gen && m.mark > m.f.bound {
+			m.f.bound = m.mark // fence.go
+			if len(m.f.holds) > 0 {
+				n.releaseFence(now, c, n.view, m.f)
+			}
+		}
+	}
+	if fl.early {
+		n.dur.earlyOut--
+		if n.earlyDue(now) {
+			n.tickBackups(now, n.view)
+		}
+	}
 }
 
 // onBackup keeps the states p backed up with this node, merged with what it

@@ -29,7 +29,10 @@ import (
 //     reserve, so the latest mark must cover every acknowledged one.
 //
 // A decision that would take spent past bound waits (at most RequestTimeout)
-// for the acknowledgement of a backup sent at once; one that cannot get it
+// for the acknowledgement of a backup it asks for (sent with the next
+// early round, backup.go: at once, or once the early round in flight is
+// acknowledged); an acknowledgement re-examines only the checks waiting on
+// the fences it raises, Tick the others' waits. One that cannot get it
 // (the target is cut off, or this node is) is decided by the request's
 // partition policy, like a check whose owner does not answer (a forwarded
 // one is answered not-owner, and its sender applies its policy). A lease
@@ -70,7 +73,17 @@ type fence struct {
 	// gen counts the resets (resetFences): an acknowledgement of a backup
 	// sent before the last one raises nothing.
 	gen uint64
+	// holds are the checks waiting on the fence, in the order they came:
+	// the acknowledgement that raises the bound re-examines these, not
+	// every check waiting on any fence.
+	holds []fenceHold
+	// listed is set while the fence is in fences.waiting.
+	listed bool
 }
+
+// maxFreeHolds bounds fences.free: about the keys whose checks wait on
+// their fences at once on a busy node.
+const maxFreeHolds = 1024
 
 // fenceHold is a check waiting for its key's fence to rise.
 type fenceHold struct {
@@ -80,8 +93,19 @@ type fenceHold struct {
 
 // fences holds a Node's fences and the checks waiting on them.
 type fences struct {
-	m    map[string]*fence
-	wait []fenceHold
+	m map[string]*fence
+	// lastKey and last memoise the latest lookup of m (fenceOf): a
+	// decision looks its key's fence up several times in a row.
+	lastKey string
+	last    *fence
+	// free holds emptied arrays of holds, for the next fence that holds a
+	// check (at most maxFreeHolds).
+	free [][]fenceHold
+	// waiting lists the fences with checks waiting (or that had some since
+	// the last Tick), each once, in the order of their first: Tick visits
+	// these for the waits that are over. spare is the array of the list
+	// before, reused.
+	waiting, spare []*fence
 }
 
 // fenceOn returns the fence of key, nil when the key is not fenced: this
@@ -94,13 +118,26 @@ func (n *Node) fenceOn(v *view, key string) *fence {
 	if p := n.fenceTarget(v, key); p == nil || p.gone {
 		return nil
 	}
-	f := n.fen.m[key]
+	f := n.fenceOf(key)
 	if f == nil {
 		if n.fen.m == nil {
 			n.fen.m = map[string]*fence{}
 		}
 		f = &fence{}
 		n.fen.m[key] = f
+		n.fen.lastKey, n.fen.last = key, f
+	}
+	return f
+}
+
+// fenceOf returns key's fence, nil when it has none.
+func (n *Node) fenceOf(key string) *fence {
+	if fl := &n.fen; fl.last != nil && fl.lastKey == key {
+		return fl.last
+	}
+	f := n.fen.m[key]
+	if f != nil {
+		n.fen.lastKey, n.fen.last = key, f
 	}
 	return f
 }
@@ -110,6 +147,7 @@ func (n *Node) dropFence(key string) {
 	if n.fen.m != nil {
 		delete(n.fen.m, key)
 	}
+	n.fen.last = nil
 }
 
 // resetFences starts every fence again from what it spent, after a
@@ -117,6 +155,7 @@ func (n *Node) dropFence(key string) {
 // new one knows nothing of the bound the old one acknowledged. The keys no
 // longer owned here lose their fence.
 func (n *Node) resetFences(v *view) {
+	n.fen.last = nil
 	for key, f := range n.fen.m {
 		if v.owner(key) != n.cfg.Self || len(v.lost) > 0 {
 			delete(n.fen.m, key)
@@ -163,7 +202,7 @@ func (n *Node) fenceSpent(now time.Time, v *view, key string, hits int64, l buck
 	if hits <= 0 {
 		return
 	}
-	f := n.fen.m[key]
+	f := n.fenceOf(key)
 	if f == nil {
 		return
 	}
@@ -189,8 +228,10 @@ func (n *Node) fenceRoom(now time.Time, v *view, key string, l bucket.Limit, wan
 	return room
 }
 
-// backupKeyNow sends key's state to its backup target at once, with
-// whatever else changed since the last round (tickBackups). A key with no
+// backupKeyNow asks for a backup of key's state now: it goes with the
+// next early round (backup.go, backupEarly), with whatever else changed
+// since the last round: at once when no early round is in flight, else
+// with the keys asked for meanwhile once it is acknowledged. A key with no
 // state yet gets a fresh one of limit l (its first check waits for it).
 func (n *Node) backupKeyNow(now time.Time, v *view, key string, l bucket.Limit) {
 	s := n.st.shardOf(key)
@@ -205,13 +246,10 @@ func (n *Node) backupKeyNow(now time.Time, v *view, key string, l bucket.Limit) 
 		return
 	}
 	markBackup(s, e)
-	if n.backingUp {
-		return
-	}
-	n.backingUp = true
-	n.dur.nextBackup = now
-	n.tickBackups(now, v)
-	n.backingUp = false
+	// A key with a backup in flight already (a busy one, asking ahead)
+	// goes at once rather than after it: its checks would wait for two.
+	f := n.fenceOf(key)
+	n.backupEarly(now, v, f != nil && f.promised > f.bound)
 }
 
 // holdFenced makes it wait for its key's fence (see above): half the
@@ -224,7 +262,25 @@ func (n *Node) holdFenced(now time.Time, it *fwdItem) {
 	if p := n.fenceTarget(n.view, it.req.Key); p != nil && p.down(now) {
 		until = now
 	}
-	n.fen.wait = append(n.fen.wait, fenceHold{it: it, until: until})
+	f := n.fenceOf(it.req.Key)
+	if f == nil {
+		f = &fence{} // not fenced (fenceBlocks held it all the same): Tick decides it
+	}
+	if f.holds == nil && len(n.fen.free) > 0 {
+		k := len(n.fen.free) - 1
+		f.holds, n.fen.free[k] = n.fen.free[k], nil
+		n.fen.free = n.fen.free[:k]
+	}
+	f.holds = append(f.holds, fenceHold{it: it, until: until})
+	n.listFence(f)
+}
+
+// listFence lists f among the fences with checks waiting, once.
+func (n *Node) listFence(f *fence) {
+	if !f.listed {
+		f.listed = true
+		n.fen.waiting = append(n.fen.waiting, f)
+	}
 }
 
 // fenceTarget returns the peer that backs key up, nil when none.
@@ -236,25 +292,42 @@ func (n *Node) fenceTarget(v *view, key string) *peer {
 	if succ == nil {
 		return nil
 	}
-	t := n.targetsOf(v, succ)[succ.PartitionOf(key)]
-	if t < 0 {
-		return nil
-	}
-	return v.peers[v.names[t]]
+	n.targetsOf(v, succ)
+	return n.dur.targets.peer[succ.PartitionOf(key)]
 }
 
 // tickFenced decides the checks waiting on a fence that has risen, and
 // those whose wait is over or whose key is no longer owned here (see
 // above). Checks of one key are decided in the order they came.
 func (n *Node) tickFenced(now time.Time, v *view) {
-	if len(n.fen.wait) == 0 {
+	if len(n.fen.waiting) == 0 {
 		return
 	}
 	c := coarse(now)
-	waiting := n.fen.wait
-	n.fen.wait = nil
-	var blocked map[string]bool
-	for i, h := range waiting {
+	waiting := n.fen.waiting
+	n.fen.waiting = n.fen.spare[:0]
+	for _, f := range waiting {
+		f.listed = false
+	}
+	for _, f := range waiting {
+		n.releaseFence(now, c, v, f)
+		if len(f.holds) > 0 {
+			n.listFence(f)
+		}
+	}
+	clear(waiting)
+	n.fen.spare = waiting[:0]
+}
+
+// releaseFence decides the checks waiting on f that may be decided now (see
+// tickFenced), in the order they came: once one still waits, the later
+// ones wait behind it (they may only time out, or move with their key).
+// An acknowledgement calls it for the fences it raised.
+func (n *Node) releaseFence(now time.Time, c uint32, v *view, f *fence) {
+	holds := f.holds
+	f.holds = nil // a check held again meanwhile goes after those kept
+	k := 0
+	for _, h := range holds {
 		it := h.it
 		key := it.req.Key
 		switch {
@@ -266,7 +339,7 @@ func (n *Node) tickFenced(now time.Time, v *view) {
 				n.degradeForward(now, c, it)
 			}
 			continue
-		case blocked[key]:
+		case k > 0:
 		case !n.fenceBlocks(now, v, &it.req):
 			it.resp.Owner = n.cfg.Self
 			_ = n.takeOwned(now, c, v, &it.req, it.resp, false)
@@ -283,11 +356,20 @@ func (n *Node) tickFenced(now time.Time, v *view) {
 			}
 			continue
 		}
-		if blocked == nil {
-			blocked = map[string]bool{}
+		holds[k] = h
+		k++
+	}
+	clear(holds[k:])
+	switch {
+	case k == 0:
+		// f.holds holds what was held meanwhile, if anything.
+		if len(n.fen.free) < maxFreeHolds {
+			n.fen.free = append(n.fen.free, holds[:0])
 		}
-		blocked[key] = true
-		n.fen.wait = append(n.fen.wait, waiting[i])
+	case len(f.holds) == 0:
+		f.holds = holds[:k]
+	default:
+		f.holds = append(holds[:k], f.holds...)
 	}
 }
 

@@ -179,3 +179,43 @@ func keysOwnedBy(t *testing.T, owner string, members []string, n int) []string {
 	}
 	return out
 }
+
+// TestFenceWaitsBatched: the checks of many keys waiting on their fences at
+// once share their backups: the first check's round goes at once, and the
+// keys asked for while it is in flight go together in one more, once it is
+// acknowledged. Before, each check ran a backup round of its own (9
+// Backups here: one per check until 8 were in flight, the most a target
+// may have, and one after), and each acknowledgement re-examined every
+// check still waiting.
+func TestFenceWaitsBatched(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a := nw.nodes["a"]
+	keys := keysOwnedBy(t, "a", []string{"a", "b"}, 100)
+	var ps []*pending
+	for _, key := range keys {
+		ps = append(ps, checkAsync(a, nw.now, check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner}))
+	}
+	for i := 0; ; i++ {
+		done := 0
+		for _, p := range ps {
+			if p.done {
+				done++
+			}
+		}
+		if done == len(ps) {
+			break
+		}
+		if i > 100 {
+			t.Fatalf("%d of %d checks answered after 100 ms", done, len(ps))
+		}
+		nw.run(time.Millisecond)
+	}
+	for i, p := range ps {
+		if !p.resps[0].Allowed || p.resps[0].Degraded {
+			t.Errorf("check %d: %+v, want admitted by the owner", i, p.resps[0])
+		}
+	}
+	if got := nw.sent["backup"]; got > 2 {
+		t.Errorf("%d backups sent for %d waiting checks, want 2", got, len(keys))
+	}
+}

@@ -48,9 +48,8 @@ type Node struct {
 	// (charge.go).
 	chg charges
 	// fen holds the owned keys' fences and the checks waiting on them
-	// (fence.go); backingUp is set while backupKeyNow runs a round.
-	fen       fences
-	backingUp bool
+	// (fence.go).
+	fen fences
 	// nextFlush and nextPush are when the next scheduled flush and push are
 	// due; zero before the first Tick.
 	nextFlush, nextPush time.Time
