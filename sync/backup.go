@@ -28,9 +28,10 @@ import (
 //     so the next round sends their current state. A fence that asks for a
 //     key's backup (fence.go: a check or a lease waits for it) brings the
 //     next round forward (backupEarly): at once when no early round is in
-//     flight, else once the one in flight is acknowledged (or after
-//     ForwardWindow, on Tick), so that the keys asked for meanwhile go
-//     together: one early round per round trip, not one per waiting check.
+//     flight, else once the one in flight is acknowledged (or, once
+//     ForwardWindow has passed, at the next ask or Tick), so that the keys
+//     asked for meanwhile go together: at most one early round per round
+//     trip (or per ForwardWindow, if shorter), not one per waiting check.
 //   - Holding. The target keeps the states aside (not in its store), merged
 //     keeping the most consumed, at most MaxKeys of them; states that have
 //     refilled to a fresh bucket's are swept every SweepInterval.
@@ -261,7 +262,8 @@ func (n *Node) earlyDue(now time.Time) bool {
 // lease waits for a key's backup). It runs at once if it may (earlyDue)
 // or when hurry is set, else once the early rounds in flight are
 // acknowledged, or on Tick: the keys asked for meanwhile go together, at
-// most one early round per round trip while checks keep asking.
+// most one early round per round trip (or ForwardWindow, if shorter)
+// while checks keep asking.
 func (n *Node) backupEarly(now time.Time, v *view, hurry bool) {
 	d := &n.dur
 	if !d.early {
