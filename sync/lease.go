@@ -244,6 +244,7 @@ func (n *Node) sweepLeases(s *shard, now time.Time) {
 		}
 	}
 	n.markReturns(s, v, back)
+	n.sweepGrants(s, now) // leasecap.go
 }
 
 // markReturns lists the keys (sorted, so flushes are reproducible)

@@ -121,18 +121,27 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 	var refund int64
 	if it.LeaseReturn > 0 {
 		safe := n.refundable(v, p, it.Key, e.b, now) // lease.go: not beyond one bucket
-		refund = min(safe, p.takeReturn(it.Key, it.LeaseReturn, now, n.grantMemory()))
+		back := p.takeReturn(it.Key, it.LeaseReturn, now, n.grantMemory())
+		// leasecap.go: tokens of a grant still counted live are refunded
+		// when it expires here; the others now, under the cap.
+		later := n.returnLive(s, it.Key, p.name, back)
+		refund = min(safe, back-later)
 		if refund > 0 {
 			_ = e.b.Refund(n.bt(now), refund)
-			n.metrics.LeasesReturned.Add(1)
-			n.metrics.LeaseTokensReturned.Add(refund)
+			n.capLeased(s, it.Key, e.b, now)
 		}
+		if refund+later > 0 {
+			n.metrics.LeasesReturned.Add(1)
+			n.metrics.LeaseTokensReturned.Add(refund + later)
+		}
+		refund += later
 		n.metrics.LeaseTokensRefused.Add(it.LeaseReturn - refund)
 	}
 	var granted int64
 	if it.LeaseWant > 0 && len(v.lost) == 0 && !v.orphaned(it.Key) { // a minority side grants nothing, nor an orphaned key (quorum.go)
 		granted = n.grantLease(e, now, it)
 		p.recordGrant(it.Key, granted, now, n.grantMemory())
+		n.noteGrant(s, it.Key, p.name, granted, now) // leasecap.go
 		if granted > 0 {
 			if d, err := e.b.Take(n.bt(now), 0); err == nil {
 				l := e.b.Config()
