@@ -529,20 +529,22 @@ func (n *Node) heldState(key string) *peerv1.KeyState {
 }
 
 // heldFencedState returns the state this node holds as a backup of key for
-// a node that asks for it (its new owner): with the reserve drained
+// asker, a node that asks for it (its new owner): with the reserve drained
 // (fence.go) when the owner that backed it up is no longer a live member
-// here, which is when the asker starts from it; as backed up while that
-// owner is live, since its own hand-off, merged with this one keeping the
-// most consumed, has the real state (draining the reserve there would only
-// lose it). nil when it holds none.
-func (n *Node) heldFencedState(now time.Time, v *view, key string) *peerv1.KeyState {
+// here, or is the asker itself (it restarted and lost the state: what it
+// admitted after its last acknowledged backup is in no state anyone has),
+// which is when the asker starts from it; as backed up while that owner is
+// another live member, since its own hand-off, merged with this one keeping
+// the most consumed, has the real state (draining the reserve there would
+// only lose it). nil when it holds none.
+func (n *Node) heldFencedState(now time.Time, v *view, key, asker string) *peerv1.KeyState {
 	d := &n.dur
 	h := d.held[key]
 	if h == nil {
 		return nil
 	}
 	b := h.b
-	if p := v.peers[h.from]; p == nil || p.gone {
+	if p := v.peers[h.from]; p == nil || p.gone || h.from == asker {
 		b = h.fenced(n.bt(now))
 	}
 	state, err := b.AppendBinary(nil)
