@@ -36,6 +36,16 @@ import (
 // drops the failed members from its ring and takes their keys over: in a
 // cluster of three, losing one leaves two of three.
 //
+// A node back from a minority side does not trust the failures it saw
+// while it was there: cut off itself, it sees everyone fail, and at the
+// heal it may see some members again before others, a majority in its view
+// while a member it still holds failed was live all along and owns its keys
+// on the majority's ring. Taking those keys over then (from its backups)
+// would give each a second owner, both fenced by a backup target that sees
+// everyone. So the members it saw fail while on a minority side stay lost
+// (suspect), and it stays as on a minority side, until each is live again
+// (it then returns, deposed below) or forgotten after FailedMemberTTL.
+//
 // An even split (2 | 2 of 4) leaves both halves in minority: each decides
 // every key by the policy. That is the safe side of the tie: neither half
 // can know the other is not serving, so neither claims a key.
@@ -60,6 +70,10 @@ type quorum struct {
 	// expected holds the stand-ins of SetExpected, sorted: in the baseline,
 	// lost, until SetExpected removes them.
 	expected []string
+	// suspect holds the members this node saw fail while it was on a
+	// minority side: lost until each is live again or forgotten, even once
+	// the live members are a majority again (see above).
+	suspect map[string]bool
 }
 
 // update applies a membership: live members (this node included) and the
@@ -91,6 +105,7 @@ func (q *quorum) update(now time.Time, ttl time.Duration, prev, live, failed []s
 			delete(q.forgotten, m)
 		}
 	}
+	defer q.noteSuspects(len(live))
 	if ttl <= 0 {
 		return changed
 	}
@@ -110,6 +125,33 @@ func (q *quorum) update(now time.Time, ttl time.Duration, prev, live, failed []s
 	return changed
 }
 
+// noteSuspects, after an update to live members, keeps as suspects the
+// failed members while this node is on a minority side, and forgets the
+// suspects no longer failed (live again, left, or forgotten).
+func (q *quorum) noteSuspects(live int) {
+	for m := range q.suspect {
+		if _, ok := q.failed[m]; !ok {
+			delete(q.suspect, m)
+		}
+	}
+	if len(q.failed) == 0 || !minority(live, live+len(q.failed)+len(q.expected)) {
+		return
+	}
+	if q.suspect == nil {
+		q.suspect = map[string]bool{}
+	}
+	for m := range q.failed {
+		q.suspect[m] = true
+	}
+}
+
+// suspects returns the suspects (see quorum.suspect), sorted.
+func (q *quorum) suspects() []string {
+	out := slices.Collect(maps.Keys(q.suspect))
+	slices.Sort(out)
+	return out
+}
+
 // expire forgets the failed members reported FailedMemberTTL or more
 // before now, and reports whether it forgot any.
 func (q *quorum) expire(now time.Time, ttl time.Duration) bool {
@@ -117,6 +159,7 @@ func (q *quorum) expire(now time.Time, ttl time.Duration) bool {
 	for m, since := range q.failed {
 		if now.Sub(since) >= ttl {
 			delete(q.failed, m)
+			delete(q.suspect, m)
 			if q.forgotten == nil {
 				q.forgotten = map[string]bool{}
 			}
@@ -231,7 +274,16 @@ func (n *Node) ringMembers() (names, lost []string) {
 	}
 	q := n.currentQuorum()
 	if !q.Minority {
-		return names, nil
+		if len(n.quorum.suspect) == 0 {
+			return names, nil
+		}
+		// Back in a majority with members this node saw fail while it
+		// was cut off itself: they may well be live, owning their keys
+		// on the majority's ring all along, only not seen from here yet.
+		// This node stays as on a minority side until they are live
+		// again (then it returns: deposed) or forgotten.
+		s := n.quorum.suspects()
+		return append(names, s...), s
 	}
 	return append(names, q.Lost...), q.Lost
 }
