@@ -463,7 +463,9 @@ func (n *Node) holdBackup(now time.Time, p *peer, ks *peerv1.KeyState, h *heldBa
 }
 
 // sweepHeld drops, once per SweepInterval, the held states that have
-// refilled to a fresh bucket's: they no longer say anything.
+// refilled to a fresh bucket's, their reserve drained (fence.go: whoever
+// starts from one drains it first; the state alone refills a reserve
+// earlier): they no longer say anything.
 func (n *Node) sweepHeld(now time.Time) {
 	d := &n.dur
 	if now.Before(d.nextSweep) {
@@ -476,7 +478,7 @@ func (n *Node) sweepHeld(now time.Time) {
 		}
 	}
 	for key, h := range d.held {
-		if h.b.Idle(n.bt(now)) {
+		if h.b.Idle(n.bt(now)) && (h.reserve == 0 || h.fenced(n.bt(now)).Idle(n.bt(now))) {
 			delete(d.held, key)
 			n.st.releaseHeld(len(key))
 		}
