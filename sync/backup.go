@@ -404,6 +404,8 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 		hs  [lookupRun]*heldBackup
 	)
 	items := b.Items
+	v := n.view
+	refused := false
 	for len(items) > 0 {
 		k := 0
 		for len(items) > 0 && k < len(run) {
@@ -411,6 +413,15 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 			items = items[1:]
 			if ks == nil || ks.Key == "" || len(ks.Key) > n.cfg.MaxKeyLen {
 				n.metrics.Malformed.Add(1)
+				continue
+			}
+			if v.owner(ks.Key) != p.name {
+				// Not p's key in this node's view: p took it over on a view
+				// where its owner failed, which this node does not share
+				// (the owner may well be live and backing it up here too).
+				// The backup is not acknowledged, so p's fence does not
+				// rise: one key, one fenced owner (fence.go).
+				refused = true
 				continue
 			}
 			run[k], hs[k] = ks, d.held[ks.Key]
@@ -426,6 +437,10 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 			}
 			added = n.holdBackup(now, p, ks, h) || added
 		}
+	}
+	if refused {
+		n.metrics.BackupsRefused.Add(1)
+		return
 	}
 	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc}})
 }

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -677,5 +678,47 @@ func TestHeldBackupKeptUntilItsFenceRefills(t *testing.T) {
 	t.Logf("b starts from %d tokens", got)
 	if got > 95 {
 		t.Errorf("b starts %q from %d tokens, want the backup less its reserve (at most 95)", key, got)
+	}
+}
+
+// TestBackupRefusedFromAnotherOwnersKey: two members each see the other
+// fail (asymmetric failure detection), each a majority in its own view:
+// x keeps owning its key, y takes it over from its backup. Both back the
+// key up to z (the key's owner once both are gone), which sees everyone
+// and acknowledged both: two fenced owners of one key, each admitting on
+// its own state (the fault checker's owner seed 858: 4 nodes, n3 cut off
+// for 1.03 s, n3 and n4 each seeing the other fail: +1.93 on k5). z now
+// acknowledges no backup carrying a key its sender does not own in z's
+// view: y's fence does not rise, and y's checks of the key go by policy.
+func TestBackupRefusedFromAnotherOwnersKey(t *testing.T) {
+	members := []string{"w", "x", "y", "z"}
+	rAll, _ := ring.New(ring.DefaultConfig(), members...)
+	rY, _ := ring.New(ring.DefaultConfig(), "w", "y", "z")
+	rZ, _ := ring.New(ring.DefaultConfig(), "w", "z")
+	key := ""
+	for i := range 100000 {
+		k := fmt.Sprintf("key-%d", i)
+		a, _ := rAll.Owner(k)
+		b, _ := rY.Owner(k)
+		c, _ := rZ.Owner(k)
+		if a == "x" && b == "y" && c == "z" {
+			key = k
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("no key owned by x, then y, then z")
+	}
+	nw := newTestNet(t, func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }, members...)
+	l := perHour(100)
+	first := runOwnerLoad(t, nw, []string{"w"}, key, l, 50*5*time.Millisecond, nil)
+	nw.nodes["x"].SetMembership(nw.now, []string{"w", "x", "z"}, []string{"y"})
+	nw.nodes["y"].SetMembership(nw.now, []string{"w", "y", "z"}, []string{"x"})
+	after := runOwnerLoad(t, nw, []string{"w", "y"}, key, l, 4*time.Second, nil)
+	total := first.admitted + after.admitted
+	t.Logf("admitted %d, then %d with x and y each seeing the other failed (%v, %d degraded); z refused %d backups",
+		first.admitted, after.admitted, after.byNode, after.degraded, nw.nodes["z"].Metrics().BackupsRefused.Load())
+	if total > 100 {
+		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
 	}
 }
