@@ -79,9 +79,12 @@ type quorum struct {
 // update applies a membership: live members (this node included) and the
 // departed members the driver reports as failed; prev is the previous live
 // membership. A failed member enters the baseline only if this node saw it
-// (it was live or already failed); one no longer reported failed, and not
-// live, left gracefully (or the driver forgot it) and leaves the baseline.
-// It reports whether the baseline changed.
+// (it was live or already failed), or with the node's first membership
+// (prev empty: a node just started, say restarted behind a partition, is
+// told of the members it cannot reach; ignoring them made it a cluster of
+// one, owning every key on fresh buckets); one no longer reported failed,
+// and not live, left gracefully (or the driver forgot it) and leaves the
+// baseline. It reports whether the baseline changed.
 func (q *quorum) update(now time.Time, ttl time.Duration, prev, live, failed []string) bool {
 	isLive := make(map[string]bool, len(live))
 	for _, m := range live {
@@ -113,7 +116,7 @@ func (q *quorum) update(now time.Time, ttl time.Duration, prev, live, failed []s
 		if !isFailed[m] || q.forgotten[m] {
 			continue
 		}
-		if _, ok := q.failed[m]; ok || !slices.Contains(prev, m) {
+		if _, ok := q.failed[m]; ok || len(prev) > 0 && !slices.Contains(prev, m) {
 			continue
 		}
 		if q.failed == nil {
