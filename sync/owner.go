@@ -99,6 +99,16 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		n.metrics.NotOwner.Add(1)
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
 	}
+	if _, ok := n.awaitingOwner(now, v, it.Key); ok && it.LeaseWant > 0 {
+		// await.go: the key's state is on its way (a hand-off, or the
+		// backup holder's answer to a probe) and none is held here: a
+		// lease granted now would come from a fresh bucket. Answered
+		// not-owner, the sender keeps its hits and asks again with its
+		// next flush. (Cached mode's flushed hits are applied, and the
+		// hand-off merged in later keeping the most consumed, as before.)
+		n.metrics.NotOwner.Add(1)
+		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
+	}
 	s := n.st.shardOf(it.Key)
 	e, _, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c)
 	if err != nil {
