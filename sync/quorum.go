@@ -74,6 +74,10 @@ type quorum struct {
 	// minority side: lost until each is live again or forgotten, even once
 	// the live members are a majority again (see above).
 	suspect map[string]bool
+	// atStart holds the failed members of this node's first membership,
+	// while they stay failed: they held the backups of this node's keys
+	// from before it (re)started, if any (orphanedPartitions).
+	atStart map[string]bool
 }
 
 // update applies a membership: live members (this node included) and the
@@ -124,6 +128,12 @@ func (q *quorum) update(now time.Time, ttl time.Duration, prev, live, failed []s
 		}
 		q.failed[m] = now
 		changed = true
+		if len(prev) == 0 {
+			if q.atStart == nil {
+				q.atStart = map[string]bool{}
+			}
+			q.atStart[m] = true
+		}
 	}
 	return changed
 }
@@ -135,6 +145,11 @@ func (q *quorum) noteSuspects(live int) {
 	for m := range q.suspect {
 		if _, ok := q.failed[m]; !ok {
 			delete(q.suspect, m)
+		}
+	}
+	for m := range q.atStart {
+		if _, ok := q.failed[m]; !ok {
+			delete(q.atStart, m)
 		}
 	}
 	if len(q.failed) == 0 || !minority(live, live+len(q.failed)+len(q.expected)) {
@@ -457,7 +472,13 @@ func holderRing(r *ring.Ring, self string, standIns []string) *ring.Ring {
 // second bucket. So their keys go by the partition policy, degraded, like
 // those of an unreachable owner, until the failed members return or are
 // forgotten (Config.FailedMemberTTL): the fence of fence.go covers what a
-// backup target knows, and here none does.
+// backup target knows, and here none does. The same holds for a partition
+// this node owned before the failures when it has just (re)started and
+// the member that would hold its backups was failed already in its first
+// membership: the state of its keys from before the restart is with that
+// member only (the fault checker's leased seed 828: the owner restarted
+// while its backup holder was cut off, and started its keys afresh after
+// HandoffWait).
 func (n *Node) orphanedPartitions(nv *view) map[int]bool {
 	failed := n.quorum.failed
 	if len(failed) == 0 || nv.ring == nil || !nv.ring.Has(n.cfg.Self) || len(nv.lost) > 0 {
@@ -481,7 +502,20 @@ func (n *Node) orphanedPartitions(nv *view) map[int]bool {
 			continue
 		}
 		was, err := base.PartitionOwner(id)
-		if err != nil || was == n.cfg.Self {
+		if err != nil {
+			continue
+		}
+		if was == n.cfg.Self {
+			if len(n.quorum.atStart) > 0 {
+				if self, err := base.WithoutMember(was); err == nil {
+					if holder, err := self.PartitionOwner(id); err == nil && n.quorum.atStart[holder] {
+						if out == nil {
+							out = map[int]bool{}
+						}
+						out[id] = true
+					}
+				}
+			}
 			continue
 		}
 		if _, ok := failed[was]; !ok {
