@@ -365,6 +365,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 			e.makeOwned()
 			n.st.insertEntry(s, h, e, c)
 			reconf, err = configure(e, l, n.bt(now), hits)
+			n.capLeased(s, key, e.b, now) // leasecap.go
 			return e, reconf, err
 		}
 		if e, _, err = newKeyedEntry(key, l, n.bt(now), c); err != nil {
@@ -372,6 +373,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 		}
 		e.makeOwned()
 		n.st.insertEntry(s, h, e, c)
+		n.capLeased(s, key, e.b, now)
 		return e, false, nil
 	}
 	if !e.has(flagOwned) {
@@ -379,6 +381,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 		e.makeOwned()
 	}
 	reconf, err = configure(e, l, n.bt(now), hits)
+	n.capLeased(s, key, e.b, now)
 	return e, reconf, err
 }
 

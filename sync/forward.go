@@ -544,7 +544,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			if it.Relayed {
 				// Passed on, or a probe from a node that sees itself as
 				// the owner: give it the backup held here, if any.
-				if ks := n.heldFencedState(now, v, it.Key); ks != nil {
+				if ks := n.heldFencedState(now, v, it.Key, p.name, inc); ks != nil {
 					restore = append(restore, ks)
 				}
 				break

@@ -175,7 +175,14 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *check.
 		s.leases[strings.Clone(r.Key)] = l
 		forward = !down
 	case l.last == 0 && !l.zero && l.avail() == 0:
-		forward = !down // the first grant is on its way: the owner decides
+		// The first grant is on its way, or came empty from a bucket that
+		// has tokens (the owner's fence held it back until its backup
+		// target acknowledges room for it, fence.go): the owner decides,
+		// and, in the second case, a grant is asked for again.
+		if !l.asking && !l.want {
+			l.want = warm
+		}
+		forward = !down
 	case l.short(t, r.Hits):
 		// What the lease holds does not cover the check (its grants
 		// expired while the key was idle, or were sized for fewer hits)
@@ -241,6 +248,7 @@ func (n *Node) sweepLeases(s *shard, now time.Time) {
 		}
 	}
 	n.markReturns(s, v, back)
+	n.sweepGrants(s, now) // leasecap.go
 }
 
 // markReturns lists the keys (sorted, so flushes are reproducible)

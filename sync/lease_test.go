@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
@@ -226,5 +227,31 @@ func TestLeasedNoFalseRejectionWhileRenewing(t *testing.T) {
 		if !p.done || !p.resps[0].Allowed || p.resps[0].Degraded {
 			t.Fatalf("check %d: done %v, %+v: want admitted by the lease or the owner", i, p.done, p.resps[0])
 		}
+	}
+}
+
+// TestLeaseAskedAgainAfterEmptyGrant: a warm key's first grant may come
+// empty from a bucket that has tokens, when the owner's fence holds it back
+// until its backup target acknowledges room for it (fence.go). The
+// non-owner then asks again with a later check; it used to forward every
+// check of the key to the owner for good, never asking again (leased mode
+// working as owner mode).
+func TestLeaseAskedAgainAfterEmptyGrant(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a, b := nw.nodes["a"], nw.nodes["b"]
+	key := keyOwnedBy(t, "b", "a", "b")
+	// A small key: the fence's reserve is one token (a tenth of the
+	// capacity), so the first grant finds no room.
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: 10 * time.Second}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeLeased}
+	for range 10 {
+		nw.checkAnswered(a, req)
+		nw.run(10 * time.Millisecond)
+	}
+	if got := b.Metrics().LeaseTokensGranted.Load(); got == 0 {
+		t.Errorf("no lease token granted after 10 checks over 100 ms (leases granted %d)", b.Metrics().LeasesGranted.Load())
+	}
+	if l := a.st.shardOf(key).leases[key]; l == nil || l.last == 0 && l.avail() == 0 && !l.asking && !l.want {
+		t.Errorf("a holds no lease and asks for none: %+v", l)
 	}
 }

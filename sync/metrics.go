@@ -71,8 +71,11 @@ type Metrics struct {
 	// the byte budget had no room for them (budget.go), and
 	// BackupKeysRestored held states given to a key's new owner after their
 	// owner left without handing off, or restarted (backup.go).
+	// BackupsRefused counts backup messages not acknowledged because they
+	// carried a key the sender does not own in this node's view.
 	BackupsSent, BackupKeys, BackupsRetried                atomic.Int64
 	BackupsReceived, BackupKeysDropped, BackupKeysRestored atomic.Int64
+	BackupsRefused                                         atomic.Int64
 	// ClockOffsetNs is this node's clock minus cluster time, in ns, as last
 	// measured (clock.go); ClockSkewed is 1 while its magnitude exceeds
 	// Config.MaxClockOffset, else 0. ClockSteps counts the times the

@@ -99,6 +99,16 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		n.metrics.NotOwner.Add(1)
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
 	}
+	if _, ok := n.awaitingOwner(now, v, it.Key); ok && it.LeaseWant > 0 {
+		// await.go: the key's state is on its way (a hand-off, or the
+		// backup holder's answer to a probe) and none is held here: a
+		// lease granted now would come from a fresh bucket. Answered
+		// not-owner, the sender keeps its hits and asks again with its
+		// next flush. (Cached mode's flushed hits are applied, and the
+		// hand-off merged in later keeping the most consumed, as before.)
+		n.metrics.NotOwner.Add(1)
+		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
+	}
 	s := n.st.shardOf(it.Key)
 	e, _, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c)
 	if err != nil {
@@ -121,18 +131,27 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 	var refund int64
 	if it.LeaseReturn > 0 {
 		safe := n.refundable(v, p, it.Key, e.b, now) // lease.go: not beyond one bucket
-		refund = min(safe, p.takeReturn(it.Key, it.LeaseReturn, now, n.grantMemory()))
+		back := p.takeReturn(it.Key, it.LeaseReturn, now, n.grantMemory())
+		// leasecap.go: tokens of a grant still counted live are refunded
+		// when it expires here; the others now, under the cap.
+		later := n.returnLive(s, it.Key, p.name, back)
+		refund = min(safe, back-later)
 		if refund > 0 {
 			_ = e.b.Refund(n.bt(now), refund)
-			n.metrics.LeasesReturned.Add(1)
-			n.metrics.LeaseTokensReturned.Add(refund)
+			n.capLeased(s, it.Key, e.b, now)
 		}
+		if refund+later > 0 {
+			n.metrics.LeasesReturned.Add(1)
+			n.metrics.LeaseTokensReturned.Add(refund + later)
+		}
+		refund += later
 		n.metrics.LeaseTokensRefused.Add(it.LeaseReturn - refund)
 	}
 	var granted int64
 	if it.LeaseWant > 0 && len(v.lost) == 0 && !v.orphaned(it.Key) { // a minority side grants nothing, nor an orphaned key (quorum.go)
 		granted = n.grantLease(e, now, it)
 		p.recordGrant(it.Key, granted, now, n.grantMemory())
+		n.noteGrant(s, it.Key, p.name, granted, now) // leasecap.go
 		if granted > 0 {
 			if d, err := e.b.Take(n.bt(now), 0); err == nil {
 				l := e.b.Config()

@@ -36,6 +36,16 @@ import (
 // drops the failed members from its ring and takes their keys over: in a
 // cluster of three, losing one leaves two of three.
 //
+// A node back from a minority side does not trust the failures it saw
+// while it was there: cut off itself, it sees everyone fail, and at the
+// heal it may see some members again before others, a majority in its view
+// while a member it still holds failed was live all along and owns its keys
+// on the majority's ring. Taking those keys over then (from its backups)
+// would give each a second owner, both fenced by a backup target that sees
+// everyone. So the members it saw fail while on a minority side stay lost
+// (suspect), and it stays as on a minority side, until each is live again
+// (it then returns, deposed below) or forgotten after FailedMemberTTL.
+//
 // An even split (2 | 2 of 4) leaves both halves in minority: each decides
 // every key by the policy. That is the safe side of the tie: neither half
 // can know the other is not serving, so neither claims a key.
@@ -60,14 +70,25 @@ type quorum struct {
 	// expected holds the stand-ins of SetExpected, sorted: in the baseline,
 	// lost, until SetExpected removes them.
 	expected []string
+	// suspect holds the members this node saw fail while it was on a
+	// minority side: lost until each is live again or forgotten, even once
+	// the live members are a majority again (see above).
+	suspect map[string]bool
+	// atStart holds the failed members of this node's first membership,
+	// while they stay failed: they held the backups of this node's keys
+	// from before it (re)started, if any (orphanedPartitions).
+	atStart map[string]bool
 }
 
 // update applies a membership: live members (this node included) and the
 // departed members the driver reports as failed; prev is the previous live
 // membership. A failed member enters the baseline only if this node saw it
-// (it was live or already failed); one no longer reported failed, and not
-// live, left gracefully (or the driver forgot it) and leaves the baseline.
-// It reports whether the baseline changed.
+// (it was live or already failed), or with the node's first membership
+// (prev empty: a node just started, say restarted behind a partition, is
+// told of the members it cannot reach; ignoring them made it a cluster of
+// one, owning every key on fresh buckets); one no longer reported failed,
+// and not live, left gracefully (or the driver forgot it) and leaves the
+// baseline. It reports whether the baseline changed.
 func (q *quorum) update(now time.Time, ttl time.Duration, prev, live, failed []string) bool {
 	isLive := make(map[string]bool, len(live))
 	for _, m := range live {
@@ -91,6 +112,7 @@ func (q *quorum) update(now time.Time, ttl time.Duration, prev, live, failed []s
 			delete(q.forgotten, m)
 		}
 	}
+	defer q.noteSuspects(len(live))
 	if ttl <= 0 {
 		return changed
 	}
@@ -98,7 +120,7 @@ func (q *quorum) update(now time.Time, ttl time.Duration, prev, live, failed []s
 		if !isFailed[m] || q.forgotten[m] {
 			continue
 		}
-		if _, ok := q.failed[m]; ok || !slices.Contains(prev, m) {
+		if _, ok := q.failed[m]; ok || len(prev) > 0 && !slices.Contains(prev, m) {
 			continue
 		}
 		if q.failed == nil {
@@ -106,8 +128,46 @@ func (q *quorum) update(now time.Time, ttl time.Duration, prev, live, failed []s
 		}
 		q.failed[m] = now
 		changed = true
+		if len(prev) == 0 {
+			if q.atStart == nil {
+				q.atStart = map[string]bool{}
+			}
+			q.atStart[m] = true
+		}
 	}
 	return changed
+}
+
+// noteSuspects, after an update to live members, keeps as suspects the
+// failed members while this node is on a minority side, and forgets the
+// suspects no longer failed (live again, left, or forgotten).
+func (q *quorum) noteSuspects(live int) {
+	for m := range q.suspect {
+		if _, ok := q.failed[m]; !ok {
+			delete(q.suspect, m)
+		}
+	}
+	for m := range q.atStart {
+		if _, ok := q.failed[m]; !ok {
+			delete(q.atStart, m)
+		}
+	}
+	if len(q.failed) == 0 || !minority(live, live+len(q.failed)+len(q.expected)) {
+		return
+	}
+	if q.suspect == nil {
+		q.suspect = map[string]bool{}
+	}
+	for m := range q.failed {
+		q.suspect[m] = true
+	}
+}
+
+// suspects returns the suspects (see quorum.suspect), sorted.
+func (q *quorum) suspects() []string {
+	out := slices.Collect(maps.Keys(q.suspect))
+	slices.Sort(out)
+	return out
 }
 
 // expire forgets the failed members reported FailedMemberTTL or more
@@ -117,6 +177,7 @@ func (q *quorum) expire(now time.Time, ttl time.Duration) bool {
 	for m, since := range q.failed {
 		if now.Sub(since) >= ttl {
 			delete(q.failed, m)
+			delete(q.suspect, m)
 			if q.forgotten == nil {
 				q.forgotten = map[string]bool{}
 			}
@@ -231,7 +292,16 @@ func (n *Node) ringMembers() (names, lost []string) {
 	}
 	q := n.currentQuorum()
 	if !q.Minority {
-		return names, nil
+		if len(n.quorum.suspect) == 0 {
+			return names, nil
+		}
+		// Back in a majority with members this node saw fail while it
+		// was cut off itself: they may well be live, owning their keys
+		// on the majority's ring all along, only not seen from here yet.
+		// This node stays as on a minority side until they are live
+		// again (then it returns: deposed) or forgotten.
+		s := n.quorum.suspects()
+		return append(names, s...), s
 	}
 	return append(names, q.Lost...), q.Lost
 }
@@ -402,7 +472,13 @@ func holderRing(r *ring.Ring, self string, standIns []string) *ring.Ring {
 // second bucket. So their keys go by the partition policy, degraded, like
 // those of an unreachable owner, until the failed members return or are
 // forgotten (Config.FailedMemberTTL): the fence of fence.go covers what a
-// backup target knows, and here none does.
+// backup target knows, and here none does. The same holds for a partition
+// this node owned before the failures when it has just (re)started and
+// the member that would hold its backups was failed already in its first
+// membership: the state of its keys from before the restart is with that
+// member only (the fault checker's leased seed 828: the owner restarted
+// while its backup holder was cut off, and started its keys afresh after
+// HandoffWait).
 func (n *Node) orphanedPartitions(nv *view) map[int]bool {
 	failed := n.quorum.failed
 	if len(failed) == 0 || nv.ring == nil || !nv.ring.Has(n.cfg.Self) || len(nv.lost) > 0 {
@@ -426,7 +502,20 @@ func (n *Node) orphanedPartitions(nv *view) map[int]bool {
 			continue
 		}
 		was, err := base.PartitionOwner(id)
-		if err != nil || was == n.cfg.Self {
+		if err != nil {
+			continue
+		}
+		if was == n.cfg.Self {
+			if len(n.quorum.atStart) > 0 {
+				if self, err := base.WithoutMember(was); err == nil {
+					if holder, err := self.PartitionOwner(id); err == nil && n.quorum.atStart[holder] {
+						if out == nil {
+							out = map[int]bool{}
+						}
+						out[id] = true
+					}
+				}
+			}
 			continue
 		}
 		if _, ok := failed[was]; !ok {

@@ -380,3 +380,90 @@ func TestExpectedMembersJoined(t *testing.T) {
 		t.Errorf("c's own key: %+v; want admitted by c, not degraded", resp)
 	}
 }
+
+// TestReturnFromMinorityKeepsSuspectsLost: a node cut off alone sees the
+// two others fail; at the heal it sees one of them again first, and is a
+// majority once more (2 of 3) while the third is still failed in its view.
+// That failure it saw while it was cut off itself: the third member was
+// live all along, owning its keys on the majority's ring. Taking them over
+// then (from its backups, after the hand-off wait) gave each key a second
+// owner until the third member was seen again (the fault checker's seed
+// 66: 3 nodes, n1 isolated for 1.96 s, +0.93 on k0, n1 admitting on its
+// restored backup while n3 still owned the key). The node now stays as on
+// a minority side until that member is live again.
+func TestReturnFromMinorityKeepsSuspectsLost(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	nw := newTestNet(t, func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }, members...)
+	key := keyMoving(t, "c", "a", members, []string{"a", "b"}) // c owns it, a takes it over without c
+	l := perHour(100)
+	first := runOwnerLoad(t, nw, []string{"b"}, key, l, 50*5*time.Millisecond, nil)
+	nw.split([]string{"a"}, []string{"b", "c"})
+	nw.run(time.Second)
+	// The cut heals; a sees b again, c not yet, nor c a: both a and c are
+	// in a majority of their own view, both fenced by b (their backup
+	// target for the key), which sees everyone.
+	nw.heal()
+	nw.nodes["a"].SetMembership(nw.now, []string{"a", "b"}, []string{"c"})
+	nw.nodes["b"].SetMembership(nw.now, members, nil)
+	after := runOwnerLoad(t, nw, []string{"a", "b"}, key, l, 4*time.Second, nil)
+	total := first.admitted + after.admitted
+	t.Logf("admitted %d, then %d with a back (%v, %d degraded)", first.admitted, after.admitted, after.byNode, after.degraded)
+	if total > 100 {
+		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
+	}
+	// Once a and c see each other again, a returns: c's key is c's.
+	nw.nodes["a"].SetMembership(nw.now, members, nil)
+	nw.nodes["c"].SetMembership(nw.now, members, nil)
+	nw.run(2 * time.Second)
+	if r := nw.checkAnswered(nw.nodes["a"], check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}); r.Degraded || r.Owner != "c" {
+		t.Errorf("after a sees c again: %+v, want decided by c", r)
+	}
+}
+
+// TestStartedBehindPartitionIsMinority: a node (re)started where it cannot
+// reach the others is told of them as failed in its first membership. It
+// counts them in its baseline: a minority, every key by its policy. It
+// ignored them, as members it never saw, and was a cluster of one owning
+// every key on fresh buckets, while the others had taken its keys over
+// from its backups (the fault checker's owner seed 240: 3 nodes, n3 cut
+// off at 3.2 s for 5.8 s and restarting meanwhile: +12.9 to +26.9 hits
+// on all six keys).
+func TestStartedBehindPartitionIsMinority(t *testing.T) {
+	nw := newTestNet(t, func(cfg *Config) { cfg.Policy = check.PolicyFailClosed }, "a", "b")
+	c := nw.add("c", func(cfg *Config) { cfg.Policy = check.PolicyFailClosed })
+	c.SetMembership(nw.now, []string{"c"}, []string{"a", "b"})
+	if q := c.Quorum(); !q.Minority || q.Baseline != 3 {
+		t.Errorf("quorum %+v, want a minority of 1 in 3", q)
+	}
+	r := checkSync(t, c, nw.now, check.Request{Key: keyOwnedBy(t, "c", "a", "b", "c"), Hits: 1, Limit: perHour(100), Mode: check.ModeOwner})
+	if r.Allowed || !r.Degraded {
+		t.Errorf("c's own key checked on c: %+v, want rejected by the policy (degraded)", r.Decision)
+	}
+}
+
+// TestRestartedOwnerWithoutItsHolderIsOrphaned: an owner restarted while
+// the member holding its backups is cut off has no state of its keys, and
+// no member it can reach has one. It awaited a hand-off for HandoffWait,
+// got none, and started its keys on fresh buckets (the fault checker's
+// leased seed 828: n1 isolated, the owner n3 restarted meanwhile, +37 on
+// k5). Its partitions whose holder was failed in its first membership are
+// now orphaned: their keys go by the policy until the holder is back.
+func TestRestartedOwnerWithoutItsHolderIsOrphaned(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	nw := newTestNet(t, func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }, members...)
+	key := keyMoving(t, "c", "b", members, []string{"a", "b"}) // c owns it, b holds its backups
+	l := perHour(100)
+	first := runOwnerLoad(t, nw, []string{"a"}, key, l, 50*5*time.Millisecond, nil)
+	// b is cut off; c restarts meanwhile and sees a only.
+	nw.isolate("b")
+	nw.nodes["c"] = nil
+	nw.now = nw.now.Add(time.Millisecond)
+	c := nw.add("c", func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed; cfg.Incarnation = 7 })
+	c.SetMembership(nw.now, []string{"a", "c"}, []string{"b"})
+	nw.nodes["a"].SetMembership(nw.now, []string{"a", "c"}, []string{"b"})
+	after := runOwnerLoad(t, nw, []string{"a", "c"}, key, l, 4*time.Second, nil)
+	t.Logf("admitted %d, then %d with c restarted and b cut off (%v, %d degraded)", first.admitted, after.admitted, after.byNode, after.degraded)
+	if total := first.admitted + after.admitted; total > 100 {
+		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
+	}
+}

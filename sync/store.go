@@ -133,6 +133,9 @@ type shard struct {
 	local, share map[string]*entry
 	// leases holds this node's leases on keys owned elsewhere (leased mode).
 	leases map[string]*lease
+	// granted holds, per owned key, the lease grants that may still be
+	// spent, by expiry (leasecap.go); nil until the first grant.
+	granted map[string][]liveGrant
 	// dirty lists cached keys with something to flush (flagDirty set);
 	// changed lists owned keys with stale interested nodes (flagChanged).
 	dirty, changed []string
