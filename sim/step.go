@@ -351,6 +351,13 @@ type stepper struct {
 	// parked is set while the caller waits on done for the workers.
 	parked atomic.Bool
 	done   chan struct{}
+	// spin is how many rounds the caller waits for the workers before it
+	// parks (spinLimit; tests change it between windows).
+	spin int
+	// lastDone, if set, is called by the worker that finishes window
+	// last, before it wakes a parked caller (woke false) and after it
+	// did (woke true): tests delay that worker with it.
+	lastDone func(window uint64, woke bool)
 	// recovered holds what a worker recovered from a panic in a Node.
 	mu        sync.Mutex
 	recovered any
@@ -374,7 +381,7 @@ const (
 
 // newStepper starts workers goroutines that step c's nodes.
 func newStepper(c *Cluster, workers int) *stepper {
-	st := &stepper{c: c, done: make(chan struct{}, 1)}
+	st := &stepper{c: c, done: make(chan struct{}, 1), spin: spinLimit}
 	for range workers {
 		w := &worker{wake: make(chan struct{}, 1)}
 		st.workers = append(st.workers, w)
@@ -413,8 +420,16 @@ func (st *stepper) loop(w *worker) {
 			}
 			st.mu.Unlock()
 		}
-		if st.busy.Add(-1) == 0 && st.parked.CompareAndSwap(true, false) {
-			st.done <- struct{}{}
+		if st.busy.Add(-1) == 0 {
+			if st.lastDone != nil {
+				st.lastDone(seen, false)
+			}
+			if st.parked.CompareAndSwap(true, false) {
+				st.done <- struct{}{}
+				if st.lastDone != nil {
+					st.lastDone(seen, true)
+				}
+			}
 		}
 	}
 }
@@ -436,7 +451,7 @@ func (st *stepper) run(nodes []*simNode, end int64) {
 		if spins%yieldEvery == 0 {
 			runtime.Gosched()
 		}
-		if spins < spinLimit {
+		if spins < st.spin {
 			continue
 		}
 		st.parked.Store(true)
@@ -445,7 +460,10 @@ func (st *stepper) run(nodes []*simNode, end int64) {
 		} else if !st.parked.CompareAndSwap(true, false) {
 			<-st.done // that worker cleared it first, and sends
 		}
-		break
+		// The wake may come from the last worker of the previous window,
+		// which this caller saw finish (busy 0) before that worker cleared
+		// parked: busy says whether this window is done.
+		spins = 0
 	}
 	if r == nil {
 		st.mu.Lock()
