@@ -395,9 +395,9 @@ func seeds(n int) int {
 
 // raceCut returns xs, the cases of a test, or every fifth of them (the
 // first among them) under the race detector, for the reason of seeds: each
-// case is a simulation on one goroutine, in which the race detector has
-// nothing to look at that the first case does not show it too, and make
-// test runs them all.
+// case is a simulation on one goroutine (or a comparison of a few that
+// share nothing), in which the race detector has nothing to look at that
+// the first case does not show it too, and make test runs them all.
 func raceCut[T any](xs []T) []T {
 	if !raceEnabled {
 		return xs
