@@ -44,7 +44,8 @@ test:
 	$(GO) test -p 1 -count=1 -timeout 9m $(PKGS)
 
 ## race: the same tests under the race detector (CI runs it; the sim
-## package takes longest, over 20 minutes on a shared 2-core machine).
+## package takes longest: 18 minutes alone on the shared 2-core machine at
+## load 13-20, docs/bench.md "The simulator's tests").
 race:
 	$(GO) test -race -count=1 -timeout 45m $(PKGS)
 

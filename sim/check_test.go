@@ -176,6 +176,7 @@ func TestShrinkFindsMinimalSchedule(t *testing.T) {
 // key over each span within the envelope plus one allowance per fault
 // (CheckSpec.allowance). make sim-check runs 1,000.
 func TestFaultCheckCachedWithinAllowance(t *testing.T) {
+	t.Parallel()
 	checkShort(t, []CheckMode{CheckModes()[2]}, seeds(40))
 }
 
@@ -189,6 +190,7 @@ func TestFaultCheckCachedWithinAllowance(t *testing.T) {
 // owner now holds the bucket to capacity minus its live grants,
 // sync/leasecap.go.)
 func TestFaultCheckNoFaultKeepsEnvelope(t *testing.T) {
+	t.Parallel()
 	spec := checkSpecShort()
 	leased := CheckModes()[1]
 	offsets, worst := 0, math.Inf(-1)
@@ -226,6 +228,7 @@ func TestFaultCheckNoFaultKeepsEnvelope(t *testing.T) {
 // cut removes nobody, and cluster time absorbs the offsets. (make
 // sim-check: no failure of owner mode shrinks to one of these alone.)
 func TestFaultCheckHandoffsKeepEnvelope(t *testing.T) {
+	t.Parallel()
 	spec := checkSpecShort()
 	m := CheckModes()[0]
 	ran := 0
@@ -304,6 +307,7 @@ func TestFaultCheckSeesOffsetsBeyondBound(t *testing.T) {
 // schedule), on a known seed that goes further over than recorded, and
 // on a known seed that now keeps the envelope (take it off the list).
 func TestFailClosedEnvelopeUnderFaults(t *testing.T) {
+	t.Parallel()
 	// knownOverEnvelope is, by mode and seed, how far over the envelope
 	// the seed's schedule goes today (the worst key's worst span, in hits).
 	// Owner seed 15 is one silent partition of 7 nodes (3|4). Leased seed
@@ -390,4 +394,20 @@ func seeds(n int) int {
 		return max(1, n/5)
 	}
 	return n
+}
+
+// raceCut returns xs, the cases of a test, or every fifth of them (the
+// first among them) under the race detector, for the reason of seeds: each
+// case is a simulation on one goroutine (or a comparison of a few that
+// share nothing), in which the race detector has nothing to look at that
+// the first case does not show it too, and make test runs them all.
+func raceCut[T any](xs []T) []T {
+	if !raceEnabled {
+		return xs
+	}
+	var cut []T
+	for i := 0; i < len(xs); i += 5 {
+		cut = append(cut, xs[i])
+	}
+	return cut
 }

@@ -17,6 +17,7 @@ import (
 // The tests of sync/clock_test.go cover the other faults (hand-off,
 // backup, 2 s on a 10 s window) step by step.
 func TestClockOffsetWithinBound(t *testing.T) {
+	t.Parallel()
 	const seed, tol = 7, 0.5 // percent
 	for _, tc := range []struct {
 		algorithm string

@@ -15,10 +15,14 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // that moves the figures shows up in review. After an intended change:
 //
 //	go test ./sim -run TestGolden -update
+//
+// Under the race detector it runs a fifth of the scenarios (raceCut).
 func TestGolden(t *testing.T) {
+	t.Parallel()
 	vs, _ := ParseVariants("", "")
-	for _, name := range Names() {
+	for _, name := range raceCut(Names()) {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			rs, err := Compare([]Scenario{short(t, name)}, vs, Options{Seed: 1})
 			if err != nil {
 				t.Fatal(err)

@@ -19,6 +19,7 @@ const interleave = time.Millisecond
 // the scheduler does apply inputs out of time order, and the same seed
 // still gives the same Result (and the same reorderings).
 func TestInterleaveReordersAndIsReproducible(t *testing.T) {
+	t.Parallel()
 	sc := short(t, "churn")
 	run := func() (*Result, int64) {
 		c, err := NewCluster(sc, Variant{Mode: check.ModeCached}, 7)
@@ -74,39 +75,49 @@ func envelopeViolation(sc Scenario, r *Result) string {
 // fail-closed) within the token bucket's envelope on the hot key.
 // The faults are in TestFencedModesStayInEnvelope.
 func TestInterleavedModesKeepTheirPromises(t *testing.T) {
+	t.Parallel()
 	seeds := []uint64{1, 2, 3}
 	if testing.Short() {
 		seeds = seeds[:1]
 	}
-	for _, seed := range seeds {
-		for _, name := range []string{"healthy", "hot-key"} {
-			r, err := Run(short(t, name), Variant{Mode: check.ModeOwner}, Options{Seed: seed, Interleave: interleave})
+	for _, seed := range raceCut(seeds) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			t.Parallel()
+			interleavedPromises(t, seed)
+		})
+	}
+}
+
+// interleavedPromises runs TestInterleavedModesKeepTheirPromises's checks
+// for one seed.
+func interleavedPromises(t *testing.T, seed uint64) {
+	for _, name := range []string{"healthy", "hot-key"} {
+		r, err := Run(short(t, name), Variant{Mode: check.ModeOwner}, Options{Seed: seed, Interleave: interleave})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := r.Phase("all"); p.OverPct > 0.5 || p.Lost > 0 || p.Errors > 0 {
+			t.Errorf("seed %d: %s, owner: over %.2f%%, lost %d, errors %d; want within 0.5%% and none lost",
+				seed, name, p.OverPct, p.Lost, p.Errors)
+		}
+	}
+	for _, tc := range []struct {
+		mode  check.Mode
+		names []string
+	}{
+		{check.ModeOwner, []string{"healthy", "hot-key"}},
+		{check.ModeLeased, []string{"healthy", "hot-key"}},
+	} {
+		for _, name := range tc.names {
+			sc := short(t, name)
+			sc.Workload.Rate = 5000
+			sc.Sync.Policy = "fail-closed"
+			r, err := Run(sc, Variant{Mode: tc.mode}, Options{Seed: seed, Interleave: interleave})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p := r.Phase("all"); p.OverPct > 0.5 || p.Lost > 0 || p.Errors > 0 {
-				t.Errorf("seed %d: %s, owner: over %.2f%%, lost %d, errors %d; want within 0.5%% and none lost",
-					seed, name, p.OverPct, p.Lost, p.Errors)
-			}
-		}
-		for _, tc := range []struct {
-			mode  check.Mode
-			names []string
-		}{
-			{check.ModeOwner, []string{"healthy", "hot-key"}},
-			{check.ModeLeased, []string{"healthy", "hot-key"}},
-		} {
-			for _, name := range tc.names {
-				sc := short(t, name)
-				sc.Workload.Rate = 5000
-				sc.Sync.Policy = "fail-closed"
-				r, err := Run(sc, Variant{Mode: tc.mode}, Options{Seed: seed, Interleave: interleave})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if v := envelopeViolation(sc, r); v != "" {
-					t.Errorf("seed %d: %s, %v: %s", seed, name, tc.mode, v)
-				}
+			if v := envelopeViolation(sc, r); v != "" {
+				t.Errorf("seed %d: %s, %v: %s", seed, name, tc.mode, v)
 			}
 		}
 	}
@@ -121,27 +132,42 @@ func TestInterleavedModesKeepTheirPromises(t *testing.T) {
 // runs, by 1 to 56 tokens: partition-half (owner 7515 for 7500, leased 5556
 // for 5500), isolate-owner (2505 for 2500), rolling-restart (7004 for
 // 7000), churn (leased 4522 for 4500). make test runs seed 3;
-// RINGLIMIT_LONG=1 runs seeds 1 to 3.
+// RINGLIMIT_LONG=1 runs seeds 1 to 3; make race a fifth of the runs
+// (raceCut).
 func TestFencedModesStayInEnvelope(t *testing.T) {
 	seeds := []uint64{3} // make test: one seed (20 s of simulated time per run)
 	if os.Getenv("RINGLIMIT_LONG") != "" {
 		seeds = []uint64{1, 2, 3}
 	}
+	t.Parallel()
+	type run struct {
+		mode check.Mode
+		name string
+		seed uint64
+	}
+	var runs []run
 	for _, mode := range []check.Mode{check.ModeOwner, check.ModeLeased} {
 		for _, name := range []string{"partition-half", "isolate-owner", "flapping", "rolling-restart", "churn"} {
 			for _, seed := range seeds {
-				sc := short(t, name)
-				sc.Workload.Rate = 5000 // key 0 at about 850/s, over the limit
-				sc.Sync.Policy = "fail-closed"
-				sc = sc.Scale(0, 20*time.Second)
-				r, err := Run(sc, Variant{Mode: mode}, Options{Seed: seed, Interleave: interleave})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if v := envelopeViolation(sc, r); v != "" {
-					t.Errorf("seed %d: %s, %v: %s", seed, name, mode, v)
-				}
+				runs = append(runs, run{mode, name, seed})
 			}
 		}
+	}
+	for _, r := range raceCut(runs) {
+		mode, name, seed := r.mode, r.name, r.seed
+		t.Run(fmt.Sprintf("%v/%s/%d", mode, name, seed), func(t *testing.T) {
+			t.Parallel() // runs share nothing: each is the same alone
+			sc := short(t, name)
+			sc.Workload.Rate = 5000 // key 0 at about 850/s, over the limit
+			sc.Sync.Policy = "fail-closed"
+			sc = sc.Scale(0, 20*time.Second)
+			res, err := Run(sc, Variant{Mode: mode}, Options{Seed: seed, Interleave: interleave})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := envelopeViolation(sc, res); v != "" {
+				t.Errorf("seed %d: %s, %v: %s", seed, name, mode, v)
+			}
+		})
 	}
 }

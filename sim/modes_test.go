@@ -47,6 +47,7 @@ func TestLocalIsNTimesLoose(t *testing.T) {
 // the ideal (one network hop) and in its own arrival order, hence a small
 // tolerance.
 func TestOwnerEqualsIdealWhenConnected(t *testing.T) {
+	t.Parallel()
 	const seed, tol = 5, 0.5 // percent
 	for _, tc := range []struct{ scenario, phase string }{{"healthy", "all"}, {"hot-key", "all"}, {"partition-half", "before"}} {
 		r := runMode(t, short(t, tc.scenario), check.ModeOwner, seed)
@@ -71,9 +72,11 @@ func TestOwnerEqualsIdealWhenConnected(t *testing.T) {
 // the owners' fences (sync/fence.go) keep the old owner and the new one
 // from admitting the same tokens. (Before the fences this test froze
 // membership to hold; TestFencedModesStayInEnvelope covers more faults.)
+// Under the race detector it runs the first scenario (raceCut).
 func TestLeasedNeverOverLimit(t *testing.T) {
+	t.Parallel()
 	const seed = 11
-	for _, name := range []string{"healthy", "hot-key", "partition-half", "isolate-owner", "flapping"} {
+	for _, name := range raceCut([]string{"healthy", "hot-key", "partition-half", "isolate-owner", "flapping"}) {
 		sc := short(t, name)
 		sc.Workload.Rate = 5000 // key 0 at about 850/s, over the limit
 		sc.Sync.Policy = "fail-closed"
@@ -118,6 +121,7 @@ func cachedBound(sc Scenario, flush time.Duration) float64 {
 // second (the first is the cold start, when every node's view is a fresh
 // bucket), whatever the flush interval.
 func TestCachedWithinBoundWhenHealthy(t *testing.T) {
+	t.Parallel()
 	const seed = 17
 	for _, flush := range []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond} {
 		for _, name := range []string{"healthy", "hot-key"} {
@@ -146,7 +150,9 @@ func TestCachedWithinBoundWhenHealthy(t *testing.T) {
 // healthy network. (They did while probes and checks shared batches: each
 // side's batch waited for the other side's probes, until both marked the
 // other unreachable; 12% of a 100,000 requests/s run was degraded.)
+// Under the race detector it runs owner mode alone (raceCut).
 func TestColdStartNotDegraded(t *testing.T) {
+	t.Parallel()
 	const seed = 19
 	sc, err := Named("healthy")
 	if err != nil {
@@ -154,7 +160,7 @@ func TestColdStartNotDegraded(t *testing.T) {
 	}
 	sc = sc.Scale(0, 2*time.Second)
 	sc.Workload.Rate, sc.Workload.Keys = 50_000, 100_000
-	for _, m := range []check.Mode{check.ModeOwner, check.ModeLeased} {
+	for _, m := range raceCut([]check.Mode{check.ModeOwner, check.ModeLeased}) {
 		p := runMode(t, sc, m, seed).Phase("all")
 		if p.Degraded > 0 || p.FalseRejectPct > 0.1 {
 			t.Errorf("seed %d: %v: %d of %d requests degraded, false rejections %.2f%%; want none degraded, under 0.1%%",

@@ -14,6 +14,7 @@ import (
 // a share of 20/100 of a request: at 21 nodes and burst 20 the simulator
 // measured 75.9% refused (issue #15).
 func TestSidecarScaleSmallLimits(t *testing.T) {
+	t.Parallel()
 	sc, err := Named("healthy")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 // and a later one admitted: 1.12% each way at 3 nodes, 60 s,
 // docs/accuracy.md).
 func TestSmallLimitScenarios(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"login-5min", "otp-1min", "apikey-100h"} {
 		for _, nodes := range []int{3, 10} {
 			sc, err := Named(name)
