@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	rlsync "github.com/ringlimit/ringlimit/sync"
@@ -27,7 +29,10 @@ var ErrDriverStopped = errors.New("peer: the core's driver is not running")
 //
 // Producers (gRPC handlers, the transport's receivers and senders, the
 // membership callback) put inputs on one bounded queue and return; a full
-// queue blocks them, which is the node's back-pressure. The loop reads the
+// queue blocks them, which is the node's back-pressure. Envelopes from
+// peers are bounded in bytes as well (MaxQueueBytes): a receiver waits
+// while those queued exceed it, and the peer's sender, held up by gRPC's
+// flow control, drops what its own bounded queue cannot keep. The loop reads the
 // clock as it applies each input, so the core sees time in the order it
 // sees inputs. What the core sends (Transport.Send) and the done callbacks
 // of checks run on the loop's goroutine and must not block.
@@ -45,6 +50,13 @@ type Driver struct {
 	stopOnce sync.Once
 	// afterTick, when set, runs on the loop after every Tick.
 	afterTick func(now time.Time)
+	maxBytes  int64
+
+	mu sync.Mutex // guards the fields below
+	// queued is the encoded size, in bytes, of the envelopes in the queue.
+	queued int64
+	// room, when not nil, is closed when queued falls (a Step waits on it).
+	room chan struct{}
 }
 
 var _ Handler = (*Driver)(nil)
@@ -60,6 +72,13 @@ type DriverConfig struct {
 	// core. Default 4096: far more than the calls a node has in flight, and
 	// small enough that a stalled loop shows as back-pressure, not memory.
 	QueueLen int
+	// MaxQueueBytes bounds the envelopes from peers in the queue, by their
+	// encoded size in bytes: Step waits while they would exceed it (one
+	// envelope is always let in). Default 4 MiB: a queued envelope takes 3
+	// to 7 times its encoded size in heap, so about 28 MiB at most (issue
+	// 16: 4096 envelopes of up to 1000 items were otherwise unbounded in
+	// bytes), and four of the largest batches a peer sends in one call.
+	MaxQueueBytes int64
 	// AfterTick, when set, is called on the loop's goroutine after each Tick,
 	// with the core quiescent: it may read the core (HandedOff, Quorum) and
 	// must not block.
@@ -83,6 +102,7 @@ type input struct {
 	resps []check.Response
 	done  func()
 	env   *peerv1.Envelope
+	size  int64 // env's encoded size
 	peer  string
 	fn    func(now time.Time)
 }
@@ -101,6 +121,12 @@ func NewDriver(core *rlsync.Node, cfg DriverConfig) (*Driver, error) {
 	if cfg.QueueLen < 0 {
 		return nil, fmt.Errorf("peer: driver QueueLen %d must be positive", cfg.QueueLen)
 	}
+	if cfg.MaxQueueBytes == 0 {
+		cfg.MaxQueueBytes = 4 << 20
+	}
+	if cfg.MaxQueueBytes < 0 {
+		return nil, fmt.Errorf("peer: driver MaxQueueBytes %d must be positive", cfg.MaxQueueBytes)
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
 	}
@@ -112,6 +138,7 @@ func NewDriver(core *rlsync.Node, cfg DriverConfig) (*Driver, error) {
 		stop:      make(chan struct{}),
 		finished:  make(chan struct{}),
 		afterTick: cfg.AfterTick,
+		maxBytes:  cfg.MaxQueueBytes,
 	}, nil
 }
 
@@ -181,6 +208,7 @@ func (d *Driver) apply(x input) {
 		d.core.Check(now, x.reqs, x.resps, x.done)
 	case inStep:
 		d.core.Step(now, x.env)
+		d.release(x.size)
 	case inUnreachable:
 		d.core.Unreachable(now, x.peer)
 	case inDo:
@@ -213,8 +241,53 @@ func (d *Driver) Check(reqs []check.Request, resps []check.Response, done func()
 // Step queues an envelope received from a peer (Handler). The instant is
 // the loop's, read when the envelope is applied; at is ignored. An envelope
 // offered after Close is dropped.
+//
+// Step waits while the envelopes queued exceed MaxQueueBytes (or until
+// Close).
 func (d *Driver) Step(_ time.Time, env *peerv1.Envelope) {
-	_ = d.offer(input{kind: inStep, env: env})
+	size := int64(proto.Size(env))
+	if !d.reserve(size) {
+		return
+	}
+	if d.offer(input{kind: inStep, env: env, size: size}) != nil {
+		d.release(size)
+	}
+}
+
+// reserve waits until size more bytes of envelopes fit MaxQueueBytes (at
+// once when none are queued), counts them and reports true; or reports
+// false once the driver is closed.
+func (d *Driver) reserve(size int64) bool {
+	for {
+		d.mu.Lock()
+		if d.queued == 0 || d.queued+size <= d.maxBytes {
+			d.queued += size
+			d.mu.Unlock()
+			return true
+		}
+		if d.room == nil {
+			d.room = make(chan struct{})
+		}
+		room := d.room
+		d.mu.Unlock()
+		select {
+		case <-room:
+		case <-d.stop:
+			return false
+		}
+	}
+}
+
+// release counts size bytes of envelopes fewer queued and wakes the Steps
+// waiting for room.
+func (d *Driver) release(size int64) {
+	d.mu.Lock()
+	d.queued -= size
+	if d.room != nil {
+		close(d.room)
+		d.room = nil
+	}
+	d.mu.Unlock()
 }
 
 // Unreachable queues the report that a delivery to peer failed (Handler).
