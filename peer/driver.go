@@ -19,6 +19,11 @@ import (
 // running (before Start or after Close).
 var ErrDriverStopped = errors.New("peer: the core's driver is not running")
 
+// ErrDriverBusy is returned for a client check offered while the checks
+// queued in front of the core already hold MaxQueueItems items: the node is
+// overloaded, and sheds the call rather than let its queue grow.
+var ErrDriverBusy = errors.New("peer: too many checks queued in front of the core")
+
 // Driver applies every input of one coordination core (rlsync.Node) in one
 // total order, from one goroutine it owns, as raft's node.run drives RawNode:
 // client checks, envelopes from peers, unreachable reports, ticks, membership
@@ -32,7 +37,10 @@ var ErrDriverStopped = errors.New("peer: the core's driver is not running")
 // queue blocks them, which is the node's back-pressure. Envelopes from
 // peers are bounded in bytes as well (MaxQueueBytes): a receiver waits
 // while those queued exceed it, and the peer's sender, held up by gRPC's
-// flow control, drops what its own bounded queue cannot keep. The loop reads the
+// flow control, drops what its own bounded queue cannot keep. Client checks
+// are bounded in items (MaxQueueItems): beyond it a check is refused at once
+// (ErrDriverBusy), and a check whose caller gave up waiting before the loop
+// reached it is not decided (CheckUnless). The loop reads the
 // clock as it applies each input, so the core sees time in the order it
 // sees inputs. What the core sends (Transport.Send) and the done callbacks
 // of checks run on the loop's goroutine and must not block.
@@ -51,6 +59,11 @@ type Driver struct {
 	// afterTick, when set, runs on the loop after every Tick.
 	afterTick func(now time.Time)
 	maxBytes  int64
+	maxItems  int64
+	// items is the number of check items in the queue; skipped and shed
+	// count the checks not decided because their caller had gone, and
+	// those refused with ErrDriverBusy.
+	items, skipped, shed atomic.Int64
 
 	mu sync.Mutex // guards the fields below
 	// queued is the encoded size, in bytes, of the envelopes in the queue.
@@ -79,6 +92,15 @@ type DriverConfig struct {
 	// 16: 4096 envelopes of up to 1000 items were otherwise unbounded in
 	// bytes), and four of the largest batches a peer sends in one call.
 	MaxQueueBytes int64
+	// MaxQueueItems bounds the items of the client checks in the queue:
+	// a check that would exceed it is refused with ErrDriverBusy (one check
+	// is always let in). Default 32768: a queued item holds about 250 bytes
+	// (its request and answer slots, 216 bytes, and its share of the call's
+	// request), so about 8 MiB, and at the core's 1 to 2 µs an item about
+	// 50 ms of its work. Under a flood the loop fell behind and calls that
+	// had timed out stayed queued, 1000 items each, until the flooded node
+	// was OOM-killed (issue 16).
+	MaxQueueItems int64
 	// AfterTick, when set, is called on the loop's goroutine after each Tick,
 	// with the core quiescent: it may read the core (HandedOff, Quorum) and
 	// must not block.
@@ -101,6 +123,7 @@ type input struct {
 	reqs  []check.Request
 	resps []check.Response
 	done  func()
+	gone  *atomic.Bool // a check's: its caller stopped waiting
 	env   *peerv1.Envelope
 	size  int64 // env's encoded size
 	peer  string
@@ -127,6 +150,12 @@ func NewDriver(core *rlsync.Node, cfg DriverConfig) (*Driver, error) {
 	if cfg.MaxQueueBytes < 0 {
 		return nil, fmt.Errorf("peer: driver MaxQueueBytes %d must be positive", cfg.MaxQueueBytes)
 	}
+	if cfg.MaxQueueItems == 0 {
+		cfg.MaxQueueItems = 32768
+	}
+	if cfg.MaxQueueItems < 0 {
+		return nil, fmt.Errorf("peer: driver MaxQueueItems %d must be positive", cfg.MaxQueueItems)
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
 	}
@@ -139,6 +168,7 @@ func NewDriver(core *rlsync.Node, cfg DriverConfig) (*Driver, error) {
 		finished:  make(chan struct{}),
 		afterTick: cfg.AfterTick,
 		maxBytes:  cfg.MaxQueueBytes,
+		maxItems:  cfg.MaxQueueItems,
 	}, nil
 }
 
@@ -205,6 +235,12 @@ func (d *Driver) apply(x input) {
 	now := d.clock.Now()
 	switch x.kind {
 	case inCheck:
+		d.items.Add(-int64(len(x.reqs)))
+		if x.gone != nil && x.gone.Load() {
+			d.skipped.Add(1)
+			x.done()
+			return
+		}
 		d.core.Check(now, x.reqs, x.resps, x.done)
 	case inStep:
 		d.core.Step(now, x.env)
@@ -235,8 +271,34 @@ func (d *Driver) offer(x input) error {
 // rlsync.Node.Check) and calls done, on the loop, once every answer is
 // written. done must not block. On ErrDriverStopped done is never called.
 func (d *Driver) Check(reqs []check.Request, resps []check.Response, done func()) error {
-	return d.offer(input{kind: inCheck, reqs: reqs, resps: resps, done: done})
+	return d.CheckUnless(nil, reqs, resps, done)
 }
+
+// CheckUnless is Check for a caller that may stop waiting: if gone (when
+// not nil) holds true when the loop reaches the check, the core does not
+// decide it (its hits are not counted, its answers not written) and done
+// is called at once. It reports ErrDriverBusy, and queues nothing, when the
+// checks queued hold MaxQueueItems items already.
+func (d *Driver) CheckUnless(gone *atomic.Bool, reqs []check.Request, resps []check.Response, done func()) error {
+	n := int64(len(reqs))
+	if q := d.items.Add(n); q > d.maxItems && q != n {
+		d.items.Add(-n)
+		d.shed.Add(1)
+		return ErrDriverBusy
+	}
+	err := d.offer(input{kind: inCheck, reqs: reqs, resps: resps, done: done, gone: gone})
+	if err != nil {
+		d.items.Add(-n)
+	}
+	return err
+}
+
+// ChecksSkipped returns the number of checks not decided because their
+// caller had stopped waiting (CheckUnless).
+func (d *Driver) ChecksSkipped() int64 { return d.skipped.Load() }
+
+// ChecksShed returns the number of checks refused with ErrDriverBusy.
+func (d *Driver) ChecksShed() int64 { return d.shed.Load() }
 
 // Step queues an envelope received from a peer (Handler). The instant is
 // the loop's, read when the envelope is applied; at is ignored. An envelope
