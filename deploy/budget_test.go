@@ -39,11 +39,13 @@ func memSize(t *testing.T, where, s string) int64 {
 
 // nodeBase is the live heap a node needs beside its keys' charge, in
 // bytes, that the budgets below provide for: its buffers, goroutines and
-// calls in flight, and the peer queues, which are bounded in bytes
-// (peer.TransportConfig.MaxQueueBytes, peer.DriverConfig.MaxQueueBytes:
-// 16 MiB each by default, encoded). 10 to 12 MiB a node were measured
-// under a flood of new keys in process, the queues not yet full
-// (docs/operations.md).
+// calls in flight, and the queues between it and its peers and clients,
+// which are bounded (peer.TransportConfig.MaxQueueBytes and
+// peer.DriverConfig.MaxQueueBytes, 4 MiB encoded each, about 28 MiB of
+// heap each when full; peer.DriverConfig.MaxQueueItems, about 8 MiB). 8 to
+// 12 MiB a node were measured under a flood of new keys in process, 16 to
+// 21 with calls timing out (docs/operations.md); the queues fill only when
+// a node cannot keep up.
 const nodeBase = 40 << 20
 
 // checkBudget checks that a node limited to limit bytes of memory has
