@@ -2,8 +2,10 @@ package ringlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/check"
+	"github.com/ringlimit/ringlimit/peer"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 )
 
@@ -24,6 +27,9 @@ type pending struct {
 	done  chan struct{} // buffered 1: signal never blocks
 	fn    func()        // p.signal, bound once
 	timer *time.Timer   // wait's, stopped between calls; nil until needed
+	// gone is set when the call stops waiting: the core then skips it if it
+	// has not reached it yet (peer.Driver.CheckUnless).
+	gone atomic.Bool
 }
 
 func (p *pending) signal() { p.done <- struct{}{} }
@@ -44,12 +50,18 @@ func (p *pending) release() {
 // errShuttingDown is returned to calls that arrive after Shutdown began.
 var errShuttingDown = status.Error(codes.Unavailable, "ringlimit: node is shutting down")
 
+// errOverloaded is returned to calls refused because the checks queued in
+// front of the core hold too many items already (peer.ErrDriverBusy).
+var errOverloaded = status.Error(codes.Unavailable, "ringlimit: node overloaded: too many checks queued")
+
 // decide hands reqs to the core, through the driver's one order, and waits
 // for the answers, which it writes to out[i]: the node's one path to its
 // core, for the public APIs and the Checker alike. The error is a gRPC
 // status error for the batch as a whole: Unavailable while shutting down,
 // DeadlineExceeded or Canceled when ctx ends (or CheckTimeout passes)
-// before the core answered.
+// before the core answered (a call the core has not reached by then is not
+// decided at all), Unavailable as well when the node sheds the call
+// because too many checks are queued (peer.DriverConfig.MaxQueueItems).
 func (n *Node) decide(ctx context.Context, reqs []check.Request, out []check.Response) error {
 	if !n.gate.enter() {
 		return errShuttingDown
@@ -61,11 +73,15 @@ func (n *Node) decide(ctx context.Context, reqs []check.Request, out []check.Res
 	p := pendingPool.Get().(*pending)
 	p.reqs = append(p.reqs, reqs...)
 	p.resps = append(p.resps[:0], make([]check.Response, len(reqs))...)
-	if err := n.drv.Check(p.reqs, p.resps, p.fn); err != nil {
+	if err := n.drv.CheckUnless(&p.gone, p.reqs, p.resps, p.fn); err != nil {
 		p.release()
+		if errors.Is(err, peer.ErrDriverBusy) {
+			return errOverloaded
+		}
 		return errShuttingDown
 	}
 	if err := p.wait(ctx, n.cfg.API.CheckTimeout); err != nil {
+		p.gone.Store(true)
 		return err // p is abandoned to the core
 	}
 	copy(out, p.resps)

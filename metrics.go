@@ -11,6 +11,7 @@ import (
 	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
+	"github.com/ringlimit/ringlimit/peer"
 	rlsync "github.com/ringlimit/ringlimit/sync"
 )
 
@@ -151,6 +152,25 @@ func coreCollectors(c *rlsync.Metrics) []prometheus.Collector {
 	out = append(out, coreDecisions{c})
 	out = append(out, clockCollectors(c)...)
 	return out
+}
+
+// registerDriver registers on reg the counters of the client checks the
+// core's driver did not decide: skipped (their caller had stopped waiting
+// before the core reached them) and shed (refused, too many queued).
+func registerDriver(reg prometheus.Registerer, d *peer.Driver) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ringlimit_checks_skipped_total",
+			Help: "Check calls not decided because their caller had stopped waiting (timed out) before the core reached them."},
+			func() float64 { return float64(d.ChecksSkipped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ringlimit_checks_shed_total",
+			Help: "Check calls refused (Unavailable) because the checks queued in front of the core held too many items."},
+			func() float64 { return float64(d.ChecksShed()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // registerHotKeys registers on reg the gauge of the core's hottest keys,

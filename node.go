@@ -266,6 +266,9 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("ringlimit: registering metrics: %w", err)
 	}
+	if err := registerDriver(cfg.Registry, n.drv); err != nil {
+		return fmt.Errorf("ringlimit: registering metrics: %w", err)
+	}
 	if n.bad, err = newBadKeys(cfg.Registry, n.log, n.clock); err != nil {
 		return fmt.Errorf("ringlimit: registering metrics: %w", err)
 	}

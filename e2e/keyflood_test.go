@@ -41,21 +41,23 @@ import (
 )
 
 // sidecarMemory reads the sidecar manifest's memory settings
-// (deploy/k8s/sidecar.yaml): the container's memory limit (limits.memory,
-// which GOMEMLIMIT follows there) and the key budget
-// (RINGLIMIT_MAX_KEY_BYTES), as Kubernetes quantities ("256Mi").
-func sidecarMemory(t *testing.T) (limitMiB int64, keyBudget string) {
+// (deploy/k8s/sidecar.yaml): the container's memory limit (limits.memory)
+// in MiB, the Go runtime's soft limit (GOMEMLIMIT, as the runtime reads
+// it: "224MiB") and the key budget (RINGLIMIT_MAX_KEY_BYTES, a Kubernetes
+// quantity: "96Mi").
+func sidecarMemory(t *testing.T) (limitMiB int64, goMemLimit, keyBudget string) {
 	raw, err := os.ReadFile(filepath.Join("..", "deploy", "k8s", "sidecar.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	lim := regexp.MustCompile(`limits: \{memory: (\d+)Mi\}`).FindSubmatch(raw)
+	gml := regexp.MustCompile(`name: GOMEMLIMIT\s+value: (\S+)`).FindSubmatch(raw)
 	bud := regexp.MustCompile(`name: RINGLIMIT_MAX_KEY_BYTES\s+value: (\S+)`).FindSubmatch(raw)
-	if lim == nil || bud == nil {
-		t.Fatalf("deploy/k8s/sidecar.yaml: no memory limit in Mi or no RINGLIMIT_MAX_KEY_BYTES")
+	if lim == nil || gml == nil || bud == nil {
+		t.Fatalf("deploy/k8s/sidecar.yaml: no memory limit in Mi, no GOMEMLIMIT value or no RINGLIMIT_MAX_KEY_BYTES")
 	}
 	limitMiB, _ = strconv.ParseInt(string(lim[1]), 10, 64)
-	return limitMiB, string(bud[1])
+	return limitMiB, string(gml[1]), string(bud[1])
 }
 
 // nodeMetrics returns the metrics of node i named in names (unlabelled
@@ -302,18 +304,18 @@ func TestKeyMemory(t *testing.T) {
 
 // TestKeyFlood: 5M distinct keys through one node of three, each node
 // limited as the sidecar manifest limits it (a container of 256 MiB, no
-// swap, GOMEMLIMIT at the limit, the key budget of the manifest), while a
+// swap, the manifest's GOMEMLIMIT and key budget), while a
 // bystander checks 10 keys of its own on another node every 10 ms. No node
 // is killed, the bystander sees no error, and its p99 latency during the
 // flood stays within twice its quiet value.
 func TestKeyFlood(t *testing.T) {
 	const keys = 5_000_000
-	limitMiB, budget := sidecarMemory(t)
-	t.Logf("each node: --memory %dm, GOMEMLIMIT %d, RINGLIMIT_MAX_KEY_BYTES %s (deploy/k8s/sidecar.yaml)", limitMiB, limitMiB<<20, budget)
+	limitMiB, goMemLimit, budget := sidecarMemory(t)
+	t.Logf("each node: --memory %dm, GOMEMLIMIT %s, RINGLIMIT_MAX_KEY_BYTES %s (deploy/k8s/sidecar.yaml)", limitMiB, goMemLimit, budget)
 	mem := strconv.FormatInt(limitMiB, 10) + "m"
 	c := startCluster(t, clusterSpec{nodes: 3,
 		create: []string{"--memory", mem, "--memory-swap", mem,
-			"-e", "GOMEMLIMIT=" + strconv.FormatInt(limitMiB<<20, 10), "-e", "RINGLIMIT_MAX_KEY_BYTES=" + budget}})
+			"-e", "GOMEMLIMIT=" + goMemLimit, "-e", "RINGLIMIT_MAX_KEY_BYTES=" + budget}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var by bystander

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	rlsync "github.com/ringlimit/ringlimit/sync"
@@ -16,6 +18,11 @@ import (
 // ErrDriverStopped is returned for inputs offered to a Driver that is not
 // running (before Start or after Close).
 var ErrDriverStopped = errors.New("peer: the core's driver is not running")
+
+// ErrDriverBusy is returned for a client check offered while the checks
+// queued in front of the core already hold MaxQueueItems items: the node is
+// overloaded, and sheds the call rather than let its queue grow.
+var ErrDriverBusy = errors.New("peer: too many checks queued in front of the core")
 
 // Driver applies every input of one coordination core (rlsync.Node) in one
 // total order, from one goroutine it owns, as raft's node.run drives RawNode:
@@ -27,7 +34,13 @@ var ErrDriverStopped = errors.New("peer: the core's driver is not running")
 //
 // Producers (gRPC handlers, the transport's receivers and senders, the
 // membership callback) put inputs on one bounded queue and return; a full
-// queue blocks them, which is the node's back-pressure. The loop reads the
+// queue blocks them, which is the node's back-pressure. Envelopes from
+// peers are bounded in bytes as well (MaxQueueBytes): a receiver waits
+// while those queued exceed it, and the peer's sender, held up by gRPC's
+// flow control, drops what its own bounded queue cannot keep. Client checks
+// are bounded in items (MaxQueueItems): beyond it a check is refused at once
+// (ErrDriverBusy), and a check whose caller gave up waiting before the loop
+// reached it is not decided (CheckUnless). The loop reads the
 // clock as it applies each input, so the core sees time in the order it
 // sees inputs. What the core sends (Transport.Send) and the done callbacks
 // of checks run on the loop's goroutine and must not block.
@@ -45,6 +58,18 @@ type Driver struct {
 	stopOnce sync.Once
 	// afterTick, when set, runs on the loop after every Tick.
 	afterTick func(now time.Time)
+	maxBytes  int64
+	maxItems  int64
+	// items is the number of check items in the queue; skipped and shed
+	// count the checks not decided because their caller had gone, and
+	// those refused with ErrDriverBusy.
+	items, skipped, shed atomic.Int64
+
+	mu sync.Mutex // guards the fields below
+	// queued is the encoded size, in bytes, of the envelopes in the queue.
+	queued int64
+	// room, when not nil, is closed when queued falls (a Step waits on it).
+	room chan struct{}
 }
 
 var _ Handler = (*Driver)(nil)
@@ -60,6 +85,22 @@ type DriverConfig struct {
 	// core. Default 4096: far more than the calls a node has in flight, and
 	// small enough that a stalled loop shows as back-pressure, not memory.
 	QueueLen int
+	// MaxQueueBytes bounds the envelopes from peers in the queue, by their
+	// encoded size in bytes: Step waits while they would exceed it (one
+	// envelope is always let in). Default 4 MiB: a queued envelope takes 3
+	// to 7 times its encoded size in heap, so about 28 MiB at most (issue
+	// 16: 4096 envelopes of up to 1000 items were otherwise unbounded in
+	// bytes), and four of the largest batches a peer sends in one call.
+	MaxQueueBytes int64
+	// MaxQueueItems bounds the items of the client checks in the queue:
+	// a check that would exceed it is refused with ErrDriverBusy (one check
+	// is always let in). Default 32768: a queued item holds about 250 bytes
+	// (its request and answer slots, 216 bytes, and its share of the call's
+	// request), so about 8 MiB, and at the core's 1 to 2 µs an item about
+	// 50 ms of its work. Under a flood the loop fell behind and calls that
+	// had timed out stayed queued, 1000 items each, until the flooded node
+	// was OOM-killed (issue 16).
+	MaxQueueItems int64
 	// AfterTick, when set, is called on the loop's goroutine after each Tick,
 	// with the core quiescent: it may read the core (HandedOff, Quorum) and
 	// must not block.
@@ -82,7 +123,9 @@ type input struct {
 	reqs  []check.Request
 	resps []check.Response
 	done  func()
+	gone  *atomic.Bool // a check's: its caller stopped waiting
 	env   *peerv1.Envelope
+	size  int64 // env's encoded size
 	peer  string
 	fn    func(now time.Time)
 }
@@ -101,6 +144,18 @@ func NewDriver(core *rlsync.Node, cfg DriverConfig) (*Driver, error) {
 	if cfg.QueueLen < 0 {
 		return nil, fmt.Errorf("peer: driver QueueLen %d must be positive", cfg.QueueLen)
 	}
+	if cfg.MaxQueueBytes == 0 {
+		cfg.MaxQueueBytes = 4 << 20
+	}
+	if cfg.MaxQueueBytes < 0 {
+		return nil, fmt.Errorf("peer: driver MaxQueueBytes %d must be positive", cfg.MaxQueueBytes)
+	}
+	if cfg.MaxQueueItems == 0 {
+		cfg.MaxQueueItems = 32768
+	}
+	if cfg.MaxQueueItems < 0 {
+		return nil, fmt.Errorf("peer: driver MaxQueueItems %d must be positive", cfg.MaxQueueItems)
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
 	}
@@ -112,6 +167,8 @@ func NewDriver(core *rlsync.Node, cfg DriverConfig) (*Driver, error) {
 		stop:      make(chan struct{}),
 		finished:  make(chan struct{}),
 		afterTick: cfg.AfterTick,
+		maxBytes:  cfg.MaxQueueBytes,
+		maxItems:  cfg.MaxQueueItems,
 	}, nil
 }
 
@@ -178,9 +235,16 @@ func (d *Driver) apply(x input) {
 	now := d.clock.Now()
 	switch x.kind {
 	case inCheck:
+		d.items.Add(-int64(len(x.reqs)))
+		if x.gone != nil && x.gone.Load() {
+			d.skipped.Add(1)
+			x.done()
+			return
+		}
 		d.core.Check(now, x.reqs, x.resps, x.done)
 	case inStep:
 		d.core.Step(now, x.env)
+		d.release(x.size)
 	case inUnreachable:
 		d.core.Unreachable(now, x.peer)
 	case inDo:
@@ -207,14 +271,85 @@ func (d *Driver) offer(x input) error {
 // rlsync.Node.Check) and calls done, on the loop, once every answer is
 // written. done must not block. On ErrDriverStopped done is never called.
 func (d *Driver) Check(reqs []check.Request, resps []check.Response, done func()) error {
-	return d.offer(input{kind: inCheck, reqs: reqs, resps: resps, done: done})
+	return d.CheckUnless(nil, reqs, resps, done)
 }
+
+// CheckUnless is Check for a caller that may stop waiting: if gone (when
+// not nil) holds true when the loop reaches the check, the core does not
+// decide it (its hits are not counted, its answers not written) and done
+// is called at once. It reports ErrDriverBusy, and queues nothing, when the
+// checks queued hold MaxQueueItems items already.
+func (d *Driver) CheckUnless(gone *atomic.Bool, reqs []check.Request, resps []check.Response, done func()) error {
+	n := int64(len(reqs))
+	if q := d.items.Add(n); q > d.maxItems && q != n {
+		d.items.Add(-n)
+		d.shed.Add(1)
+		return ErrDriverBusy
+	}
+	err := d.offer(input{kind: inCheck, reqs: reqs, resps: resps, done: done, gone: gone})
+	if err != nil {
+		d.items.Add(-n)
+	}
+	return err
+}
+
+// ChecksSkipped returns the number of checks not decided because their
+// caller had stopped waiting (CheckUnless).
+func (d *Driver) ChecksSkipped() int64 { return d.skipped.Load() }
+
+// ChecksShed returns the number of checks refused with ErrDriverBusy.
+func (d *Driver) ChecksShed() int64 { return d.shed.Load() }
 
 // Step queues an envelope received from a peer (Handler). The instant is
 // the loop's, read when the envelope is applied; at is ignored. An envelope
 // offered after Close is dropped.
+//
+// Step waits while the envelopes queued exceed MaxQueueBytes (or until
+// Close).
 func (d *Driver) Step(_ time.Time, env *peerv1.Envelope) {
-	_ = d.offer(input{kind: inStep, env: env})
+	size := int64(proto.Size(env))
+	if !d.reserve(size) {
+		return
+	}
+	if d.offer(input{kind: inStep, env: env, size: size}) != nil {
+		d.release(size)
+	}
+}
+
+// reserve waits until size more bytes of envelopes fit MaxQueueBytes (at
+// once when none are queued), counts them and reports true; or reports
+// false once the driver is closed.
+func (d *Driver) reserve(size int64) bool {
+	for {
+		d.mu.Lock()
+		if d.queued == 0 || d.queued+size <= d.maxBytes {
+			d.queued += size
+			d.mu.Unlock()
+			return true
+		}
+		if d.room == nil {
+			d.room = make(chan struct{})
+		}
+		room := d.room
+		d.mu.Unlock()
+		select {
+		case <-room:
+		case <-d.stop:
+			return false
+		}
+	}
+}
+
+// release counts size bytes of envelopes fewer queued and wakes the Steps
+// waiting for room.
+func (d *Driver) release(size int64) {
+	d.mu.Lock()
+	d.queued -= size
+	if d.room != nil {
+		close(d.room)
+		d.room = nil
+	}
+	d.mu.Unlock()
 }
 
 // Unreachable queues the report that a delivery to peer failed (Handler).

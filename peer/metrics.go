@@ -11,6 +11,7 @@ import (
 // ringlimit_peer_envelopes_dropped_total).
 const (
 	dropQueueFull   = "queue_full"   // the peer's send queue was full
+	dropQueueBytes  = "queue_bytes"  // over MaxQueueBytes (the peer's share, or all queues')
 	dropUnknownPeer = "unknown_peer" // no such member, or no address for it
 	dropSelf        = "self"         // addressed to this node
 	dropRPCError    = "rpc_error"    // its Deliver RPC failed
@@ -63,7 +64,7 @@ func newTransportMetrics() *transportMetrics {
 		}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_peer_envelopes_dropped_total",
-			Help: "Outgoing envelopes dropped, by reason (queue_full, unknown_peer, self, rpc_error, peer_gone, closed).",
+			Help: "Outgoing envelopes dropped, by reason (queue_full, queue_bytes, unknown_peer, self, rpc_error, peer_gone, closed).",
 		}, []string{"reason"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_peer_envelopes_rejected_total",

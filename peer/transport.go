@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,16 +89,29 @@ type Transport struct {
 	members map[string]uint64
 	// peers holds the link to every other member with a gRPC address.
 	peers map[string]*link
+
+	// queued is the encoded size, in bytes, of the envelopes in every
+	// peer's send queue (bounded by MaxQueueBytes).
+	queued atomic.Int64
+}
+
+// queuedEnv is an envelope in a send queue and its encoded size.
+type queuedEnv struct {
+	env  *peerv1.Envelope
+	size int
 }
 
 // link is the connection to one peer and its send queue.
 type link struct {
 	name, addr string
-	queue      chan *peerv1.Envelope
-	conn       *grpc.ClientConn
-	client     peerv1.PeerClient
-	duration   prometheus.Observer
-	errors     prometheus.Counter
+	queue      chan queuedEnv
+	// queued is the encoded size, in bytes, of the envelopes in queue
+	// (at most MaxQueueBytes/2).
+	queued   atomic.Int64
+	conn     *grpc.ClientConn
+	client   peerv1.PeerClient
+	duration prometheus.Observer
+	errors   prometheus.Counter
 	// stop ends the link's sender; nil until it is started (under
 	// Transport.mu).
 	stop context.CancelFunc
@@ -171,9 +185,15 @@ func (t *Transport) Send(to string, env *peerv1.Envelope) {
 	case !ok:
 		reason = dropUnknownPeer
 	default:
+		size := proto.Size(env)
+		if !t.reserve(l, size) {
+			reason = dropQueueBytes
+			break
+		}
 		select {
-		case l.queue <- env:
+		case l.queue <- queuedEnv{env, size}:
 		default:
+			t.release(l, size)
 			reason = dropQueueFull
 		}
 	}
@@ -181,6 +201,30 @@ func (t *Transport) Send(to string, env *peerv1.Envelope) {
 	if reason != "" {
 		t.metrics.dropped.WithLabelValues(reason).Inc()
 	}
+}
+
+// reserve counts size more bytes queued for l and reports whether they fit
+// MaxQueueBytes (all the queues) and MaxQueueBytes/2 (l's); if not it
+// counts nothing. An envelope larger than a queue's share fits an empty
+// queue.
+func (t *Transport) reserve(l *link, size int) bool {
+	n := int64(size)
+	if q := l.queued.Add(n); q > t.cfg.MaxQueueBytes/2 && q != n {
+		l.queued.Add(-n)
+		return false
+	}
+	if q := t.queued.Add(n); q > t.cfg.MaxQueueBytes && q != n {
+		t.queued.Add(-n)
+		l.queued.Add(-n)
+		return false
+	}
+	return true
+}
+
+// release counts size bytes fewer queued for l.
+func (t *Transport) release(l *link, size int) {
+	l.queued.Add(-int64(size))
+	t.queued.Add(-int64(size))
 }
 
 // SetPeers replaces the membership: members is the full list of live members
@@ -252,7 +296,7 @@ func (t *Transport) newLink(name, addr string) (*link, error) {
 	return &link{
 		name:     name,
 		addr:     addr,
-		queue:    make(chan *peerv1.Envelope, t.cfg.QueueLen),
+		queue:    make(chan queuedEnv, t.cfg.QueueLen),
 		conn:     conn,
 		client:   peerv1.NewPeerClient(conn),
 		duration: t.metrics.rpcDuration.WithLabelValues(name),
@@ -296,41 +340,44 @@ func (t *Transport) sender(ctx context.Context, l *link, h Handler) {
 	defer t.closeLink(l)
 	defer t.closeStream(l)
 	batch := make([]*peerv1.Envelope, 0, t.cfg.MaxBatch)
-	var next *peerv1.Envelope // taken from the queue but over the last batch's bytes
+	var next queuedEnv // taken from the queue but over the last batch's bytes
 	for {
-		if next == nil {
+		if next.env == nil {
 			select {
 			case <-ctx.Done():
 				return
 			case next = <-l.queue:
+				t.release(l, next.size)
 			}
 		}
-		batch, next = t.fill(l.queue, append(batch, next))
+		batch, next = t.fill(l, batch, next)
 		t.deliver(ctx, l, h, batch)
 		clear(batch)
 		batch = batch[:0]
 	}
 }
 
-// fill adds to batch (which holds one envelope) what is queued, without
-// waiting, up to MaxBatch envelopes and MaxBatchBytes bytes. It returns the
-// batch and the envelope taken that did not fit, if any.
-func (t *Transport) fill(queue <-chan *peerv1.Envelope, batch []*peerv1.Envelope) ([]*peerv1.Envelope, *peerv1.Envelope) {
-	size := proto.Size(batch[0])
+// fill returns batch (empty) holding first and what is queued for l,
+// without waiting, up to MaxBatch envelopes and MaxBatchBytes bytes, and
+// the envelope taken that did not fit, if any. What it takes is no longer
+// counted as queued.
+func (t *Transport) fill(l *link, batch []*peerv1.Envelope, first queuedEnv) ([]*peerv1.Envelope, queuedEnv) {
+	batch = append(batch, first.env)
+	size := first.size
 	for len(batch) < t.cfg.MaxBatch {
 		select {
-		case env := <-queue:
-			n := proto.Size(env)
-			if size+n > t.cfg.MaxBatchBytes {
-				return batch, env
+		case q := <-l.queue:
+			t.release(l, q.size)
+			if size+q.size > t.cfg.MaxBatchBytes {
+				return batch, q
 			}
-			size += n
-			batch = append(batch, env)
+			size += q.size
+			batch = append(batch, q.env)
 		default:
-			return batch, nil
+			return batch, queuedEnv{}
 		}
 	}
-	return batch, nil
+	return batch, queuedEnv{}
 }
 
 // deliver sends batch to l (see send). On failure the batch is dropped, not
@@ -456,7 +503,8 @@ func (t *Transport) closeLink(l *link) {
 	n := 0
 	for {
 		select {
-		case <-l.queue:
+		case q := <-l.queue:
+			t.release(l, q.size)
 			n++
 			continue
 		default:

@@ -44,6 +44,18 @@ type TransportConfig struct {
 	// drops (and counts) an envelope whose queue is full. Default 4096: about
 	// four seconds of a busy node's flushes, far more than one RPC's worth.
 	QueueLen int
+	// MaxQueueBytes bounds the envelopes waiting in all the peers' send
+	// queues, by their encoded size in bytes; one peer's queue takes at most
+	// half of it, so that a stuck peer leaves the others room. Send drops
+	// (and counts, reason queue_bytes) an envelope that would exceed either,
+	// as it drops one whose queue is full. A queued envelope takes 3 to 7
+	// times its encoded size in heap (TestSendQueueBytesBounded), so the
+	// default, 4 MiB, bounds the queues' heap to about 28 MiB (issue 16:
+	// under a flood of new keys, 4096 envelopes of up to 1000 items a peer
+	// were unbounded in bytes). 4 MiB is also about 15 s of the flushes of a
+	// flood of 6000 new keys a second, and 4 of the batches a sender sends
+	// in one call.
+	MaxQueueBytes int64
 	// MaxBatch is the most envelopes one Deliver RPC carries; a peer's sender
 	// coalesces whatever is queued, up to this, into one call. Default 256.
 	MaxBatch int
@@ -91,6 +103,7 @@ type TransportConfig struct {
 func DefaultTransportConfig() TransportConfig {
 	return TransportConfig{
 		QueueLen:         4096,
+		MaxQueueBytes:    4 << 20,
 		MaxBatch:         256,
 		MaxBatchBytes:    1 << 20,
 		RPCTimeout:       time.Second,
@@ -109,6 +122,8 @@ func (c TransportConfig) Validate() error {
 		return bad("Self is empty")
 	case c.QueueLen < 1:
 		return bad("QueueLen %d < 1", c.QueueLen)
+	case c.MaxQueueBytes < 1:
+		return bad("MaxQueueBytes %d < 1", c.MaxQueueBytes)
 	case c.MaxBatch < 1:
 		return bad("MaxBatch %d < 1", c.MaxBatch)
 	case c.MaxBatchBytes < 1:

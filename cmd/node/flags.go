@@ -174,8 +174,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 
 	c.Gossip.Seeds = splitList(seeds)
 	if !keyBytesSet {
-		// Sized from the memory limit the Go runtime works to, if any: the
-		// manifests set GOMEMLIMIT from the container's limit.
+		// Sized from the memory limit the Go runtime works to, if any (the
+		// manifests set GOMEMLIMIT to 7/8 of the container's limit, and the
+		// key budget themselves).
 		budget, ok, err := keyBudgetFromMemLimit(getenv("GOMEMLIMIT"))
 		if err != nil {
 			return o, usageErr(out, "%v", err)
