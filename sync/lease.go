@@ -18,8 +18,9 @@ import (
 type lease struct {
 	cur, next       int64 // tokens left
 	curExp, nextExp int64 // expiry, Unix ns: LeaseTTL after the asking flush was first sent
-	// ret is unspent tokens of expired grants, to give back.
-	ret int64
+	// ret is unspent tokens of expired grants, to give back; spent the
+	// tokens spent here since the last flush, to report (leasecap.go).
+	ret, spent int64
 	// last is the size of the last grant.
 	last int64
 	// want: a request is to go with the next flush; asking: one is in
@@ -56,6 +57,7 @@ func (l *lease) spend(now, hits int64) bool {
 	from := min(hits, l.cur)
 	l.cur -= from
 	l.next -= hits - from
+	l.spent += hits
 	l.expire(now)
 	return true
 }
@@ -110,6 +112,7 @@ func (l *lease) grant(now time.Time, g int64, first time.Time, ttl time.Duration
 func (l *lease) fill(it *peerv1.FlushItem, now time.Time, ttl time.Duration) {
 	l.expire(now.UnixNano())
 	it.LeaseReturn, l.ret = l.ret, 0
+	it.LeaseSpent, l.spent = l.spent, 0
 	if l.want {
 		// Ask for what this node's demand spends in a lease's life.
 		perSec := float64(it.Rate) / demandTau.Seconds()
@@ -121,6 +124,7 @@ func (l *lease) fill(it *peerv1.FlushItem, now time.Time, ttl time.Duration) {
 // unfill undoes fill for a flush the receiver did not apply.
 func (l *lease) unfill(it *peerv1.FlushItem) {
 	l.ret += it.LeaseReturn
+	l.spent += it.LeaseSpent
 	if it.LeaseWant > 0 {
 		l.want, l.asking = true, false
 	}

@@ -18,7 +18,7 @@ import (
 //
 // So the owner holds a token bucket key to at most its capacity minus the
 // tokens it granted on the key that may still be spent: those granted less
-// than LeaseTTL ago (on cluster time; a non-owner's lease expires LeaseTTL
+// than LeaseTTL ago and not yet reported spent by their holder (on cluster time; a non-owner's lease expires LeaseTTL
 // after it sent the flush that asked for it, so never later). The bucket
 // and the tokens out on live leases then hold at most one bucket together;
 // they refill at the bucket's rate and no faster; every admission, the
@@ -37,11 +37,16 @@ import (
 
 // liveGrant is tokens granted on a key to the member named to, spendable
 // at most until exp (cluster time, Unix ns); back of them were given back
-// unspent before exp, to be refunded at exp.
+// unspent before exp, to be refunded at exp; spent of them were reported
+// spent by the member (its flushes' lease_spent): admissions made, they no
+// longer hold the cap, as a token taken from the bucket itself would not.
 type liveGrant struct {
-	exp, tokens, back int64
-	to                string
+	exp, tokens, back, spent int64
+	to                       string
 }
+
+// held returns the tokens of g that still hold the cap.
+func (g *liveGrant) held() int64 { return g.tokens - g.spent }
 
 // noteGrant records g tokens of key granted to the member named to at now.
 func (n *Node) noteGrant(s *shard, key, to string, g int64, now time.Time) {
@@ -79,8 +84,8 @@ func (n *Node) capLeased(s *shard, key string, b bucket.Bucket, now time.Time) {
 		return
 	}
 	var live int64
-	for _, g := range gs {
-		live += g.tokens
+	for i := range gs {
+		live += gs[i].held()
 	}
 	c := l.Capacity()
 	t := n.bt(now)
@@ -88,7 +93,7 @@ func (n *Node) capLeased(s *shard, key string, b bucket.Bucket, now time.Time) {
 	for ; i < len(gs) && gs[i].exp <= t.UnixNano(); i++ {
 		at := time.Unix(0, gs[i].exp)
 		capTokens(b, at, c-live)
-		live -= gs[i].tokens
+		live -= gs[i].held()
 		if gs[i].back > 0 {
 			_ = b.Refund(at, gs[i].back) // within the cap: back <= tokens
 		}
@@ -115,14 +120,33 @@ func (n *Node) returnLive(s *shard, key, to string, ret int64) int64 {
 		if ret <= 0 {
 			break
 		}
-		if g := &gs[i]; g.to == to && g.back < g.tokens {
-			k := min(ret, g.tokens-g.back)
+		if g := &gs[i]; g.to == to && g.back+g.spent < g.tokens {
+			k := min(ret, g.tokens-g.back-g.spent)
 			g.back += k
 			ret -= k
 			took += k
 		}
 	}
 	return took
+}
+
+// spentLive counts up to spent tokens of key's grants to the member named
+// to as spent, the oldest grants first: from now on they no longer hold the
+// cap. A member reporting more than it holds moves nothing beyond its own
+// live grants, and at worst lets the bucket refill as it would with no
+// leases at all.
+func (n *Node) spentLive(s *shard, key, to string, spent int64) {
+	gs := s.granted[key]
+	for i := range gs {
+		if spent <= 0 {
+			return
+		}
+		if g := &gs[i]; g.to == to && g.back+g.spent < g.tokens {
+			k := min(spent, g.tokens-g.back-g.spent)
+			g.spent += k
+			spent -= k
+		}
+	}
 }
 
 // capTokens lowers the tokens of token bucket b at t to at most most (not

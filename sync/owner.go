@@ -77,7 +77,7 @@ func newAck(f *peerv1.Flush, inc uint64) (*peerv1.FlushAck, []ackSlot) {
 // validItem reports whether a flush item can be applied.
 func (n *Node) validItem(it *peerv1.FlushItem) (bucket.Limit, bool) {
 	if it == nil || it.Key == "" || len(it.Key) > n.cfg.MaxKeyLen || it.Hits < 0 || it.Demand < 0 ||
-		!finite(it.Rate) || it.LeaseWant < 0 || it.LeaseReturn < 0 {
+		!finite(it.Rate) || it.LeaseWant < 0 || it.LeaseReturn < 0 || it.LeaseSpent < 0 {
 		return bucket.Limit{}, false
 	}
 	l, err := limitFromWire(it.Limit)
@@ -127,6 +127,12 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 	n.addInterest(s, it.Key, e, m) // interest.go
 	if it.Hits > 0 {
 		_ = e.b.Drain(n.bt(now), it.Hits)
+	}
+	if it.LeaseSpent > 0 {
+		// leasecap.go: spent, those tokens no longer hold the cap (the
+		// cap was applied up to now by ownedEntry, so they count as spent
+		// from now on). Only p's live grants can be counted out.
+		n.spentLive(s, it.Key, p.name, it.LeaseSpent)
 	}
 	var refund int64
 	if it.LeaseReturn > 0 {

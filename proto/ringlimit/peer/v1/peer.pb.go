@@ -698,7 +698,11 @@ type FlushItem struct {
 	// lease_want asks for a lease of up to that many tokens (leased mode).
 	LeaseWant int64 `protobuf:"varint,7,opt,name=lease_want,json=leaseWant,proto3" json:"lease_want,omitempty"`
 	// lease_return gives back unspent tokens of expired leases (refunded).
-	LeaseReturn   int64 `protobuf:"varint,8,opt,name=lease_return,json=leaseReturn,proto3" json:"lease_return,omitempty"`
+	LeaseReturn int64 `protobuf:"varint,8,opt,name=lease_return,json=leaseReturn,proto3" json:"lease_return,omitempty"`
+	// lease_spent is the tokens of the sender's leases it spent since its
+	// previous flush: the owner counts them out of the grants still live,
+	// whose cap on its bucket they then no longer hold (sync/leasecap.go).
+	LeaseSpent    int64 `protobuf:"varint,9,opt,name=lease_spent,json=leaseSpent,proto3" json:"lease_spent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -785,6 +789,13 @@ func (x *FlushItem) GetLeaseWant() int64 {
 func (x *FlushItem) GetLeaseReturn() int64 {
 	if x != nil {
 		return x.LeaseReturn
+	}
+	return 0
+}
+
+func (x *FlushItem) GetLeaseSpent() int64 {
+	if x != nil {
+		return x.LeaseSpent
 	}
 	return 0
 }
@@ -1630,7 +1641,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x11cold_factor_milli\x18\x15 \x01(\rR\x0fcoldFactorMilli\"M\n" +
 	"\x05Flush\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x122\n" +
-	"\x05items\x18\x02 \x03(\v2\x1c.ringlimit.peer.v1.FlushItemR\x05items\"\xe3\x01\n" +
+	"\x05items\x18\x02 \x03(\v2\x1c.ringlimit.peer.v1.FlushItemR\x05items\"\x84\x02\n" +
 	"\tFlushItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -1640,7 +1651,9 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x04view\x18\x06 \x01(\fR\x04view\x12\x1d\n" +
 	"\n" +
 	"lease_want\x18\a \x01(\x03R\tleaseWant\x12!\n" +
-	"\flease_return\x18\b \x01(\x03R\vleaseReturn\"|\n" +
+	"\flease_return\x18\b \x01(\x03R\vleaseReturn\x12\x1f\n" +
+	"\vlease_spent\x18\t \x01(\x03R\n" +
+	"leaseSpent\"|\n" +
 	"\bFlushAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12+\n" +
 	"\x11flush_incarnation\x18\x02 \x01(\x04R\x10flushIncarnation\x121\n" +
