@@ -114,20 +114,7 @@ func (n *Node) capLeased(s *shard, key string, b bucket.Bucket, now time.Time) {
 // grant they came from, a refund at a grant's expiry of at most its
 // tokens never raises the bucket and the live grants together.
 func (n *Node) returnLive(s *shard, key, to string, ret int64) int64 {
-	gs := s.granted[key]
-	var took int64
-	for i := range gs {
-		if ret <= 0 {
-			break
-		}
-		if g := &gs[i]; g.to == to && g.back+g.spent < g.tokens {
-			k := min(ret, g.tokens-g.back-g.spent)
-			g.back += k
-			ret -= k
-			took += k
-		}
-	}
-	return took
+	return claimLive(s.granted[key], to, ret, func(g *liveGrant) *int64 { return &g.back })
 }
 
 // spentLive counts up to spent tokens of key's grants to the member named
@@ -136,17 +123,27 @@ func (n *Node) returnLive(s *shard, key, to string, ret int64) int64 {
 // live grants, and at worst lets the bucket refill as it would with no
 // leases at all.
 func (n *Node) spentLive(s *shard, key, to string, spent int64) {
-	gs := s.granted[key]
+	claimLive(s.granted[key], to, spent, func(g *liveGrant) *int64 { return &g.spent })
+}
+
+// claimLive moves up to k tokens of the grants gs to the member named to,
+// the oldest first, into the counter mark returns (back or spent), never
+// more than a grant has neither given back nor spent, and returns how many
+// it moved.
+func claimLive(gs []liveGrant, to string, k int64, mark func(*liveGrant) *int64) int64 {
+	var took int64
 	for i := range gs {
-		if spent <= 0 {
-			return
+		if k <= 0 {
+			break
 		}
 		if g := &gs[i]; g.to == to && g.back+g.spent < g.tokens {
-			k := min(spent, g.tokens-g.back-g.spent)
-			g.spent += k
-			spent -= k
+			m := min(k, g.tokens-g.back-g.spent)
+			*mark(g) += m
+			k -= m
+			took += m
 		}
 	}
+	return took
 }
 
 // capTokens lowers the tokens of token bucket b at t to at most most (not
