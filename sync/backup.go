@@ -582,6 +582,12 @@ func (n *Node) holdBackup(now time.Time, p *peer, life uint32, ks *peerv1.KeySta
 	if bk == d.spare {
 		d.spare = nil // in use now; what bk no longer needs becomes spare
 	}
+	if h != nil && h.from == p.name && h.life != life {
+		// p restarted: what it admitted after its last backup in its
+		// former life, up to the reserve, is in no state; drained here
+		// before its new life's state is merged in (heldFencedState).
+		h.b, h.reserve = h.fenced(n.bt(now)), 0
+	}
 	switch {
 	case h == nil && (len(d.held) >= n.cfg.MaxKeys || !n.st.holdCharge(len(ks.Key), coarse(now))):
 		n.metrics.BackupKeysDropped.Add(1)

@@ -352,7 +352,9 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 // flush item it answers; s is the key's shard, and e the key's
 // entry in it (nil if none).
 func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e *entry, it *peerv1.FlushItem, ks *peerv1.KeyState, first time.Time) {
-	if ks != nil && !ks.NotOwner && it.Hits > 0 {
+	if ks != nil && !ks.NotOwner && len(ks.State) > 0 && it.Hits > 0 {
+		// Applied: an answer that was not (malformed, or no entry at the
+		// owner) carries no state.
 		n.delivered(it.Key, it.Hits) // charge.go
 	}
 	if e == nil || e.has(flagOwned) {

@@ -104,6 +104,15 @@ func (n *Node) owes(key string) int64 {
 	return 0
 }
 
+// undeliver records that the pending hits of key's view were dropped
+// unsent (flush.go's dropDirty): a debt in transit among them is owed
+// again, and drained by the next tickCharges.
+func (n *Node) undeliver(key string) {
+	if d := n.chg.debt[key]; d != nil && d.transit > 0 {
+		d.hits, d.transit = d.hits+d.transit, 0
+	}
+}
+
 // delivered records that key's owner applied a flush of hits of it: the
 // debt in transit (all of it went with one flush, see tickCharges) is paid.
 func (n *Node) delivered(key string, hits int64) {

@@ -238,3 +238,22 @@ func TestChargesIdleWhileOwnerCut(t *testing.T) {
 		t.Errorf("%d debts left after the heal, want 0", got)
 	}
 }
+
+// TestDroppedDebtOwedAgain: a debt sent toward its owner as a view's
+// pending hits stays owed when those hits are dropped unsent (dropDirty,
+// when too many wait for an owner that does not answer): tickCharges
+// drains it again instead of leaving it in transit for good, where the
+// next acknowledged flush of the key would have marked it paid.
+func TestDroppedDebtOwedAgain(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a := nw.nodes["a"]
+	a.chg.debt = map[string]*debt{"k": {l: perHour(100), transit: 5}}
+	a.undeliver("k")
+	if d := a.chg.debt["k"]; d == nil || d.hits != 5 || d.transit != 0 {
+		t.Fatalf("debt after its hits were dropped: %+v, want 5 owed, none in transit", d)
+	}
+	a.delivered("k", 5)
+	if a.owes("k") != 5 {
+		t.Errorf("an acknowledged flush paid a debt it did not carry: owes %d, want 5", a.owes("k"))
+	}
+}

@@ -97,6 +97,7 @@ func (n *Node) dropDirty(v *view, p *peer, excess int64) {
 				continue
 			}
 			e.n1, e.u = 0, 0
+			n.undeliver(key) // charge.go: a debt among the dropped hits is owed again
 			e.clear(flagDirty)
 			p.dirty--
 			excess--

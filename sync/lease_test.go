@@ -255,3 +255,39 @@ func TestLeaseAskedAgainAfterEmptyGrant(t *testing.T) {
 		t.Errorf("a holds no lease and asks for none: %+v", l)
 	}
 }
+
+// TestLeaseReportsSpendsOfLiveGrantsOnly: a holder reports the tokens it
+// spent (FlushItem.lease_spent) only of grants with more than an eighth of
+// their life left, so that the owner, which credits them to the holder's
+// live grants oldest first, never credits spends of a grant it has let
+// expire to a newer, unspent one (which would raise its cap by as much);
+// and a report handed back unapplied is not restored, since it may have
+// been applied.
+func TestLeaseReportsSpendsOfLiveGrantsOnly(t *testing.T) {
+	const ttl = time.Second
+	now := t0
+	l := &lease{cur: 10, curExp: now.Add(ttl).UnixNano()}
+	if !l.spend(now.UnixNano(), 4) {
+		t.Fatal("spend refused")
+	}
+	it := &peerv1.FlushItem{}
+	l.fill(it, now, ttl)
+	if it.LeaseSpent != 4 {
+		t.Errorf("reported %d spent of a fresh grant, want 4", it.LeaseSpent)
+	}
+	l.unfill(it)
+	it2 := &peerv1.FlushItem{}
+	l.fill(it2, now, ttl)
+	if it2.LeaseSpent != 0 {
+		t.Errorf("a report handed back was reported again: %d", it2.LeaseSpent)
+	}
+	late := now.Add(ttl - ttl/10) // a tenth of its life left
+	if !l.spend(late.UnixNano(), 3) {
+		t.Fatal("spend refused")
+	}
+	it3 := &peerv1.FlushItem{}
+	l.fill(it3, late, ttl)
+	if it3.LeaseSpent != 0 {
+		t.Errorf("reported %d spent of a grant about to expire, want 0", it3.LeaseSpent)
+	}
+}
