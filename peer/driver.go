@@ -307,7 +307,11 @@ func (d *Driver) ChecksShed() int64 { return d.shed.Load() }
 // Step waits while the envelopes queued exceed MaxQueueBytes (or until
 // Close).
 func (d *Driver) Step(_ time.Time, env *peerv1.Envelope) {
-	size := int64(proto.Size(env))
+	d.stepSized(env, int64(proto.Size(env)))
+}
+
+// stepSized is Step for an envelope of size encoded bytes (sizedHandler).
+func (d *Driver) stepSized(env *peerv1.Envelope, size int64) {
 	if !d.reserve(size) {
 		return
 	}

@@ -83,22 +83,28 @@ func (t *Transport) receive(ctx context.Context, envs []*peerv1.Envelope) error 
 	}
 	now := t.clock.Now()
 	accepted := 0
+	sized, _ := h.(sizedHandler)
 	for _, env := range envs {
-		if reason := t.reject(ctx, members, env); reason != "" {
+		size := proto.Size(env) // measured once: for MaxEnvelopeBytes and the driver's queue
+		if reason := t.reject(ctx, members, env, size); reason != "" {
 			t.metrics.rejected.WithLabelValues(reason).Inc()
 			t.log.Debug("rejected an envelope", "reason", reason, "from", env.GetFrom(), "to", env.GetTo())
 			continue
 		}
-		h.Step(now, env)
+		if sized != nil {
+			sized.stepSized(env, int64(size))
+		} else {
+			h.Step(now, env)
+		}
 		accepted++
 	}
 	t.metrics.received.Add(float64(accepted))
 	return nil
 }
 
-// reject returns why env must be rejected, or "" to accept it. members is
-// the current member set.
-func (t *Transport) reject(ctx context.Context, members map[string]uint64, env *peerv1.Envelope) string {
+// reject returns why env, of encoded size bytes, must be rejected, or "" to
+// accept it. members is the current member set.
+func (t *Transport) reject(ctx context.Context, members map[string]uint64, env *peerv1.Envelope, size int) string {
 	if env == nil {
 		return rejectNil
 	}
@@ -109,7 +115,7 @@ func (t *Transport) reject(ctx context.Context, members map[string]uint64, env *
 	if !ok || env.GetFrom() == t.cfg.Self {
 		return rejectUnknownSender
 	}
-	if proto.Size(env) > t.cfg.MaxEnvelopeBytes {
+	if size > t.cfg.MaxEnvelopeBytes {
 		return rejectTooLarge
 	}
 	if t.cfg.Authorize != nil {

@@ -35,8 +35,16 @@ type Handler interface {
 	Unreachable(now time.Time, peer string)
 }
 
+// sizedHandler is a Handler that takes an envelope with its encoded size,
+// which the transport measured already (the Driver, whose queue is bounded
+// in bytes): it is not measured twice on the receiving path.
+type sizedHandler interface {
+	stepSized(env *peerv1.Envelope, size int64)
+}
+
 var (
 	_ rlsync.Transport = (*Transport)(nil)
+	_ sizedHandler     = (*Driver)(nil)
 	_ Handler          = (*rlsync.Node)(nil)
 )
 
