@@ -81,10 +81,6 @@ type fence struct {
 	listed bool
 }
 
-// maxFreeHolds bounds fences.free: about the keys whose checks wait on
-// their fences at once on a busy node.
-const maxFreeHolds = 1024
-
 // fenceHold is a check waiting for its key's fence to rise.
 type fenceHold struct {
 	it    *fwdItem
@@ -94,13 +90,6 @@ type fenceHold struct {
 // fences holds a Node's fences and the checks waiting on them.
 type fences struct {
 	m map[string]*fence
-	// lastKey and last memoise the latest lookup of m (fenceOf): a
-	// decision looks its key's fence up several times in a row.
-	lastKey string
-	last    *fence
-	// free holds emptied arrays of holds, for the next fence that holds a
-	// check (at most maxFreeHolds).
-	free [][]fenceHold
 	// waiting lists the fences with checks waiting (or that had some since
 	// the last Tick), each once, in the order of their first: Tick visits
 	// these for the waits that are over. spare is the array of the list
@@ -125,29 +114,18 @@ func (n *Node) fenceOn(v *view, key string) *fence {
 		}
 		f = &fence{}
 		n.fen.m[key] = f
-		n.fen.lastKey, n.fen.last = key, f
 	}
 	return f
 }
 
 // fenceOf returns key's fence, nil when it has none.
-func (n *Node) fenceOf(key string) *fence {
-	if fl := &n.fen; fl.last != nil && fl.lastKey == key {
-		return fl.last
-	}
-	f := n.fen.m[key]
-	if f != nil {
-		n.fen.lastKey, n.fen.last = key, f
-	}
-	return f
-}
+func (n *Node) fenceOf(key string) *fence { return n.fen.m[key] }
 
 // dropFence forgets key's fence: the key is no longer owned here.
 func (n *Node) dropFence(key string) {
 	if n.fen.m != nil {
 		delete(n.fen.m, key)
 	}
-	n.fen.last = nil
 }
 
 // resetFences starts every fence again from what it spent, after a
@@ -155,7 +133,6 @@ func (n *Node) dropFence(key string) {
 // new one knows nothing of the bound the old one acknowledged. The keys no
 // longer owned here lose their fence.
 func (n *Node) resetFences(v *view) {
-	n.fen.last = nil
 	for key, f := range n.fen.m {
 		if v.owner(key) != n.cfg.Self || len(v.lost) > 0 {
 			delete(n.fen.m, key)
@@ -267,11 +244,6 @@ func (n *Node) holdFenced(now time.Time, it *fwdItem) {
 	if f == nil {
 		f = &fence{} // not fenced (fenceBlocks held it all the same): Tick decides it
 	}
-	if f.holds == nil && len(n.fen.free) > 0 {
-		k := len(n.fen.free) - 1
-		f.holds, n.fen.free[k] = n.fen.free[k], nil
-		n.fen.free = n.fen.free[:k]
-	}
 	f.holds = append(f.holds, fenceHold{it: it, until: until})
 	n.listFence(f)
 }
@@ -364,9 +336,6 @@ func (n *Node) releaseFence(now time.Time, c uint32, v *view, f *fence) {
 	switch {
 	case k == 0:
 		// f.holds holds what was held meanwhile, if anything.
-		if len(n.fen.free) < maxFreeHolds {
-			n.fen.free = append(n.fen.free, holds[:0])
-		}
 	case len(f.holds) == 0:
 		f.holds = holds[:k]
 	default:
