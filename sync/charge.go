@@ -104,6 +104,15 @@ func (n *Node) owes(key string) int64 {
 	return 0
 }
 
+// inTransit reports the hits of key's debt handed to a flush toward the
+// key's owner and not yet acknowledged (0 when none).
+func (n *Node) inTransit(key string) int64 {
+	if d := n.chg.debt[key]; d != nil {
+		return d.transit
+	}
+	return 0
+}
+
 // undeliver records that the pending hits of key's view were dropped
 // unsent (flush.go's dropDirty): a debt in transit among them is owed
 // again, and drained by the next tickCharges.
