@@ -320,24 +320,32 @@ func (n *Node) flushItemOf(s *shard, key string, e *entry, now time.Time, it *pe
 	return it
 }
 
+// ownHits returns the hits of key's cached view e that are this node's own
+// and that no owner has confirmed yet: those pending (n1) and those in
+// flight (n2). The view includes them (decideCached takes them from it,
+// install drains them again). A debt added to n1 (charge.go, tickCharges)
+// is in the view only once an answer was installed since, so the hits in
+// transit for a debt are not counted here: a caller that takes ownHits off
+// the view and adds them back after a merge may count those twice, as
+// before, never less than once.
+func (n *Node) ownHits(key string, e *entry) int64 {
+	return max(0, e.n1+e.n2-n.inTransit(key))
+}
+
 // movedView returns the view a flush reports of e, key's view that came
 // from another owner (flagMoved): e's state without this node's own hits
-// that no owner has confirmed yet, those the flush item carries (n1) and
-// those in flight (n2). The view includes them (decideCached takes them
-// from it, install drains them again), and the new owner merges the view,
-// keeping the most consumed, before it applies the item's hits: reported
-// with them, the view counted them twice whenever it was the more consumed
-// state. That cost a crashed owner's key every hit its other survivor had
-// admitted while failure detection lasted, less what the new owner had
-// admitted meanwhile (a key of 1000 with 500 spent ended at 835 admitted,
-// 166 of them during the detection, TestCrashedOwnerViewHitsCountedOnce;
-// 840 in TestOwnerKilledMidKey once in CI). A debt added to n1
-// (charge.go, tickCharges) is in the view only if an answer was installed
-// since, so the hits in transit for a debt are not taken off: at worst the
-// view still counts those twice, as before, never less than once.
+// (ownHits), those the flush item carries and those in flight. The new
+// owner merges the view, keeping the most consumed, before it applies the
+// item's hits: reported with them, the view counted them twice whenever it
+// was the more consumed state. That cost a crashed owner's key every hit
+// its other survivor had admitted while failure detection lasted, less
+// what the new owner had admitted meanwhile (a key of 1000 with 500 spent
+// ended at 835 admitted, 166 of them during the detection,
+// TestCrashedOwnerViewHitsCountedOnce; 840 in TestOwnerKilledMidKey once
+// in CI).
 func (n *Node) movedView(key string, e *entry, now time.Time) []byte {
 	b := e.b
-	if own := e.n1 + e.n2 - n.inTransit(key); own > 0 {
+	if own := n.ownHits(key, e); own > 0 {
 		b = b.Clone()
 		_ = b.Refund(n.bt(now), own)
 	}

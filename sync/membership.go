@@ -323,11 +323,29 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 		n.st.insertEntry(s, h, e, c)
 		return
 	}
+	// A view holds this node's own hits that no owner has confirmed (see
+	// ownHits): the state is merged with what the view had without them,
+	// then they are taken again, so that they count once whichever is the
+	// more consumed. Before, a crashed owner's backup holder that had
+	// admitted from its view while the owner's state moved on without it
+	// (another survivor's flushes, backed up but not yet pushed to it) lost
+	// its own admissions in the restore: 1064 admitted of a bucket of 1000
+	// (TestCrashedOwnerViewHitsCountedOnce).
+	var own int64
+	if !e.has(flagOwned) {
+		if own = n.ownHits(key, e); own > 0 {
+			_ = e.b.Refund(n.bt(now), own)
+		}
+	}
 	if mine && !e.has(flagOwned) {
 		n.dropLease(s, key)
 		e.makeOwned()
 	}
-	if e.b.Merge(n.bt(now), b) != nil && e.has(flagOwned) {
+	err := e.b.Merge(n.bt(now), b)
+	if own > 0 {
+		_ = e.b.Drain(n.bt(now), own)
+	}
+	if err != nil && e.has(flagOwned) {
 		return // another algorithm: the live state wins
 	}
 	if e.has(flagOwned) {
