@@ -198,6 +198,43 @@ func envelopeOf(recs []callRec, items []*ringlimitv1.CheckItem, fam string, cutA
 	return f
 }
 
+// overAdmissions replays key's admissions in family fam through a token
+// bucket of the envelope (full at the first, refilled up to each call's
+// end: the generous side) and describes each admission it finds no token
+// for, with the node called and the node that decided (the answer's owner):
+// on a failure, which deciders went over, and when.
+func overAdmissions(recs []callRec, items []*ringlimitv1.CheckItem, fam, key string) []string {
+	rate := float64(envLimit) / envPeriod.Seconds()
+	type adm struct {
+		end  time.Time
+		line string
+	}
+	var as []adm
+	for k := range recs {
+		r := &recs[k]
+		for j, res := range r.res {
+			if items[j].Name == fam && items[j].UniqueKey == key && res.Status == ringlimitv1.Status_STATUS_UNDER_LIMIT {
+				as = append(as, adm{r.end, fmt.Sprintf("%s..%s via %s decided by %s (degraded %v)",
+					r.start.Format("15:04:05.000"), r.end.Format("15:04:05.000"), fmt.Sprintf("n%d", r.node+1), res.GetOwner(), res.GetDegraded())})
+			}
+		}
+	}
+	slices.SortStableFunc(as, func(a, b adm) int { return a.end.Compare(b.end) })
+	var out []string
+	tokens, last := float64(envLimit), time.Time{}
+	for i, a := range as {
+		if i > 0 {
+			tokens = min(envLimit, tokens+rate*a.end.Sub(last).Seconds())
+		}
+		last = a.end
+		if tokens -= 1; tokens < -0.5 {
+			out = append(out, a.line)
+			tokens = 0
+		}
+	}
+	return out
+}
+
 // silentFault is the fault a silent scenario injects: how the groups are
 // cut, for how long, and how often.
 type silentFault struct {
@@ -274,6 +311,9 @@ func silentScenario(t *testing.T, name string, n int, groups [][]int, f silentFa
 		if fig.Worst > 0 {
 			t.Errorf("%s: key %s went %+.2f tokens over the envelope (capacity %d + %d per %v x span), in %s; during the fault a key admitted at most %d for %.1f",
 				fam, fig.WorstKey, fig.Worst, envLimit, envLimit, envPeriod, fig.WorstSpan, fig.Split, fig.SplitBound)
+			for _, line := range overAdmissions(recs, items, fam, fig.WorstKey) {
+				t.Logf("%s: beyond the envelope: %s", fig.WorstKey, line)
+			}
 		}
 	}
 	var gs [][]string
