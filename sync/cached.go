@@ -80,21 +80,77 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *check.
 // the owner (smallForShares). The view decides nothing while the owner is
 // reachable; it is what the partition policy starts from when the owner is
 // lost (local-share starts from the view, policy.go), so a spent key stays
-// spent through a failover. It registers this node's interest with the
-// owner (a flush at first sight; then the owner's pushes keep the view
-// fresh) and counts the demand.
+// spent through a failover. The check's forward registers this node's
+// interest with the owner, and the owner's answer carries the key's state,
+// which refreshes the view (refreshView); the owner's pushes tell it when
+// the key is spent meanwhile. The view itself is flushed only to report a
+// state that came from another owner (flagMoved), or hits and debts it
+// still holds. Before, each view was also flushed every FlushInterval while
+// the key was checked, a flush and its answer per key and node besides the
+// forward and its reply: at 20 nodes and more, where the bench's keys are
+// all too small for shares, a third of the messages (issue #19).
 func (n *Node) keepView(now time.Time, c uint32, v *view, p *peer, r *check.Request) {
 	s := n.st.shardOf(r.Key)
-	e, fresh, _, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
+	e, _, _, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
 	if err != nil || e.has(flagOwned) {
 		return // the owner reports the error; an owned key is handed off
 	}
 	e.touch(c, r.Hits, false)
-	e.u = satAdd32(e.u, r.Hits)
-	full := n.markRouted(s, r.Key, e, p, v)
-	if fresh && !e.has(flagSynced) || full {
+	switch {
+	case e.has(flagMoved):
+		// The new owner rebuilds from the view (applyFlushItem): sent at
+		// once, it usually arrives before the check's forward, so the
+		// owner decides on it rather than waiting for the key's hand-off.
+		n.markRouted(s, r.Key, e, p, v)
 		n.flushSoon(now, p)
+	case e.n1 > 0 || e.u > 0:
+		// A debt (charge.go) or hits from when the key had shares.
+		if n.markRouted(s, r.Key, e, p, v) {
+			n.flushSoon(now, p)
+		}
 	}
+}
+
+// answerView completes the answer d to a cached-mode check of key that this
+// node, its owner, decided for member m (its index in the view, -1 if
+// none): m's interest in the key is registered, as a flush's would be, and
+// d carries the key's state and m's share, appended to buf, which it
+// returns (keepView). The state is read after the check, so m's copy is
+// current: addInterest clears it from the members to push to.
+func (n *Node) answerView(c uint32, m int, key string, d *peerv1.Decision, buf []byte) []byte {
+	s := n.st.shardOf(key)
+	e := n.st.lookup(s, key)
+	if e == nil || !e.has(flagOwned) {
+		return buf
+	}
+	e.u = c
+	n.addInterest(s, key, e, m) // interest.go
+	at := len(buf)
+	buf, _ = e.b.AppendBinary(buf)
+	d.State = buf[at:len(buf):len(buf)]
+	d.Share = activeShare(e, n.interestCount(s, key, e))
+	return buf
+}
+
+// refreshView installs the state d carries, the owner p's answer to this
+// node's cached-mode check of key, in the key's view (keepView). The view's
+// own hits not yet applied at the owner, if any, are taken from it again,
+// as with a flush's answer.
+func (n *Node) refreshView(now time.Time, c uint32, p *peer, key string, d *peerv1.Decision) {
+	if n.view.owner(key) != p.name {
+		return // the key moved meanwhile: its new owner answers for it
+	}
+	s := n.st.shardOf(key)
+	e := n.st.lookup(s, key)
+	if e == nil || e.has(flagOwned) {
+		return
+	}
+	ks := peerv1.KeyState{State: d.State, Share: d.Share}
+	b, ok := n.decodeSharedFor(e, &ks, false)
+	if !ok {
+		return
+	}
+	n.install(e, b, ks.Share, e.n1+e.n2, now, c, false)
 }
 
 // smallForShares reports whether a key of limit l is too small for cached

@@ -273,6 +273,9 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 		}
 		it.resp.Decision, it.resp.Err = d, err
 		it.resp.Reconfigured = rep.Items[i].GetReconfigured()
+		if len(rep.Items[i].State) > 0 && err == nil && it.resp.Mode == check.ModeCached && !it.probe() {
+			n.refreshView(now, c, p, it.req.Key, rep.Items[i]) // cached.go
+		}
 		n.completeForward(it)
 	}
 	n.sendForwards(now, p, false)
@@ -456,7 +459,9 @@ func (n *Node) resendForwards(now time.Time, p *peer) {
 }
 
 // serveForward decides forwarded owner-mode checks as their owner, exactly,
-// and answers them in one reply.
+// and answers them in one reply. The answer to a cached-mode check (a key
+// too small for shares) also carries the key's state, and registers the
+// asking node's interest in it, as a flush would (answerView, keepView).
 //
 // A check of a key whose partition this node has just gained from a live
 // previous owner, and holds no state for (see awaitFrom), is not decided on
@@ -512,6 +517,10 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 	var lastWire *peerv1.Limit
 	var lastL bucket.Limit
 	var lastErr error
+	// m is p's index in the view, looked up for the first cached-mode
+	// check; states holds the states their answers carry (answerView).
+	m := -2
+	var states []byte
 	for i, it := range f.Items {
 		resp = check.Response{}
 		if w := it.GetLimit(); w != lastWire || w == nil {
@@ -578,6 +587,14 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 				continue
 			}
 			n.decideOwned(now, c, v, &r, &resp, false)
+			if !it.Fenced && !it.Relayed && resp.Err == nil {
+				// A cached-mode check: its answer refreshes the asking
+				// node's view (keepView).
+				if m < -1 {
+					m = n.view.member(p.name)
+				}
+				states = n.answerView(c, m, it.Key, &decs[i], states)
+			}
 		}
 		decisionIntoWire(&decs[i], resp.Decision, resp.Err)
 		decs[i].Reconfigured = resp.Reconfigured

@@ -16,8 +16,12 @@ import (
 //     member's own flush answers it with the current state: the answer is
 //     its push).
 //
-// A push of the key goes to the stale members of cur, and to the stale
-// members of held when the key is nearly spent (nearlySpent); then, on
+// A flush of the key, or a forwarded cached-mode check of a key too small
+// for shares (keepView), adds its sender to cur and held. A push of the key
+// goes to the stale members of cur, and to the stale members of held when
+// the key is nearly spent (nearlySpent); a key too small for shares is
+// pushed only then, to the stale members of held, since each of its
+// members' checks is answered with its state. Then, on
 // the FlushInterval schedule, prev becomes cur and cur empties, and a
 // member sent the spent state leaves held. So a member is sent at most one
 // scheduled push of a key per flush of it, and one more when the key is
@@ -185,12 +189,15 @@ func (n *Node) interestCount(s *shard, key string, e *entry) int {
 }
 
 // pushInterest calls visit with each member to push key to, in index
-// order: the stale members of cur, and those of held if spent. If rotate
+// order: the stale members of cur if cur is set, and those of held if
+// spent. (cur is unset for a key too small for shares: its checks go to
+// the owner, whose answers refresh the members' views, keepView; they are
+// pushed the key only when it is spent.) If rotate
 // (the pushes of the FlushInterval schedule; an early push, pushSoon, does
 // not rotate, so that a member flushing every FlushInterval stays
 // counted) it then rotates the sets (see above). It returns the number of
 // members in cur and prev before the rotation, for the pushed share.
-func (n *Node) pushInterest(s *shard, key string, e *entry, rotate, spent bool, visit func(m int)) int {
+func (n *Node) pushInterest(s *shard, key string, e *entry, rotate, cur, spent bool, visit func(m int)) int {
 	if !e.interested() {
 		return 0
 	}
@@ -198,7 +205,10 @@ func (n *Node) pushInterest(s *shard, key string, e *entry, rotate, spent bool, 
 	sets := n.readSets(s, key, e, &buf)
 	k := 0
 	for i := range sets.stale {
-		to := sets.stale[i] & sets.cur[i]
+		var to uint64
+		if cur {
+			to = sets.stale[i] & sets.cur[i]
+		}
 		if spent {
 			to = sets.stale[i] & sets.held[i]
 			sets.held[i] &^= to &^ sets.cur[i] // told it is spent: no longer held

@@ -227,7 +227,8 @@ func (n *Node) grantLease(e *entry, now time.Time, it *peerv1.FlushItem) int64 {
 // tickPushes sends, once per FlushInterval, the fresh state of every
 // owned key that changed to the interested nodes whose copy is stale, one
 // push message per node (chunked at MaxBatch), in member order. Each push
-// of a key rotates its interest (interest.go).
+// of a key rotates its interest (interest.go). A key too small for shares
+// is pushed only when nearly spent (pushInterest).
 func (n *Node) tickPushes(now time.Time, v *view, force bool) {
 	if !force && now.Before(n.nextPush) {
 		return
@@ -255,8 +256,10 @@ func (n *Node) tickPushes(now time.Time, v *view, force bool) {
 			e.clear(flagChanged)
 			e.n2 = 0 // published: the owner's early-push count starts again
 			var ks *peerv1.KeyState
-			spent := n.dormantStale(s, key, e) && n.nearlySpent(e, now)
-			k := n.pushInterest(s, key, e, !force, spent, func(m int) {
+			l := e.b.Config()
+			small := n.smallForShares(&l, v.size())
+			spent := (small || n.dormantStale(s, key, e)) && n.nearlySpent(e, now)
+			k := n.pushInterest(s, key, e, !force, !small, spent, func(m int) {
 				if v.peers[v.names[m]] == nil {
 					return // this node, or a lost member
 				}

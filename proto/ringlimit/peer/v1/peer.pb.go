@@ -1260,7 +1260,15 @@ type Decision struct {
 	ErrorMessage string                 `protobuf:"bytes,8,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	// reconfigured: the check changed the limit of the key's live bucket
 	// (sync's Response.Reconfigured).
-	Reconfigured  bool `protobuf:"varint,40,opt,name=reconfigured,proto3" json:"reconfigured,omitempty"`
+	Reconfigured bool `protobuf:"varint,40,opt,name=reconfigured,proto3" json:"reconfigured,omitempty"`
+	// state, in the answer to a cached-mode check (ForwardItem.fenced unset)
+	// decided by its owner, is the key's state after the check
+	// (bucket.AppendBinary): the asking node's view of the key, which the
+	// partition policy starts from, is refreshed by it, with no flush of its
+	// own (sync/cached.go, keepView). share is the receiver's share of the
+	// key's tokens, as in KeyState.
+	State         []byte  `protobuf:"bytes,41,opt,name=state,proto3" json:"state,omitempty"`
+	Share         float32 `protobuf:"fixed32,42,opt,name=share,proto3" json:"share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1356,6 +1364,20 @@ func (x *Decision) GetReconfigured() bool {
 		return x.Reconfigured
 	}
 	return false
+}
+
+func (x *Decision) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *Decision) GetShare() float32 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
 }
 
 // Handoff carries owned states to their new owner after a membership change.
@@ -1685,7 +1707,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\fForwardReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
 	"\x13forward_incarnation\x18\x02 \x01(\x04R\x12forwardIncarnation\x121\n" +
-	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\x05items\"\xb4\x02\n" +
+	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\x05items\"\xe0\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1695,7 +1717,9 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\await_ns\x18\x06 \x01(\x03R\x06waitNs\x122\n" +
 	"\x05error\x18\a \x01(\x0e2\x1c.ringlimit.peer.v1.ErrorCodeR\x05error\x12#\n" +
 	"\rerror_message\x18\b \x01(\tR\ferrorMessage\x12\"\n" +
-	"\freconfigured\x18( \x01(\bR\freconfigured\"h\n" +
+	"\freconfigured\x18( \x01(\bR\freconfigured\x12\x14\n" +
+	"\x05state\x18) \x01(\fR\x05state\x12\x14\n" +
+	"\x05share\x18* \x01(\x02R\x05share\"h\n" +
 	"\aHandoff\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
 	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\x12\x18\n" +
