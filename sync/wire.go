@@ -20,7 +20,8 @@ import (
 //	Push{items}          <- fresh states of changed keys the receiver asked
 //	                        about, at most once per FlushInterval
 //	Forward{id, items}   -> owner-mode checks, batched
-//	ForwardReply{id}     <- their decisions
+//	ForwardReply{id}     <- their decisions (a cached-mode check's with the
+//	                        key's state and share, cached.go's keepView)
 //	Handoff{seq, items}  -> states of keys whose owner changed; with
 //	                        leaving, the sender's leave (leave.go)
 //	HandoffAck{seq}      <- merged
