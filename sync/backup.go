@@ -123,6 +123,10 @@ type durability struct {
 	// (quorum.go, deposed) to the state it had: the key's start, instead of
 	// a fresh bucket, should no hand-off come (see keptState).
 	kept map[string]bucket.Bucket
+	// forLost maps a member lost to a partition to the states of the keys
+	// this node owned until the member became their owner again, to hand
+	// to it once it is live (lostowner.go).
+	forLost map[string][]*peerv1.KeyState
 	// spare is a bucket no one else refers to (a received state that was
 	// merged, or one a newer state replaced), decoded into by the next
 	// received state instead of allocating (bucket.DecodeInto); nil when

@@ -154,6 +154,7 @@ func (n *Node) applyMembers(now time.Time) {
 	n.restoreBackups(now, old, nv)        // backup.go: before checks see nv
 	n.view = nv
 	n.moveKeys(now, old, nv)
+	n.handBackToLost(now, nv) // lostowner.go
 	for _, name := range old.names {
 		if p := old.peers[name]; p != nil && nv.peers[name] == nil {
 			n.abandon(now, nv, p)
@@ -188,6 +189,10 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 				if p := nv.peers[owner]; p != nil {
 					state, _ := e.b.AppendBinary(nil)
 					out[p] = append(out[p], &peerv1.KeyState{Key: key, State: state, Demand: e.dem})
+				} else if nv.lost[owner] != nil {
+					// lostowner.go: handed to it when it is back.
+					state, _ := e.b.AppendBinary(nil)
+					n.keepForLost(owner, &peerv1.KeyState{Key: key, State: state, Demand: e.dem})
 				}
 				e.makeCached(true)
 				continue

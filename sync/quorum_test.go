@@ -467,3 +467,46 @@ func TestRestartedOwnerWithoutItsHolderIsOrphaned(t *testing.T) {
 		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
 	}
 }
+
+// TestStateOfLostOwnerHandedBackOnReturn: the member left holding a key's
+// state on the majority side loses its majority (the one it shared it
+// with left gracefully, and the baseline shrank to it and the key's first
+// owner, cut off): on its minority ring the key is the lost owner's again.
+// It made its owned state a cached view and sent it nowhere, and when the
+// owner came back (deposed, awaiting this member's hand-off), none came:
+// the owner started from what it had before the cut, which did not count
+// what the majority admitted (the fault checker's leased seed 547: 3
+// nodes, n1 cut off, n3 took k1 over then left, n2 alone; n1 back 1 s
+// after the heal on its own refilled state: +17.9 on k1).
+func TestStateOfLostOwnerHandedBackOnReturn(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
+	nw := newTestNet(t, tweak, members...)
+	key := keyMoving(t, "a", "c", members, []string{"b", "c"}) // a owns it, c takes it over without a
+	l := perHour(100)
+	first := runOwnerLoad(t, nw, []string{"b"}, key, l, 40*5*time.Millisecond, nil)
+	nw.split([]string{"a"}, []string{"b", "c"})
+	nw.run(time.Second)
+	during := runOwnerLoad(t, nw, []string{"b"}, key, l, 100*5*time.Millisecond, nil)
+	// c leaves gracefully, handing the key to b; b is then alone with a
+	// failed: a minority of its baseline (a, b), the key a's again.
+	nw.nodes["c"].Leave(nw.now)
+	nw.run(time.Second)
+	nw.nodes["c"] = nil
+	nw.nodes["b"].SetMembership(nw.now, []string{"b"}, []string{"a"})
+	if q := nw.nodes["b"].Quorum(); !q.Minority {
+		t.Fatalf("b's quorum %+v, want a minority", q)
+	}
+	nw.run(time.Second)
+	// The cut heals: b sees a, then a sees b (c left while a was cut off).
+	nw.heal()
+	nw.nodes["b"].SetMembership(nw.now, []string{"a", "b"}, nil)
+	nw.run(100 * time.Millisecond)
+	nw.nodes["a"].SetMembership(nw.now, []string{"a", "b"}, nil)
+	after := runOwnerLoad(t, nw, []string{"a", "b"}, key, l, 4*time.Second, nil)
+	t.Logf("admitted %d before the cut, %d on the majority, %d after the heal (%v, %d degraded)",
+		first.admitted, during.admitted, after.admitted, after.byNode, after.degraded)
+	if total := first.admitted + during.admitted + after.admitted; total > 100 {
+		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
+	}
+}
