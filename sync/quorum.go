@@ -478,7 +478,13 @@ func holderRing(r *ring.Ring, self string, standIns []string) *ring.Ring {
 // membership: the state of its keys from before the restart is with that
 // member only (the fault checker's leased seed 828: the owner restarted
 // while its backup holder was cut off, and started its keys afresh after
-// HandoffWait).
+// HandoffWait). And the same for a partition of a
+// member that was failed already in this node's first membership when
+// this node is the one that held its backups: it held them in its former
+// life, so no live member holds them now
+// (TestRestartedHolderOfFailedOwnerIsOrphaned; the fault checker's leased
+// seed 828 again: n1 isolated, then n3, the holder of n1's backups of k1,
+// restarted, and owned k1 on a fresh bucket: +6.9).
 func (n *Node) orphanedPartitions(nv *view) map[int]bool {
 	failed := n.quorum.failed
 	if len(failed) == 0 || nv.ring == nil || !nv.ring.Has(n.cfg.Self) || len(nv.lost) > 0 {
@@ -532,7 +538,10 @@ func (n *Node) orphanedPartitions(nv *view) map[int]bool {
 			continue
 		}
 		if holder, err := w.PartitionOwner(id); err == nil {
-			if _, lost := failed[holder]; lost {
+			// The holder is failed too, or is this node, which has just
+			// (re)started with was failed already: what it held of was's
+			// keys, it held in its former life.
+			if _, lost := failed[holder]; lost || holder == n.cfg.Self && n.quorum.atStart[was] {
 				if out == nil {
 					out = map[int]bool{}
 				}
