@@ -152,6 +152,7 @@ func (n *Node) applyMembers(now time.Time) {
 		nv.peers[name] = p
 	}
 	nv.orphans = n.orphanedPartitions(nv) // quorum.go
+	n.awaitFormerOrphans(now, old, nv)    // quorum.go
 	n.restoreBackups(now, old, nv)        // backup.go: before checks see nv
 	n.view = nv
 	n.moveKeys(now, old, nv)

@@ -552,6 +552,45 @@ func (n *Node) orphanedPartitions(nv *view) map[int]bool {
 	return out
 }
 
+// awaitFormerOrphans marks the partitions orphaned in old and no longer
+// in nv (a failed member is back) that this node owns in nv as awaiting the
+// hand-off of their backup holder, the owner on nv's ring without this
+// node: the member that was failed, holding the only state of their keys.
+// It had counted this node lost meanwhile, so it saw no restart of it and
+// hands nothing back unasked; and this node's waits for hand-offs, from
+// its start, are over by then. Without the mark their keys were decided
+// on fresh buckets as soon as the member was back
+// (TestOrphanAwaitsItsHolderOnReturn); with it, a check of such a key
+// probes the holder, which answers with the backup it holds (forward.go).
+func (n *Node) awaitFormerOrphans(now time.Time, old, nv *view) {
+	if len(old.orphans) == 0 || n.cfg.HandoffWait == 0 || nv.ring == nil || !nv.ring.Has(n.cfg.Self) {
+		return
+	}
+	succ := n.successorRing(nv.ring)
+	if succ == nil {
+		return
+	}
+	for id := range old.orphans {
+		if nv.orphans[id] {
+			continue
+		}
+		if o, err := nv.ring.PartitionOwner(id); err != nil || o != n.cfg.Self {
+			continue
+		}
+		h, err := succ.PartitionOwner(id)
+		if p := nv.peers[h]; err != nil || p == nil || p.gone {
+			continue
+		}
+		if _, ok := nv.await[id]; ok {
+			continue
+		}
+		if nv.await == nil {
+			nv.await = map[int]awaitFrom{}
+		}
+		nv.await[id] = awaitFrom{from: h, until: now.Add(n.cfg.HandoffWait)}
+	}
+}
+
 // orphaned reports whether key's partition is orphaned in v (see
 // orphanedPartitions).
 func (v *view) orphaned(key string) bool {
