@@ -504,6 +504,12 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
 	for _, m := range fl.marks {
+		if m.gen == m.f.gen && now.Before(m.f.holdUntil) {
+			// fence.go, resetFences: the target changed as the old one was
+			// reported failed; the next backup is asked for again.
+			m.f.promised = m.f.bound
+			continue
+		}
 		if m.gen == m.f.gen && m.mark > m.f.bound {
 			m.f.bound = m.mark // fence.go
 			if len(m.f.holds) > 0 {

@@ -163,7 +163,7 @@ func (n *Node) applyMembers(now time.Time) {
 		}
 	}
 	n.rebackup(old, nv)
-	n.resetFences(nv) // fence.go
+	n.resetFences(now, old, nv) // fence.go
 }
 
 // moveKeys hands off the owned keys that moved and converts the
