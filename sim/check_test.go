@@ -310,7 +310,10 @@ func TestFailClosedEnvelopeUnderFaults(t *testing.T) {
 	t.Parallel()
 	// knownOverEnvelope is, by mode and seed, how far over the envelope
 	// the seed's schedule goes today (the worst key's worst span, in hits).
-	// Owner seed 15 is one silent partition of 7 nodes (3|4). Leased seed
+	// Owner seed 15, one silent partition of 7 nodes (3|4), was +2.74; it
+	// keeps the envelope since an owner whose backup target was reported
+	// failed waits Config.FenceHold before a new target's acknowledgements
+	// count (sync/fence.go, resetFences). Leased seed
 	// 2 (the owner flapping, then restarting, with leases out) was +1.43,
 	// then +5.43 once leases were granted again after an empty grant; it
 	// keeps the envelope since a lease that cannot cover a check sends it
@@ -319,7 +322,7 @@ func TestFailClosedEnvelopeUnderFaults(t *testing.T) {
 	// LeaseTTL slack with no fault, keeps it since the owner caps its
 	// bucket by its live grants (sync/leasecap.go).
 	knownOverEnvelope := map[string]map[uint64]float64{
-		"owner/fail-closed":  {15: 2.74},
+		"owner/fail-closed":  {},
 		"leased/fail-closed": {},
 	}
 	modes := CheckModes()[:2]

@@ -123,6 +123,10 @@ type durability struct {
 	// (quorum.go, deposed) to the state it had: the key's start, instead of
 	// a fresh bucket, should no hand-off come (see keptState).
 	kept map[string]bucket.Bucket
+	// forLost maps a member lost to a partition to the states of the keys
+	// this node owned until the member became their owner again, to hand
+	// to it once it is live (lostowner.go).
+	forLost map[string][]*peerv1.KeyState
 	// spare is a bucket no one else refers to (a received state that was
 	// merged, or one a newer state replaced), decoded into by the next
 	// received state instead of allocating (bucket.DecodeInto); nil when
@@ -500,6 +504,12 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
 	for _, m := range fl.marks {
+		if m.gen == m.f.gen && now.Before(m.f.holdUntil) {
+			// fence.go, resetFences: the target changed as the old one was
+			// reported failed; the next backup is asked for again.
+			m.f.promised = m.f.bound
+			continue
+		}
 		if m.gen == m.f.gen && m.mark > m.f.bound {
 			m.f.bound = m.mark // fence.go
 			if len(m.f.holds) > 0 {

@@ -95,6 +95,15 @@ type Config struct {
 	// round trip. Zero decides such keys at once on a fresh bucket, which can
 	// let a restarted owner admit a spent key's full capacity again.
 	HandoffWait time.Duration
+	// FenceHold is how long an owner whose backup target for a key was
+	// reported failed decides the key within what that target knew (its
+	// last acknowledged mark) before a new target's acknowledgements count
+	// (fence.go): the spread of failure detection between members. On the
+	// minority side of a partition an owner may see its target fail before
+	// it sees the others fail, and take a target on its own side, while the
+	// majority takes the key over from the old target's backup. Default
+	// 1s; zero trusts the new target at once.
+	FenceHold time.Duration
 	// MaxRetries is how many times a hand-off (and, once leaving, a flush) is
 	// sent again, each after RequestTimeout, before it is given up and counted
 	// in Metrics.HandoffsDropped (or FlushItemsDropped). Default 4: a leave
@@ -149,6 +158,7 @@ func DefaultConfig() Config {
 		MaxKeyLen:        1024,
 		SweepInterval:    5 * time.Second,
 		HandoffWait:      time.Second,
+		FenceHold:        time.Second,
 		MaxRetries:       4,
 		FailedMemberTTL:  2 * time.Minute,
 		MaxClockOffset:   500 * time.Millisecond,
@@ -192,6 +202,8 @@ func (c Config) Validate() error {
 		return errors.New("sync: config: MaxKeyLen must be positive")
 	case c.HandoffWait < 0:
 		return errors.New("sync: config: HandoffWait must not be negative")
+	case c.FenceHold < 0:
+		return errors.New("sync: config: FenceHold must not be negative")
 	case c.SweepInterval <= 0:
 		return errors.New("sync: config: SweepInterval must be positive")
 	case c.MaxRetries < 0:

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // Fencing: a key's owner never drains more from the key than the member that
@@ -73,6 +74,10 @@ type fence struct {
 	// gen counts the resets (resetFences): an acknowledgement of a backup
 	// sent before the last one raises nothing.
 	gen uint64
+	// holdUntil: acknowledgements raise nothing before it (the key's backup
+	// target changed because the previous one was reported failed, see
+	// resetFences).
+	holdUntil time.Time
 	// holds are the checks waiting on the fence, in the order they came:
 	// the acknowledgement that raises the bound re-examines these, not
 	// every check waiting on any fence.
@@ -129,10 +134,31 @@ func (n *Node) dropFence(key string) {
 }
 
 // resetFences starts every fence again from what it spent, after a
-// membership change: the backup target of a key may have changed, and the
-// new one knows nothing of the bound the old one acknowledged. The keys no
-// longer owned here lose their fence.
-func (n *Node) resetFences(v *view) {
+// membership change from old to v: the backup target of a key may have
+// changed, and the new one knows nothing of the bound the old one
+// acknowledged. The keys no longer owned here lose their fence.
+//
+// When a key's target changed because the old one was reported failed
+// (not gone gracefully), the new target's acknowledgements count only
+// FenceHold later: until then the key is decided within what it spent,
+// which the old target knew up to its last acknowledged mark. Failure
+// detection is not symmetric: on the minority side of a partition an owner
+// may see its target fail a moment before it sees the others fail, and,
+// still counting a majority, take a target on its own side, whose
+// acknowledgements let it drain the key while the majority takes the key
+// over from the old target's backup: two owners spending the same tokens
+// (TestFenceHoldsAfterTargetFailed; the fault checker's leased seed 925:
+// 5 nodes, the owner n2 cut off with n5 saw its target n3 fail 0.26 s
+// before it saw itself a minority, and granted leases on n5's
+// acknowledgements). Within FenceHold, the spread of failure detection
+// between members, such an owner sees itself a minority and drops its
+// fences (fenceOn).
+func (n *Node) resetFences(now time.Time, old, v *view) {
+	var before, after *ring.Ring
+	if n.cfg.FenceHold > 0 && old.ring != nil && old.ring.Has(n.cfg.Self) && old.ring.Len() > 1 {
+		before, _ = old.ring.WithoutMember(n.cfg.Self)
+		after = n.successorRing(v.ring)
+	}
 	for key, f := range n.fen.m {
 		if v.owner(key) != n.cfg.Self || len(v.lost) > 0 {
 			delete(n.fen.m, key)
@@ -140,6 +166,14 @@ func (n *Node) resetFences(v *view) {
 		}
 		f.bound, f.promised = f.spent, f.spent
 		f.gen++
+		if before == nil || after == nil {
+			continue
+		}
+		was, err1 := before.Owner(key)
+		is, err2 := after.Owner(key)
+		if _, failed := n.quorum.failed[was]; err1 == nil && err2 == nil && was != is && failed {
+			f.holdUntil = now.Add(n.cfg.FenceHold)
+		}
 	}
 }
 

@@ -543,6 +543,18 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			// its policy.
 			n.metrics.NotOwner.Add(1)
 			resp.Err = ErrNotOwner
+			if it.Relayed && v.owner(it.Key) != n.cfg.Self {
+				// A probe from a node that sees itself as the owner (a
+				// restarted owner awaiting its backups, await.go): it gets
+				// the backup held here, as from a majority. A minority
+				// side decides nothing on the held state, so it is all
+				// anyone knows of the key; answered without it, the owner
+				// started the key on a fresh bucket
+				// (TestRestartedOwnerGetsItsBackupFromSuspectingHolder).
+				if ks := n.heldFencedState(now, v, it.Key, p.name, inc); ks != nil {
+					restore = append(restore, ks)
+				}
+			}
 		case v.orphaned(it.Key):
 			// quorum.go: no member knows the key's state; the asking node
 			// applies its partition policy.

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -151,16 +152,18 @@ func (n *Node) applyMembers(now time.Time) {
 		nv.peers[name] = p
 	}
 	nv.orphans = n.orphanedPartitions(nv) // quorum.go
+	n.awaitFormerOrphans(now, old, nv)    // quorum.go
 	n.restoreBackups(now, old, nv)        // backup.go: before checks see nv
 	n.view = nv
 	n.moveKeys(now, old, nv)
+	n.handBackToLost(now, nv) // lostowner.go
 	for _, name := range old.names {
 		if p := old.peers[name]; p != nil && nv.peers[name] == nil {
 			n.abandon(now, nv, p)
 		}
 	}
 	n.rebackup(old, nv)
-	n.resetFences(nv) // fence.go
+	n.resetFences(now, old, nv) // fence.go
 }
 
 // moveKeys hands off the owned keys that moved and converts the
@@ -188,6 +191,10 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 				if p := nv.peers[owner]; p != nil {
 					state, _ := e.b.AppendBinary(nil)
 					out[p] = append(out[p], &peerv1.KeyState{Key: key, State: state, Demand: e.dem})
+				} else if nv.lost[owner] != nil {
+					// lostowner.go: handed to it when it is back.
+					state, _ := e.b.AppendBinary(nil)
+					n.keepForLost(owner, &peerv1.KeyState{Key: key, State: state, Demand: e.dem})
 				}
 				e.makeCached(true)
 				continue
@@ -206,7 +213,41 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 			}
 		}
 	}
+	n.handOnKept(nv, out)
 	n.sendHandoffs(now, nv, out)
+}
+
+// handOnKept adds to out the kept states (quorum.go, keptState) of keys
+// whose owner in nv is another live member, and forgets them. A kept state
+// is what this node had of a key when it came back from a minority side,
+// merged with any hand-off that came meanwhile (the majority's state,
+// handed back to it before it saw every member again): dropped from the
+// store to wait for a hand-off, it was not handed on when the key moved
+// to a member joining then, which decided the key on a fresh bucket
+// (TestKeptStateHandedOn; the fault checker's owner seed 609: 5 nodes, n3
+// cut off, back, then a node joining: +37.4). The new owner merges it
+// keeping the most consumed.
+func (n *Node) handOnKept(nv *view, out map[*peer][]*peerv1.KeyState) {
+	d := &n.dur
+	if len(d.kept) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(d.kept))
+	for key := range d.kept {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		p := nv.peers[nv.owner(key)]
+		if p == nil {
+			continue
+		}
+		state, err := d.kept[key].AppendBinary(nil)
+		delete(d.kept, key)
+		if err == nil {
+			out[p] = append(out[p], &peerv1.KeyState{Key: key, State: state})
+		}
+	}
 }
 
 // abandon routes again what was in flight to p, which left: a flush's
@@ -278,8 +319,21 @@ func (n *Node) sendHandoffs(now time.Time, v *view, out map[*peer][]*peerv1.KeyS
 	}
 }
 
-// onHandoff merges states handed to this node and acknowledges them.
+// onHandoff merges states handed to this node and acknowledges them. A
+// state of a key this node does not own is passed on to the key's owner in
+// its view (another live member than the sender), as well as kept as a
+// cached view: it was handed here by a member whose view still made this
+// node the owner, and the owner it has moved to may hold, or be about to
+// decide on, a less consumed state. The owner merges it keeping the most
+// consumed, so it takes nothing off what the owner has. Without it, the
+// only real state of a key could end as a cached view on a node that had
+// just handed the key on: a member back from a minority side with a joiner
+// new to the ring handed the joiner its own stale state, refilled while
+// cut off, and the majority's hand-off to it stayed there
+// (TestHandoffPassedOnToTheOwner; the fault checker's owner seed 407: 5
+// nodes, n1 and n2 cut off, a node joining before the heal: +33.9).
 func (n *Node) onHandoff(now time.Time, v *view, p *peer, inc uint64, h *peerv1.Handoff) {
+	var on map[*peer][]*peerv1.KeyState
 	for _, ks := range h.Items {
 		if ks == nil || ks.Key == "" || len(ks.Key) > n.cfg.MaxKeyLen {
 			n.metrics.Malformed.Add(1)
@@ -287,8 +341,16 @@ func (n *Node) onHandoff(now time.Time, v *view, p *peer, inc uint64, h *peerv1.
 		}
 		if b, ok := n.decodeState(ks); ok {
 			n.mergeState(now, v, ks.Key, b, ks.Demand)
+			if q := v.peers[v.owner(ks.Key)]; q != nil && q != p && !q.gone {
+				if on == nil {
+					on = map[*peer][]*peerv1.KeyState{}
+				}
+				// A copy: the received message may share its buffers.
+				on[q] = append(on[q], &peerv1.KeyState{Key: strings.Clone(ks.Key), State: slices.Clone(ks.State), Demand: ks.Demand})
+			}
 		}
 	}
+	n.sendHandoffs(now, v, on)
 	n.metrics.HandoffsReceived.Add(1)
 	if h.Leaving {
 		n.depart(now, p, inc) // leave.go
