@@ -239,6 +239,14 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *check.Request, resp
 		n.record(resp)
 		return nil
 	}
+	if owner == n.cfg.Self && v.unconfirmed(r.Key) {
+		// confirm.go: taken over from a failed member, and a majority not
+		// heard from since.
+		n.metrics.UnconfirmedChecks.Add(1)
+		n.degrade(now, c, v, r, resp, pol)
+		n.record(resp)
+		return nil
+	}
 	if owner == n.cfg.Self {
 		if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
 			resp.Owner = prev

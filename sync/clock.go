@@ -231,10 +231,12 @@ func (n *Node) stampClock(p *peer, env *peerv1.Envelope) {
 	env.ClockSeenNs, env.ClockSeen = p.clk.seen.get()
 }
 
-type clockProbeBody struct{}
+// clockProbeBody is a clock probe; echo asks for one back at once
+// (confirm.go).
+type clockProbeBody struct{ echo bool }
 
-func (clockProbeBody) set(e *peerv1.Envelope) {
-	e.Body = &peerv1.Envelope_ClockProbe{ClockProbe: &peerv1.ClockProbe{}}
+func (b clockProbeBody) set(e *peerv1.Envelope) {
+	e.Body = &peerv1.Envelope_ClockProbe{ClockProbe: &peerv1.ClockProbe{Echo: b.echo}}
 }
 
 // tickClock sends a clock probe to every peer this node sent nothing to

@@ -97,4 +97,10 @@ type Metrics struct {
 	// minority side: the majority decided those keys meanwhile, and their
 	// states come back by hand-off (quorum.go, deposed).
 	DeposedKeys atomic.Int64
+	// TakeoversUnconfirmed counts the membership changes that gave this
+	// node partitions of a failed member to be confirmed by a majority
+	// heard from (confirm.go); UnconfirmedChecks the checks of their keys,
+	// local or forwarded, not decided here as owner meanwhile (decided by
+	// the policy, or answered not-owner).
+	TakeoversUnconfirmed, UnconfirmedChecks atomic.Int64
 }

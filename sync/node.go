@@ -70,10 +70,13 @@ type Node struct {
 	// wide holds, per shard, the interest of owned keys while the view has
 	// more than inlineMembers members (interest.go).
 	wide [numShards]map[string]*wideSets
+	// heard counts the envelopes received from peers (confirm.go).
+	heard uint64
 }
 
 // view is one membership: a ring and the peers on it. It is never modified
-// once published.
+// once published, but for what its pointers refer to: the peers, and the
+// confirmation of a takeover (confirm.go).
 type view struct {
 	ring *ring.Ring // nil before the first SetMembers
 	// names is ring.Members(), sorted; index maps a name to its position,
@@ -96,6 +99,9 @@ type view struct {
 	// its backup target both failed (quorum.go, orphanedPartitions); nil
 	// when none.
 	orphans map[int]bool
+	// confirm holds the partitions gained from a failed member and not yet
+	// confirmed by a majority heard from (confirm.go); nil when none.
+	confirm *confirmation
 }
 
 // owner returns key's owner, or "" on an empty ring.
@@ -142,6 +148,9 @@ type peer struct {
 	clk peerClock
 	// listed is set while the peer is in Node.busy.
 	listed bool
+	// heard is Node.heard when the last envelope from the peer was
+	// received (confirm.go); 0 before any.
+	heard uint64
 
 	// The fields below are guarded by Node.mu.
 
@@ -277,6 +286,7 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		return
 	}
 	p.downUntil = 0
+	n.heardFrom(v, p)              // confirm.go
 	n.observeClock(now, v, p, env) // clock.go: before any state is read
 	if prev := p.seenInc; env.Incarnation > prev {
 		p.seenInc = env.Incarnation
@@ -306,7 +316,11 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 	case *peerv1.Envelope_BackupAck:
 		n.onBackupAck(now, p, b.BackupAck)
 	case *peerv1.Envelope_ClockProbe:
-		// measured by observeClock; nothing else to do
+		// measured by observeClock; an echo request is answered at once
+		// (confirm.go)
+		if b.ClockProbe.GetEcho() {
+			n.send(p.name, clockProbeBody{})
+		}
 	default:
 		n.metrics.Malformed.Add(1)
 	}
@@ -374,6 +388,7 @@ func (n *Node) Tick(now time.Time) {
 	n.tickClock(now, v) // clock.go
 	n.tickCharges(now, v)
 	n.tickFenced(now, v)
+	n.tickConfirm(now, v) // confirm.go
 	i, sweep := n.sweepDue(now)
 	if sweep {
 		n.sweepShard(now, i)

@@ -107,6 +107,12 @@ func TestQuorumMajorityTakesOver(t *testing.T) {
 		t.Fatalf("a's quorum %+v, want a majority, 2 of 3", q)
 	}
 	r := check.Request{Key: key, Hits: 1, Limit: perMinute(90), Mode: check.ModeCached, Policy: check.PolicyFailClosed}
+	// confirm.go: a takes the key over once b, the majority with it, has
+	// answered its echo request, one round trip after the change.
+	if resp := checkSync(t, a, nw.now, r); resp.Allowed || !resp.Degraded {
+		t.Errorf("c's key on a within the round trip: %+v, want rejected by the policy (unconfirmed)", resp)
+	}
+	nw.deliver(nw.now.Add(2 * nw.latency))
 	resp := checkSync(t, a, nw.now, r)
 	if !resp.Allowed || resp.Degraded || resp.Owner != "a" {
 		t.Errorf("c's key on a: %+v, want admitted by a, its new owner, not degraded", resp)

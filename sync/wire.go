@@ -30,6 +30,9 @@ import (
 //	BackupAck{seq}       <- kept
 //	ClockProbe{}         <> nothing but the envelope's clock fields, to a
 //	                        peer sent nothing else for a second (clock.go)
+//	ClockProbe{echo}     -> after taking over a failed member's partitions:
+//	                        answered at once with a ClockProbe{}, which
+//	                        confirms the takeover (confirm.go)
 //
 // Every envelope may carry the sender's clock, correction and measure of
 // the receiver (clock.go): bucket states in it are on the sender's cluster

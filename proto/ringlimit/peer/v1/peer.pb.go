@@ -464,10 +464,16 @@ func (*Envelope_BackupAck) isEnvelope_Body() {}
 
 func (*Envelope_ClockProbe) isEnvelope_Body() {}
 
-// ClockProbe is an envelope body that carries nothing: the envelope's clock
-// fields are its content.
+// ClockProbe is an envelope body whose content is the envelope's clock
+// fields, and an echo request.
 type ClockProbe struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// echo asks the receiver to answer at once with a ClockProbe (echo
+	// unset): a node that has just taken over partitions of a failed member
+	// hears from its peers within a round trip, which confirms the takeover
+	// (sync/confirm.go). An older node ignores it and does not answer; the
+	// takeover is then confirmed by the next envelopes heard.
+	Echo          bool `protobuf:"varint,1,opt,name=echo,proto3" json:"echo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +506,13 @@ func (x *ClockProbe) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ClockProbe.ProtoReflect.Descriptor instead.
 func (*ClockProbe) Descriptor() ([]byte, []int) {
 	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ClockProbe) GetEcho() bool {
+	if x != nil {
+		return x.Echo
+	}
+	return false
 }
 
 // Limit mirrors bucket.Limit: the configuration of one key's bucket.
@@ -1645,9 +1658,10 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"clock_seen\x18+ \x01(\bR\tclockSeen\x12\x1f\n" +
 	"\vclock_epoch\x18, \x01(\x04R\n" +
 	"clockEpochB\x06\n" +
-	"\x04body\"\f\n" +
+	"\x04body\" \n" +
 	"\n" +
-	"ClockProbe\"\xc7\x02\n" +
+	"ClockProbe\x12\x12\n" +
+	"\x04echo\x18\x01 \x01(\bR\x04echo\"\xc7\x02\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1b\n" +
