@@ -159,13 +159,7 @@ func TestCrashTakeoverConfirmedInOneRoundTrip(t *testing.T) {
 			}
 			t.Logf("new owner %s: admitted %d before the crash, %d after (%v), %d degraded, %d errors",
 				y, first.admitted, after.admitted, after.byNode, after.degraded, after.errs)
-			if after.degraded != 0 || after.errs != 0 || after.admitted != after.checks {
-				t.Errorf("after the round trip: %d of %d admitted, %d degraded, %d errors; want all admitted, none degraded",
-					after.admitted, after.checks, after.degraded, after.errs)
-			}
-			if got := n.Metrics().TakeoversUnconfirmed.Load(); got != 1 {
-				t.Errorf("%s: TakeoversUnconfirmed %d, want 1", y, got)
-			}
+			wantServed(t, "after the round trip", after, n, y, 1)
 		})
 	}
 }
@@ -200,12 +194,7 @@ func TestLeaveTakeoverNotDelayed(t *testing.T) {
 		t.Errorf("%s's check right after the leave: %+v, want decided by %s as owner", y, r, y)
 	}
 	after := runOwnerLoad(t, nw, live, key, l, time.Second, nil)
-	if after.degraded != 0 || after.admitted != after.checks {
-		t.Errorf("after the leave: %d of %d admitted, %d degraded; want all admitted, none degraded", after.admitted, after.checks, after.degraded)
-	}
-	if got := n.Metrics().TakeoversUnconfirmed.Load(); got != 0 {
-		t.Errorf("%s: TakeoversUnconfirmed %d, want 0", y, got)
-	}
+	wantServed(t, "after the leave", after, n, y, 0)
 }
 
 // TestSilentSplitLeasedTakeoverUnconfirmed is the split of
@@ -294,5 +283,19 @@ func TestSilentSplitLeasedTakeoverUnconfirmed(t *testing.T) {
 	}
 	if admitted > limit {
 		t.Errorf("admitted %d in all on a key of %d an hour, want at most %d", admitted, limit, limit)
+	}
+}
+
+// wantServed checks that every check of load was admitted, none degraded
+// or failed, and that n (named y) counted takeovers unconfirmed takeovers
+// (Metrics.TakeoversUnconfirmed) in all.
+func wantServed(t *testing.T, when string, load ownerLoad, n *Node, y string, takeovers int64) {
+	t.Helper()
+	if load.degraded != 0 || load.errs != 0 || load.admitted != load.checks {
+		t.Errorf("%s: %d of %d admitted, %d degraded, %d errors; want all admitted, none degraded",
+			when, load.admitted, load.checks, load.degraded, load.errs)
+	}
+	if got := n.Metrics().TakeoversUnconfirmed.Load(); got != takeovers {
+		t.Errorf("%s: TakeoversUnconfirmed %d, want %d", y, got, takeovers)
 	}
 }
