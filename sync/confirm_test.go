@@ -39,16 +39,7 @@ func TestSilentSplitTakeoverUnconfirmed(t *testing.T) {
 	all := []string{"n1", "n2", "n3", "n4", "n5"}
 	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
 	nw := newTestNet(t, tweak, all...)
-	// A key n3 owns, whose backups n2 holds, and whose fence target on
-	// n2 once n3 is dropped is n1, on n2's side of the cut.
-	var key string
-	for i := 0; key == ""; i++ {
-		k := fmt.Sprintf("key-%d", i)
-		if ownerOn(t, k, all...) == "n3" && ownerOn(t, k, without(all, "n3")...) == "n2" &&
-			ownerOn(t, k, "n1", "n4", "n5") == "n1" {
-			key = k
-		}
-	}
+	key := splitKey(t, all)
 	l := perHour(100)
 	first := runOwnerLoad(t, nw, []string{"n2", "n4"}, key, l, 20*5*time.Millisecond, nil)
 	nw.run(time.Second) // backups go out
@@ -211,14 +202,7 @@ func TestSilentSplitLeasedTakeoverUnconfirmed(t *testing.T) {
 	all := []string{"n1", "n2", "n3", "n4", "n5"}
 	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
 	nw := newTestNet(t, tweak, all...)
-	var key string
-	for i := 0; key == ""; i++ {
-		k := fmt.Sprintf("key-%d", i)
-		if ownerOn(t, k, all...) == "n3" && ownerOn(t, k, without(all, "n3")...) == "n2" &&
-			ownerOn(t, k, "n1", "n4", "n5") == "n1" {
-			key = k
-		}
-	}
+	key := splitKey(t, all)
 	const limit = 100
 	r := check.Request{Key: key, Hits: 1, Limit: perHour(limit), Mode: check.ModeLeased}
 	admitted := 0
@@ -297,5 +281,19 @@ func wantServed(t *testing.T, when string, load ownerLoad, n *Node, y string, ta
 	}
 	if got := n.Metrics().TakeoversUnconfirmed.Load(); got != takeovers {
 		t.Errorf("%s: TakeoversUnconfirmed %d, want %d", y, got, takeovers)
+	}
+}
+
+// splitKey returns a key of the split tests: owned by n3 of all (n1 to n5),
+// its backups held by n2, and n2's fence target for it once n3 is dropped
+// n1, on n2's side of the cut.
+func splitKey(t *testing.T, all []string) string {
+	t.Helper()
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if ownerOn(t, k, all...) == "n3" && ownerOn(t, k, without(all, "n3")...) == "n2" &&
+			ownerOn(t, k, "n1", "n4", "n5") == "n1" {
+			return k
+		}
 	}
 }
