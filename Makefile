@@ -194,7 +194,7 @@ e2e:
 ## iptables installed if missing): owner and leased mode, fail-closed, keep
 ## every key within the token bucket's envelope through a 3|2 split, an
 ## isolation, a one-way cut and a flapping link. It still fails in some
-## runs of the 3|2 split (docs/reliability.md, "Open faults": 1 of 5 at the
+## runs of the 3|2 split (docs/reliability.md, "Open faults": 2 of 7 at the
 ## end of session 11), so it is not part of make e2e or CI until fencing
 ## meets it; run it to measure.
 e2e-fenced:
