@@ -190,13 +190,15 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 					n.remapInterest(old, nv, s, key, e, to) // interest.go
 					continue
 				}
-				if p := nv.peers[owner]; p != nil {
+				p, lost := nv.peers[owner], nv.lost[owner] != nil
+				if p != nil || lost {
 					state, _ := e.b.AppendBinary(nil)
-					out[p] = append(out[p], &peerv1.KeyState{Key: key, State: state, Demand: e.dem})
-				} else if nv.lost[owner] != nil {
-					// lostowner.go: handed to it when it is back.
-					state, _ := e.b.AppendBinary(nil)
-					n.keepForLost(owner, &peerv1.KeyState{Key: key, State: state, Demand: e.dem})
+					ks := &peerv1.KeyState{Key: key, State: state, Demand: e.dem}
+					if p != nil {
+						out[p] = append(out[p], ks)
+					} else {
+						n.keepForLost(owner, ks) // lostowner.go: handed to it when it is back
+					}
 				}
 				e.makeCached(true)
 				continue
