@@ -243,13 +243,21 @@ func (n *Node) successorRing(r *ring.Ring) *ring.Ring {
 	if d.succOf == r {
 		return d.succ
 	}
-	d.succOf, d.succ = r, nil
-	if r.Has(n.cfg.Self) && r.Len() > 1 {
-		if s, err := r.WithoutMember(n.cfg.Self); err == nil {
-			d.succ = s
-		}
-	}
+	d.succOf, d.succ = r, n.withoutSelf(r)
 	return d.succ
+}
+
+// withoutSelf returns r without this node, nil when r does not hold it or
+// holds it alone (successorRing, which keeps the last one built).
+func (n *Node) withoutSelf(r *ring.Ring) *ring.Ring {
+	if r == nil || !r.Has(n.cfg.Self) || r.Len() <= 1 {
+		return nil
+	}
+	s, err := r.WithoutMember(n.cfg.Self)
+	if err != nil {
+		return nil
+	}
+	return s
 }
 
 // tickBackups runs a backup round when one is due, or an early one asked

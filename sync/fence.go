@@ -155,9 +155,9 @@ func (n *Node) dropFence(key string) {
 // fences (fenceOn).
 func (n *Node) resetFences(now time.Time, old, v *view) {
 	var before, after *ring.Ring
-	if n.cfg.FenceHold > 0 && old.ring != nil && old.ring.Has(n.cfg.Self) && old.ring.Len() > 1 {
-		before, _ = old.ring.WithoutMember(n.cfg.Self)
-		after = n.successorRing(v.ring)
+	if n.cfg.FenceHold > 0 && len(n.quorum.failed) > 0 && len(n.fen.m) > 0 {
+		// Only a failed member's going moves a target under the hold.
+		before, after = n.withoutSelf(old.ring), n.successorRing(v.ring)
 	}
 	for key, f := range n.fen.m {
 		if v.owner(key) != n.cfg.Self || len(v.lost) > 0 {
