@@ -57,11 +57,16 @@ import (
 // old owner's reading t_s precedes the confirmation C, and its lease lapses
 // at t_s + OwnerLeaseTTL, before C + OwnerLeaseTTL, by its clock and by the
 // taker's, to within their rates. A member that reaches both sides (an
-// asymmetric cut) could echo the old owner after answering the taker; the
-// echo request that starts a confirmation names the members taken over
-// (ClockProbe.taking_over), and a receiver stops echoing them until its
-// membership shows them again after a change (withheld), nor does it ever
-// echo a member it counts failed (its envelopes are dropped).
+// asymmetric cut) could echo the old owner after answering the taker; so
+// every echo request names the members its sender counts failed
+// (ClockProbe.taking_over), a receiver stops echoing them until its
+// membership shows them again after a change (a new peer) or the sender
+// names them no more (peer.withheldBy), and never echoes a member it
+// counts failed itself (its envelopes are dropped); and the confirmation
+// counts a peer only once it echoes a reading taken at or after the
+// change, which it sends only after taking the request in
+// (TestAsymmetricCutThirdNodeWithholdsEcho). docs/consistency.md,
+// "Ownership lease", states the argument and its assumptions.
 //
 // Clock steps: readings taken before this node's clock stepped back (of an
 // earlier clock epoch, clock.go), or before this process started
