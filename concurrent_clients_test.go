@@ -210,5 +210,6 @@ func joinUnderConcurrentClients(t *testing.T, pol ringlimitv1.Policy) {
 // decision.
 func patientTimeouts(c *Config) {
 	c.Sync.RequestTimeout = 5 * time.Second
+	c.Sync.OwnerLeaseTTL = 10 * time.Second // at least 2 x RequestTimeout
 	c.API.CheckTimeout = 20 * time.Second
 }

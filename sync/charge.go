@@ -185,8 +185,8 @@ func (n *Node) tickCharges(now time.Time, v *view) {
 			d.hits, d.transit = d.hits+d.transit, 0
 		}
 		if owner == n.cfg.Self {
-			if n.awaitingPartition(now, v, key) || v.unconfirmed(key) {
-				continue // confirm.go: the real owner may be another
+			if n.awaitingPartition(now, v, key) || v.takingOver(key) || !n.wantLease(now, v) {
+				continue // confirm.go, ownerlease.go: the real owner may be another
 			}
 			e, _, err := n.ownedEntry(s, key, d.l, 0, now, c)
 			if err == nil {

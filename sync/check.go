@@ -239,9 +239,10 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *check.Request, resp
 		n.record(resp)
 		return nil
 	}
-	if owner == n.cfg.Self && v.unconfirmed(r.Key) {
+	if owner == n.cfg.Self && (v.unconfirmed(r.Key) || mode != check.ModeCached && v.takingOver(r.Key)) {
 		// confirm.go: taken over from a failed member, and a majority not
-		// heard from since.
+		// heard from since, or (owner and leased mode) not OwnerLeaseTTL
+		// since.
 		n.metrics.UnconfirmedChecks.Add(1)
 		n.degrade(now, c, v, r, resp, pol)
 		n.record(resp)

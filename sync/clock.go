@@ -164,8 +164,12 @@ type nodeClock struct {
 // stepping back (the driver's inputs come in time order): see clockJumped.
 func (n *Node) enter(now time.Time) {
 	t := now.UnixNano()
+	if n.clk.now == 0 {
+		n.lease.floor = t - 1 // ownerlease.go: readings of a former life do not count
+	}
 	if n.clk.now != 0 && n.clk.now-t > n.clockStep() {
 		n.clockJumped(time.Duration(t - n.clk.now))
+		n.leaseClockStepped(t) // ownerlease.go
 	}
 	n.clk.now = t
 }
@@ -233,10 +237,15 @@ func (n *Node) stampClock(p *peer, env *peerv1.Envelope) {
 
 // clockProbeBody is a clock probe; echo asks for one back at once
 // (confirm.go).
-type clockProbeBody struct{ echo bool }
+// takingOver names the failed members whose partitions the sender takes
+// over (ownerlease.go).
+type clockProbeBody struct {
+	echo       bool
+	takingOver []string
+}
 
 func (b clockProbeBody) set(e *peerv1.Envelope) {
-	e.Body = &peerv1.Envelope_ClockProbe{ClockProbe: &peerv1.ClockProbe{Echo: b.echo}}
+	e.Body = &peerv1.Envelope_ClockProbe{ClockProbe: &peerv1.ClockProbe{Echo: b.echo, TakingOver: b.takingOver}}
 }
 
 // tickClock sends a clock probe to every peer this node sent nothing to

@@ -104,6 +104,21 @@ type Config struct {
 	// majority takes the key over from the old target's backup. Default
 	// 1s; zero trusts the new target at once.
 	FenceHold time.Duration
+	// OwnerLeaseTTL is how long an echo of this node's clock reading keeps
+	// its ownership lease: it decides as a key's owner in owner and leased
+	// mode only while a majority of its quorum baseline has echoed a
+	// reading taken less than OwnerLeaseTTL ago, and a member that takes
+	// over a failed member's partitions decides them only OwnerLeaseTTL
+	// (plus a sixteenth, for clock rates) after the takeover is confirmed
+	// (ownerlease.go, confirm.go). It bounds how long an owner cut off from
+	// the majority goes on deciding, with no agreement between clocks: each
+	// node measures it on its own. It must be at least 2 x RequestTimeout,
+	// so that a renewal, started OwnerLeaseTTL/2 before the lapse and asked
+	// again every RequestTimeout/2, has two rounds to come back. Default 2s:
+	// a failover from a failed member costs it once more; renewals cost an
+	// echo request per quiet peer about once a second while the node
+	// decides as owner, none while traffic carries the echoes.
+	OwnerLeaseTTL time.Duration
 	// MaxRetries is how many times a hand-off (and, once leaving, a flush) is
 	// sent again, each after RequestTimeout, before it is given up and counted
 	// in Metrics.HandoffsDropped (or FlushItemsDropped). Default 4: a leave
@@ -159,6 +174,7 @@ func DefaultConfig() Config {
 		SweepInterval:    5 * time.Second,
 		HandoffWait:      time.Second,
 		FenceHold:        time.Second,
+		OwnerLeaseTTL:    2 * time.Second,
 		MaxRetries:       4,
 		FailedMemberTTL:  2 * time.Minute,
 		MaxClockOffset:   500 * time.Millisecond,
@@ -204,6 +220,10 @@ func (c Config) Validate() error {
 		return errors.New("sync: config: HandoffWait must not be negative")
 	case c.FenceHold < 0:
 		return errors.New("sync: config: FenceHold must not be negative")
+	case c.OwnerLeaseTTL <= 0:
+		return errors.New("sync: config: OwnerLeaseTTL must be positive")
+	case c.OwnerLeaseTTL < 2*c.RequestTimeout:
+		return fmt.Errorf("sync: config: OwnerLeaseTTL (%v) must be at least 2 x RequestTimeout (%v): a renewal needs two rounds", c.OwnerLeaseTTL, c.RequestTimeout)
 	case c.SweepInterval <= 0:
 		return errors.New("sync: config: SweepInterval must be positive")
 	case c.MaxRetries < 0:

@@ -19,23 +19,35 @@ import (
 //
 // So the partitions a membership change gives this node from a member that
 // failed (not one that left gracefully: that one handed its keys off) are
-// unconfirmed until this node has received an envelope, of any type, from
-// enough live peers after the change that
+// unconfirmed until enough live peers have echoed a reading of this node's
+// clock taken at or after the change (clock_echo_ns, ownerlease.go) that
 //
 //	(1 + peers heard since the change) * 2 > baseline
 //
 // (the quorum baseline of quorum.go): a majority of the baseline is seen to
 // be reachable from here now, not only counted live. At the change the node
-// sends every live peer an echo request (ClockProbe{echo}), which a peer
+// sends every live peer an echo request (ClockProbe{echo}, carrying a
+// reading and naming the failed members, taking_over), which a peer
 // answers at once, so a healthy failover is confirmed within one round
-// trip; while unconfirmed, the peers not heard from since are asked again
+// trip; while unconfirmed, the peers that have not echoed are asked again
 // every RequestTimeout (a request, or its answer, lost to a link that has
-// since healed). No timing is assumed: a node that never hears from a majority
+// since healed). A peer echoes the reading only after it took the request
+// in, and from then on echoes nothing to the members named (ownerlease.go):
+// the answers that confirm are also the promises that the old owner's
+// lease is not renewed through them. No timing is assumed: a node that never hears from a majority
 // never confirms, and learns meanwhile that it is a minority (then every
 // key goes by the policy anyway, quorum.go).
 //
-// While a partition is unconfirmed this node does not decide its keys as
-// owner: a local check goes by the request's partition policy, degraded, as
+// Confirmed, the partitions still wait OwnerLeaseTTL, and a sixteenth of
+// it for clock rates, before this node decides them as owner in owner and
+// leased mode (takingOver; cached mode, which no lease fences, decides them
+// once confirmed): the member
+// taken over may hold an ownership lease renewed just before the
+// confirmation, and its lease lapses within OwnerLeaseTTL of that renewal
+// (ownerlease.go). That wait is a failover's cost of the lease.
+//
+// While a partition is unconfirmed (or waits) this node does not decide its
+// keys as owner: a local check goes by the request's partition policy, degraded, as
 // when the owner is unreachable; a forwarded check is answered not-owner
 // (the sender applies its own rules, as for an orphaned partition); no
 // lease is granted on its keys and no debt is drained into them (charge.go).
@@ -46,15 +58,19 @@ import (
 // nil pointer).
 
 // confirmation is a view's unconfirmed takeover (see above). Unlike the
-// rest of a view it changes after the view is published: heard counts up
-// and parts becomes nil once confirmed.
+// rest of a view it changes after the view is published: heard counts up,
+// until is set once confirmed, and parts becomes nil once the wait is
+// over.
 type confirmation struct {
-	// parts holds the unconfirmed partitions; nil once confirmed.
+	// parts holds the unconfirmed partitions; nil once confirmed and
+	// OwnerLeaseTTL past (see above).
 	parts map[int]bool
-	// since is the Node's count of envelopes received (Node.heard) at the
-	// change: a peer whose last envelope came after it (peer.heard >
-	// since) has been heard since.
-	since uint64
+	// until is when the wait after the confirmation ends; zero while
+	// unconfirmed.
+	until time.Time
+	// reading is this node's clock at the change (Unix ns): a peer whose
+	// echo is at or after it has been heard since.
+	reading int64
 	// heard counts the live peers heard since the change.
 	heard int
 	// asked is when the echo requests were last sent (Node.askEcho).
@@ -65,6 +81,15 @@ type confirmation struct {
 // in v (see above).
 func (v *view) unconfirmed(key string) bool {
 	c := v.confirm
+	return c != nil && c.parts != nil && c.until.IsZero() && c.parts[v.ring.PartitionOf(key)]
+}
+
+// takingOver reports whether key's partition is a takeover in v not yet
+// decided here in owner and leased mode: unconfirmed, or confirmed less
+// than takeoverWait ago (see above). Cached mode, which no lease fences,
+// decides it once confirmed.
+func (v *view) takingOver(key string) bool {
+	c := v.confirm
 	return c != nil && c.parts != nil && c.parts[v.ring.PartitionOf(key)]
 }
 
@@ -73,7 +98,7 @@ func (v *view) unconfirmed(key string) bool {
 // in the quorum baseline's failed members, with old's unconfirmed
 // partitions that this node still owns. There are none on a minority side
 // (every key goes by the policy there) or on this node's first membership.
-func (n *Node) unconfirmedTakeovers(old, nv *view) *confirmation {
+func (n *Node) unconfirmedTakeovers(now time.Time, old, nv *view) *confirmation {
 	if old.ring == nil || nv.ring == nil || len(nv.lost) > 0 || n.leaving || !nv.ring.Has(n.cfg.Self) {
 		return nil
 	}
@@ -107,12 +132,19 @@ func (n *Node) unconfirmedTakeovers(old, nv *view) *confirmation {
 	if parts == nil {
 		return nil
 	}
-	c := &confirmation{parts: parts, since: n.heard}
-	if n.confirmed(c) {
-		return nil
-	}
+	c := &confirmation{parts: parts, reading: n.clk.now}
 	n.metrics.TakeoversUnconfirmed.Add(1)
+	if n.confirmed(c) {
+		c.until = now.Add(n.takeoverWait())
+	}
 	return c
+}
+
+// takeoverWait is how long a confirmed takeover waits before its
+// partitions are decided here: OwnerLeaseTTL and a sixteenth of it (see
+// above).
+func (n *Node) takeoverWait() time.Duration {
+	return n.cfg.OwnerLeaseTTL + n.cfg.OwnerLeaseTTL/leaseMarginDiv
 }
 
 // confirmed reports whether c's count of peers heard is a majority of the
@@ -121,41 +153,60 @@ func (n *Node) confirmed(c *confirmation) bool {
 	return (1+c.heard)*2 > n.currentQuorum().Baseline
 }
 
-// askEcho sends an echo request to every live peer of v not heard from
-// since the change, when v has an unconfirmed takeover: their answers
+// askEcho sends an echo request to every live peer of v that has not
+// echoed a reading taken since the change, when v has an unconfirmed takeover: their answers
 // confirm it (see above).
 func (n *Node) askEcho(now time.Time, v *view) {
 	c := v.confirm
-	if c == nil || c.parts == nil {
+	if c == nil || c.parts == nil || !c.until.IsZero() {
 		return
 	}
 	c.asked = now
+	names := n.takenOver()
 	for _, name := range v.names {
-		if p := v.peers[name]; p != nil && !p.gone && p.heard <= c.since {
-			n.send(name, clockProbeBody{echo: true})
+		if p := v.peers[name]; p != nil && !p.gone && p.echoIn < c.reading {
+			p.clk.stamped = 0 // the request carries a reading, which its answer echoes
+			n.send(name, clockProbeBody{echo: true, takingOver: names})
 		}
 	}
 }
 
 // tickConfirm asks again, every RequestTimeout, the peers not heard from
-// since v's unconfirmed takeover (see above).
+// since v's unconfirmed takeover, and ends the wait after its confirmation
+// (see above).
 func (n *Node) tickConfirm(now time.Time, v *view) {
-	if c := v.confirm; c != nil && c.parts != nil && now.Sub(c.asked) >= n.cfg.RequestTimeout {
+	c := v.confirm
+	switch {
+	case c == nil || c.parts == nil:
+	case !c.until.IsZero():
+		if !now.Before(c.until) {
+			c.parts = nil
+		}
+	case now.Sub(c.asked) >= n.cfg.RequestTimeout:
 		n.askEcho(now, v)
 	}
 }
 
-// heardFrom records an envelope received from p, a peer of v, and
-// confirms v's takeover once a majority of the baseline has been heard
-// from since the change (see above).
-func (n *Node) heardFrom(v *view, p *peer) {
-	n.heard++
+// heardFrom records p's echo rising from was to p.echoIn, p a live peer
+// of v, and confirms v's takeover once a majority of the baseline has
+// echoed a reading taken since the change (see above).
+func (n *Node) heardFrom(now time.Time, v *view, p *peer, was int64) {
 	c := v.confirm
-	if c != nil && c.parts != nil && p.heard <= c.since && v.peers[p.name] == p && !p.gone {
-		c.heard++
-		if n.confirmed(c) {
-			c.parts = nil
-		}
+	if c == nil || c.parts == nil || !c.until.IsZero() || was >= c.reading || p.echoIn < c.reading {
+		return
 	}
-	p.heard = n.heard
+	c.heard++
+	if n.confirmed(c) {
+		c.until = now.Add(n.takeoverWait())
+	}
+}
+
+// restartConfirm starts v's pending confirmation again from now (Unix ns),
+// this node's clock having stepped back: the echoes of the old epoch's
+// readings no longer count, and the new epoch's readings are below the old
+// change's.
+func (v *view) restartConfirm(now int64) {
+	if c := v.confirm; c != nil && c.parts != nil && c.until.IsZero() {
+		c.reading, c.heard, c.asked = now, 0, time.Time{}
+	}
 }

@@ -106,9 +106,12 @@ func TestSilentSplitTakeoverUnconfirmed(t *testing.T) {
 // TestCrashTakeoverConfirmedInOneRoundTrip: a crash of one member of 3 or
 // 5, every link up. The key's new owner asks every live peer for an echo
 // at the change; their answers, one round trip later, confirm the
-// takeover, and from then on it decides the key as owner: the only answer
-// the confirmation costs is the new owner's own check made in that round
-// trip (decided by the policy).
+// takeover. It then waits takeoverWait (OwnerLeaseTTL and a sixteenth:
+// the crashed owner's lease may have been renewed just before, see
+// ownerlease.go) and from then on decides the key as owner. Before the
+// lease, it decided from the confirmation on, and a check forwarded within
+// the round trip was held by its sender and admitted then; now every check
+// of the key before the wait is over goes by the policy (degraded).
 func TestCrashTakeoverConfirmedInOneRoundTrip(t *testing.T) {
 	for _, all := range [][]string{{"a", "b", "c"}, {"a", "b", "c", "d", "e"}} {
 		t.Run(fmt.Sprint(len(all)), func(t *testing.T) {
@@ -133,8 +136,8 @@ func TestCrashTakeoverConfirmedInOneRoundTrip(t *testing.T) {
 				t.Errorf("%s's check within the round trip: %+v, want rejected by the policy (degraded)", y, r)
 			}
 			// Another member's check, forwarded to y within the round
-			// trip: refused (not-owner), held by its sender (contest.go)
-			// and sent again once y has confirmed.
+			// trip: refused (not-owner), held by its sender (contest.go),
+			// and decided by its policy when y still refuses it.
 			other := live[0]
 			if other == y {
 				other = live[1]
@@ -144,10 +147,21 @@ func TestCrashTakeoverConfirmedInOneRoundTrip(t *testing.T) {
 			if n.view.unconfirmed(key) {
 				t.Fatalf("%s one round trip after the crash: still unconfirmed", y)
 			}
-			after := runOwnerLoad(t, nw, live, key, l, time.Second, nil)
-			if r := fwd.resps[0]; !fwd.done || r.Degraded || !r.Allowed || r.Owner != y {
-				t.Errorf("%s's check forwarded within the round trip: done %v, %+v; want admitted by %s, not degraded", other, fwd.done, r, y)
+			if !n.view.takingOver(key) {
+				t.Fatalf("%s one round trip after the crash: decides the key before the lease wait", y)
 			}
+			wait := n.takeoverWait()
+			during := runOwnerLoad(t, nw, live, key, l, wait/4, nil) // then runs 3 s: past the wait
+			if r := fwd.resps[0]; !fwd.done || !r.Degraded || r.Allowed {
+				t.Errorf("%s's check forwarded within the round trip: done %v, %+v; want rejected by the policy (degraded)", other, fwd.done, r)
+			}
+			if during.admitted != 0 || during.degraded != during.checks {
+				t.Errorf("during the lease wait: %d of %d admitted, %d degraded; want all degraded (fail-closed)", during.admitted, during.checks, during.degraded)
+			}
+			if n.view.takingOver(key) {
+				t.Fatalf("%s %v after the crash: still waiting", y, wait+3*time.Second)
+			}
+			after := runOwnerLoad(t, nw, live, key, l, time.Second, nil)
 			t.Logf("new owner %s: admitted %d before the crash, %d after (%v), %d degraded, %d errors",
 				y, first.admitted, after.admitted, after.byNode, after.degraded, after.errs)
 			wantServed(t, "after the round trip", after, n, y, 1)

@@ -185,13 +185,16 @@ func reserveOf(f *fence, capacity int64) int64 {
 }
 
 // fenceBlocks reports whether a decision of hits on key as owner must wait
-// for its fence (see above), asking for a backup when it must.
+// for its fence (see above), asking for a backup when it must, or for this
+// node's ownership lease (ownerlease.go), asking for echoes when it must.
 func (n *Node) fenceBlocks(now time.Time, v *view, r *check.Request) bool {
 	if r.Hits <= 0 || r.Limit.Algorithm == bucket.Concurrency {
 		return false
 	}
+	leased := n.wantLease(now, v) // ownerlease.go
 	f := n.fenceOn(v, r.Key)
-	if f == nil || f.spent+r.Hits <= f.bound {
+	fenced := f != nil && f.spent+r.Hits > f.bound
+	if leased && !fenced {
 		return false
 	}
 	s := n.st.shardOf(r.Key)
@@ -201,9 +204,14 @@ func (n *Node) fenceBlocks(now time.Time, v *view, r *check.Request) bool {
 			return false // rejected whatever the fence: a rejection drains nothing
 		}
 	}
-	f.want = max(f.want, r.Hits)
-	if f.promised < f.spent+r.Hits {
-		n.backupKeyNow(now, v, r.Key, r.Limit)
+	if !leased {
+		n.metrics.LeaseWaits.Add(1)
+	}
+	if fenced {
+		f.want = max(f.want, r.Hits)
+		if f.promised < f.spent+r.Hits {
+			n.backupKeyNow(now, v, r.Key, r.Limit)
+		}
 	}
 	return true
 }
@@ -226,8 +234,12 @@ func (n *Node) fenceSpent(now time.Time, v *view, key string, hits int64, l buck
 
 // fenceRoom returns how many tokens of key this node may drain as owner now
 // without waiting (for a lease grant), asking for a backup when that is
-// less than want; -1 when the key is not fenced.
+// less than want; -1 when the key is not fenced; 0 without the ownership
+// lease (ownerlease.go).
 func (n *Node) fenceRoom(now time.Time, v *view, key string, l bucket.Limit, want int64) int64 {
+	if !n.wantLease(now, v) {
+		return 0 // ownerlease.go: no grant without the lease
+	}
 	f := n.fenceOn(v, key)
 	if f == nil {
 		return -1

@@ -286,7 +286,8 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 // probe relayed for another node is answered not-owner and one of this
 // node's clients is decided by its partition policy.
 func (n *Node) decideHere(now time.Time, c uint32, v *view, it *fwdItem) {
-	if v.owner(it.req.Key) != n.cfg.Self || v.orphaned(it.req.Key) || v.unconfirmed(it.req.Key) {
+	if v.owner(it.req.Key) != n.cfg.Self || v.orphaned(it.req.Key) || v.unconfirmed(it.req.Key) ||
+		it.resp.Mode != check.ModeCached && v.takingOver(it.req.Key) {
 		it.here = false
 		n.degradeForward(now, c, it)
 		return
@@ -559,9 +560,10 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			// quorum.go: no member knows the key's state; the asking node
 			// applies its partition policy.
 			resp.Err = ErrNotOwner
-		case v.unconfirmed(it.Key):
+		case v.unconfirmed(it.Key) || it.Fenced && v.takingOver(it.Key):
 			// confirm.go: taken over from a failed member, and a majority
-			// not heard from since; the asking node applies its rules.
+			// not heard from since (or, owner and leased mode, not
+			// OwnerLeaseTTL since); the asking node applies its rules.
 			n.metrics.UnconfirmedChecks.Add(1)
 			resp.Err = ErrNotOwner
 		case v.owner(it.Key) != n.cfg.Self:

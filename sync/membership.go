@@ -151,10 +151,10 @@ func (n *Node) applyMembers(now time.Time) {
 		}
 		nv.peers[name] = p
 	}
-	nv.orphans = n.orphanedPartitions(nv)        // quorum.go
-	nv.confirm = n.unconfirmedTakeovers(old, nv) // confirm.go
-	n.awaitFormerOrphans(now, old, nv)           // quorum.go
-	n.restoreBackups(now, old, nv)               // backup.go: before checks see nv
+	nv.orphans = n.orphanedPartitions(nv)             // quorum.go
+	nv.confirm = n.unconfirmedTakeovers(now, old, nv) // confirm.go
+	n.awaitFormerOrphans(now, old, nv)                // quorum.go
+	n.restoreBackups(now, old, nv)                    // backup.go: before checks see nv
 	n.view = nv
 	n.moveKeys(now, old, nv)
 	n.handBackToLost(now, nv) // lostowner.go

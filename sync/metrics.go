@@ -103,4 +103,8 @@ type Metrics struct {
 	// local or forwarded, not decided here as owner meanwhile (decided by
 	// the policy, or answered not-owner).
 	TakeoversUnconfirmed, UnconfirmedChecks atomic.Int64
+	// LeaseEchoRequests counts the echo requests sent to renew this node's
+	// ownership lease; LeaseWaits the checks that found no lease and waited
+	// for its renewal (ownerlease.go).
+	LeaseEchoRequests, LeaseWaits atomic.Int64
 }

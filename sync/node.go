@@ -70,8 +70,8 @@ type Node struct {
 	// wide holds, per shard, the interest of owned keys while the view has
 	// more than inlineMembers members (interest.go).
 	wide [numShards]map[string]*wideSets
-	// heard counts the envelopes received from peers (confirm.go).
-	heard uint64
+	// lease is this node's ownership lease (ownerlease.go).
+	lease ownerLease
 }
 
 // view is one membership: a ring and the peers on it. It is never modified
@@ -148,9 +148,15 @@ type peer struct {
 	clk peerClock
 	// listed is set while the peer is in Node.busy.
 	listed bool
-	// heard is Node.heard when the last envelope from the peer was
-	// received (confirm.go); 0 before any.
-	heard uint64
+	// echoOut is the latest reading of the peer's clock received from it,
+	// echoSent the latest of those echoed back; echoIn the latest reading
+	// of this node's clock the peer echoed (ownerlease.go).
+	echoOut, echoSent, echoIn int64
+	// echoEpoch is the peer's clock epoch of echoOut (clock.go).
+	echoEpoch uint64
+	// withheldBy lists the members that named the peer as taken over:
+	// while any does, its clock readings are not echoed (ownerlease.go).
+	withheldBy []string
 
 	// The fields below are guarded by Node.mu.
 
@@ -222,7 +228,9 @@ func (n *Node) send(to string, body isBody) {
 // the transport.
 func (n *Node) sendEnvelope(to string, env *peerv1.Envelope) {
 	env.From, env.To, env.Incarnation = n.cfg.Self, to, n.cfg.Incarnation
-	n.stampClock(n.view.peers[to], env) // clock.go
+	p := n.view.peers[to]
+	n.stampClock(p, env) // clock.go
+	stampEcho(p, env)    // ownerlease.go
 	n.tr.Send(to, env)
 }
 
@@ -286,16 +294,17 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		return
 	}
 	p.downUntil = 0
-	n.heardFrom(v, p)              // confirm.go
 	n.observeClock(now, v, p, env) // clock.go: before any state is read
 	if prev := p.seenInc; env.Incarnation > prev {
 		p.seenInc = env.Incarnation
+		p.peerReborn() // ownerlease.go
 		if prev != 0 {
 			n.peerRestarted(v, p)
 			n.backupsPeerRestarted(now, v, p)
 		}
 		n.resendHandoffs(now, p, env) // membership.go: before env is answered
 	}
+	n.leaseFields(now, v, p, env) // ownerlease.go
 	switch b := env.Body.(type) {
 	case *peerv1.Envelope_Flush:
 		n.serveFlush(now, v, p, env.Incarnation, b.Flush)
@@ -319,6 +328,7 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		// measured by observeClock; an echo request is answered at once
 		// (confirm.go)
 		if b.ClockProbe.GetEcho() {
+			n.withhold(v, p.name, b.ClockProbe.GetTakingOver()) // ownerlease.go
 			n.send(p.name, clockProbeBody{})
 		}
 	default:
@@ -389,6 +399,7 @@ func (n *Node) Tick(now time.Time) {
 	n.tickCharges(now, v)
 	n.tickFenced(now, v)
 	n.tickConfirm(now, v) // confirm.go
+	n.tickLease(now, v)   // ownerlease.go
 	i, sweep := n.sweepDue(now)
 	if sweep {
 		n.sweepShard(now, i)

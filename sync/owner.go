@@ -154,7 +154,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		n.metrics.LeaseTokensRefused.Add(it.LeaseReturn - refund)
 	}
 	var granted int64
-	if it.LeaseWant > 0 && len(v.lost) == 0 && !v.orphaned(it.Key) && !v.unconfirmed(it.Key) { // a minority side grants nothing, nor an orphaned key (quorum.go), nor an unconfirmed one (confirm.go)
+	if it.LeaseWant > 0 && len(v.lost) == 0 && !v.orphaned(it.Key) && !v.takingOver(it.Key) { // a minority side grants nothing, nor an orphaned key (quorum.go), nor one taken over not OwnerLeaseTTL since its confirmation (confirm.go)
 		granted = n.grantLease(e, now, it)
 		p.recordGrant(it.Key, granted, now, n.grantMemory())
 		n.noteGrant(s, it.Key, p.name, granted, now) // leasecap.go

@@ -247,8 +247,11 @@ func (n *Node) SetMembership(now time.Time, live, failed []string) {
 	n.enter(now)
 	prev := n.members
 	n.members = slices.Clone(live)
+	was := n.takenOver()
 	n.quorum.update(now, n.cfg.FailedMemberTTL, prev, live, failed)
 	n.applyMembers(now)
+	n.relapse(n.view)                   // ownerlease.go: the peers or the baseline changed
+	n.announceReturns(now, n.view, was) // ownerlease.go
 }
 
 // SetExpected tells the node that it has not joined its cluster yet, and
@@ -279,6 +282,7 @@ func (n *Node) expireFailed(now time.Time) bool {
 		return false
 	}
 	n.applyMembers(now)
+	n.relapse(n.view) // ownerlease.go
 	return true
 }
 
@@ -393,7 +397,17 @@ func (n *Node) deposed(now time.Time, old, nv *view) map[int]awaitFrom {
 	if len(marks) == 0 {
 		return nil
 	}
-	n.dur.kept = nil
+	// The states kept at an earlier return and not taken back yet stay,
+	// for the keys this node still owns: a node back from a minority side
+	// twice (a flapping link) before deciding a key again lost them, and
+	// started the key on a fresh bucket (the fault checker's owner seed
+	// 624, once the ownership lease kept it from deciding between the two
+	// returns: +18.83).
+	for key := range n.dur.kept {
+		if nv.owner(key) != n.cfg.Self {
+			delete(n.dur.kept, key)
+		}
+	}
 	var keys []string
 	for i := range n.st.shards {
 		s := &n.st.shards[i]

@@ -30,13 +30,18 @@ import (
 //	BackupAck{seq}       <- kept
 //	ClockProbe{}         <> nothing but the envelope's clock fields, to a
 //	                        peer sent nothing else for a second (clock.go)
-//	ClockProbe{echo}     -> after taking over a failed member's partitions:
-//	                        answered at once with a ClockProbe{}, which
-//	                        confirms the takeover (confirm.go)
+//	ClockProbe{echo,     -> after taking over a failed member's partitions,
+//	  taking_over}          or to renew the ownership lease: answered at
+//	                        once with a ClockProbe{} echoing the request's
+//	                        reading, which confirms the takeover (confirm.go)
+//	                        and renews the lease (ownerlease.go); the
+//	                        members named are echoed nothing more
 //
 // Every envelope may carry the sender's clock, correction and measure of
 // the receiver (clock.go): bucket states in it are on the sender's cluster
-// time, which the receiver shifts to its own when they differ.
+// time, which the receiver shifts to its own when they differ. It may also
+// echo the latest reading of the receiver's clock the sender received
+// (clock_echo_ns): the receiver's ownership lease (ownerlease.go).
 //
 // One flush per pair is in flight at a time (stop-and-wait); it is sent
 // again with the same seq after RequestTimeout, and the owner applies each

@@ -207,9 +207,22 @@ type Envelope struct {
 	// clock_epoch changes when the sender's clock went back (a step of its
 	// host's clock): the receiver measures it again from scratch, as the
 	// measurements of the old epoch no longer hold.
-	ClockEpoch    uint64 `protobuf:"varint,44,opt,name=clock_epoch,json=clockEpoch,proto3" json:"clock_epoch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClockEpoch uint64 `protobuf:"varint,44,opt,name=clock_epoch,json=clockEpoch,proto3" json:"clock_epoch,omitempty"`
+	// clock_echo_ns, when not zero, is the latest clock_ns the sender has
+	// received from the receiver: a reading of the receiver's own clock,
+	// sent back. A node decides as a key's owner only while a majority of
+	// its quorum baseline (itself included) has echoed a reading of its
+	// clock taken less than OwnerLeaseTTL ago: its ownership lease
+	// (sync/ownerlease.go). A sender withholds it from a member its view
+	// counts failed, or that another member named as taken over. An older
+	// node never sets it.
+	ClockEchoNs int64 `protobuf:"varint,45,opt,name=clock_echo_ns,json=clockEchoNs,proto3" json:"clock_echo_ns,omitempty"`
+	// clock_echo_epoch is the clock_epoch that came with the reading echoed
+	// in clock_echo_ns: a reading taken before the receiver's clock stepped
+	// back is not read on its new clock.
+	ClockEchoEpoch uint64 `protobuf:"varint,46,opt,name=clock_echo_epoch,json=clockEchoEpoch,proto3" json:"clock_echo_epoch,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Envelope) Reset() {
@@ -395,6 +408,20 @@ func (x *Envelope) GetClockEpoch() uint64 {
 	return 0
 }
 
+func (x *Envelope) GetClockEchoNs() int64 {
+	if x != nil {
+		return x.ClockEchoNs
+	}
+	return 0
+}
+
+func (x *Envelope) GetClockEchoEpoch() uint64 {
+	if x != nil {
+		return x.ClockEchoEpoch
+	}
+	return 0
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -473,7 +500,13 @@ type ClockProbe struct {
 	// hears from its peers within a round trip, which confirms the takeover
 	// (sync/confirm.go). An older node ignores it and does not answer; the
 	// takeover is then confirmed by the next envelopes heard.
-	Echo          bool `protobuf:"varint,1,opt,name=echo,proto3" json:"echo,omitempty"`
+	Echo bool `protobuf:"varint,1,opt,name=echo,proto3" json:"echo,omitempty"`
+	// taking_over, in an echo request, names the failed members whose
+	// partitions the sender is taking over (sync/confirm.go): the receiver
+	// stops echoing their clock readings (clock_echo_ns) until its
+	// membership shows each of them again after a change, so that none
+	// renews its ownership lease through it once the takeover is confirmed.
+	TakingOver    []string `protobuf:"bytes,2,rep,name=taking_over,json=takingOver,proto3" json:"taking_over,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -513,6 +546,13 @@ func (x *ClockProbe) GetEcho() bool {
 		return x.Echo
 	}
 	return false
+}
+
+func (x *ClockProbe) GetTakingOver() []string {
+	if x != nil {
+		return x.TakingOver
+	}
+	return nil
 }
 
 // Limit mirrors bucket.Limit: the configuration of one key's bucket.
@@ -1632,7 +1672,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x1cringlimit/peer/v1/peer.proto\x12\x11ringlimit.peer.v1\"K\n" +
 	"\x0eDeliverRequest\x129\n" +
 	"\tenvelopes\x18\x01 \x03(\v2\x1b.ringlimit.peer.v1.EnvelopeR\tenvelopes\"\x11\n" +
-	"\x0fDeliverResponse\"\xd4\x06\n" +
+	"\x0fDeliverResponse\"\xa2\a\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12 \n" +
@@ -1657,11 +1697,15 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"clock_seen\x18+ \x01(\bR\tclockSeen\x12\x1f\n" +
 	"\vclock_epoch\x18, \x01(\x04R\n" +
-	"clockEpochB\x06\n" +
-	"\x04body\" \n" +
+	"clockEpoch\x12\"\n" +
+	"\rclock_echo_ns\x18- \x01(\x03R\vclockEchoNs\x12(\n" +
+	"\x10clock_echo_epoch\x18. \x01(\x04R\x0eclockEchoEpochB\x06\n" +
+	"\x04body\"A\n" +
 	"\n" +
 	"ClockProbe\x12\x12\n" +
-	"\x04echo\x18\x01 \x01(\bR\x04echo\"\xc7\x02\n" +
+	"\x04echo\x18\x01 \x01(\bR\x04echo\x12\x1f\n" +
+	"\vtaking_over\x18\x02 \x03(\tR\n" +
+	"takingOver\"\xc7\x02\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\rR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1b\n" +
