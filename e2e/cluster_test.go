@@ -126,7 +126,7 @@ func startCluster(t *testing.T, spec clusterSpec) *cluster {
 			c.skewed[i] = true
 		}
 		args = append(args, spec.create...)
-		args = append(args, "--network", c.client.name, "--ip", n.clientIP.String(), image,
+		args = append(args, "--network", c.client.name, "--ip", n.clientIP.String(), imageID,
 			"--name", n.name,
 			"--gossip-advertise-addr", netip.AddrPortFrom(c.ipOn(c.homes[n.home], i), gossipPort).String(),
 			"--seeds", strings.Join(seeds, ","), "--gossip-profile", "lan")

@@ -25,6 +25,12 @@ import (
 // image is the tag of the node's image that TestMain builds.
 const image = "ringlimit:e2e"
 
+// imageID is the ID of the image this test binary built: containers are
+// created from it, not from the tag, so that another run building the tag
+// meanwhile (another checkout's make e2e or make flood) cannot swap the
+// binary under this one.
+var imageID = image
+
 // runLabel labels every container and network this test binary creates; its
 // value is runID.
 const runLabel = "ringlimit.e2e.run"
@@ -119,6 +125,7 @@ func buildImage(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	imageID = id
 	if old != "" && old != id {
 		_, _ = docker(ctx, "image", "rm", old) // the previous build, now untagged
 	}
