@@ -132,6 +132,8 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 		{"ringlimit_deposed_keys_total", "Owned states dropped on the return from a minority side (the majority decided them meanwhile).", &c.DeposedKeys},
 		{"ringlimit_takeovers_unconfirmed_total", "Membership changes that gave this node a failed member's partitions, decided as owner only once a majority is heard from.", &c.TakeoversUnconfirmed},
 		{"ringlimit_unconfirmed_checks_total", "Checks of keys taken over from a failed member not decided as owner while no majority was heard from since.", &c.UnconfirmedChecks},
+		{"ringlimit_owner_lease_echo_requests_total", "Echo requests sent to peers to renew this node's ownership lease (a majority's echo of its clock within OwnerLeaseTTL).", &c.LeaseEchoRequests},
+		{"ringlimit_owner_lease_waits_total", "Checks that found this node without its ownership lease and waited for its renewal.", &c.LeaseWaits},
 	}
 }
 
