@@ -94,6 +94,9 @@ func (c *Cluster) startNode(i int32) error {
 		return err
 	}
 	cfg.Incarnation = c.rngMem.Uint64()
+	// A node started after the cluster's first nodes (a restart, or a
+	// join through seeds) starts into a cluster that ran before it.
+	cfg.Joining = s.gen > 0 || c.now > 0
 	s.gen++
 	s.now = c.now
 	n, err := rlsync.NewNode(cfg, &endpoint{c: c, idx: i, gen: s.gen})

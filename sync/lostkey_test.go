@@ -1,0 +1,105 @@
+package sync
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
+)
+
+// failClosed is the tweak of the tests below: the hand-off wait on, policy
+// fail-closed.
+func failClosed(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
+
+// rejoined is failClosed for a node started again (Config.Joining), with a
+// new incarnation.
+func rejoined(cfg *Config) { failClosed(cfg); cfg.Joining = true; cfg.Incarnation = 7 }
+
+// TestRestartedAloneStartsDrained: the only member restarts (the others
+// left gracefully before). Every state of its keys went with it; it
+// started them on full buckets and admitted a second burst (the fault
+// checker's seed 728: 3 nodes, n1 left, n3 restarted gracefully handing
+// its keys to n2, n2 crashed and restarted alone: +30.14 on k2).
+func TestRestartedAloneStartsDrained(t *testing.T) {
+	nw := newTestNet(t, failClosed, "a")
+	key := "key-1"
+	l := perHour(100)
+	first := runOwnerLoad(t, nw, []string{"a"}, key, l, 120*5*time.Millisecond, nil)
+	nw.nodes["a"] = nil
+	nw.now = nw.now.Add(time.Second)
+	a := nw.add("a", rejoined)
+	a.SetMembership(nw.now, []string{"a"}, nil)
+	after := runOwnerLoad(t, nw, []string{"a"}, key, l, 4*time.Second, nil)
+	t.Logf("admitted %d, then %d after the restart (%d degraded)", first.admitted, after.admitted, after.degraded)
+	if first.admitted != 100 {
+		t.Fatalf("admitted %d before the restart, want 100", first.admitted)
+	}
+	if total := first.admitted + after.admitted; total > 100 {
+		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
+	}
+}
+
+// TestRestartedOwnerAndHolderStartDrained: a key's owner crashes, then
+// the member holding its backups, before anyone saw the first fail. The
+// holder restarts seeing the owner failed (its partition orphaned, decided
+// by the policy), the owner restarts and awaits the holder's hand-off,
+// which has nothing: it started the key on a full bucket (the fault
+// checker's seeds 564 and 868: +2.0 and +15.0).
+func TestRestartedOwnerAndHolderStartDrained(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	nw := newTestNet(t, failClosed, members...)
+	key := keyMoving(t, "c", "b", members, []string{"a", "b"}) // c owns it, b holds its backups
+	l := perHour(100)
+	first := runOwnerLoad(t, nw, []string{"a"}, key, l, 120*5*time.Millisecond, nil)
+	nw.nodes["c"], nw.nodes["b"] = nil, nil
+	nw.now = nw.now.Add(time.Second)
+	b := nw.add("b", rejoined)
+	b.SetMembership(nw.now, []string{"a", "b"}, []string{"c"})
+	nw.nodes["a"].SetMembership(nw.now, []string{"a", "b"}, []string{"c"})
+	mid := runOwnerLoad(t, nw, []string{"a", "b"}, key, l, time.Second, nil)
+	c := nw.add("c", func(cfg *Config) { rejoined(cfg); cfg.Incarnation = 8 })
+	c.SetMembership(nw.now, members, nil)
+	nw.nodes["a"].SetMembership(nw.now, members, nil)
+	nw.nodes["b"].SetMembership(nw.now, members, nil)
+	after := runOwnerLoad(t, nw, members, key, l, 4*time.Second, nil)
+	t.Logf("admitted %d, %d with b back and c failed, %d with c back (%v, %d degraded)",
+		first.admitted, mid.admitted, after.admitted, after.byNode, after.degraded)
+	if first.admitted != 100 {
+		t.Fatalf("admitted %d before the crashes, want 100", first.admitted)
+	}
+	if total := first.admitted + mid.admitted + after.admitted; total > 100 {
+		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
+	}
+}
+
+// TestDrainedStartCost: what a key first checked right after a node's
+// start admits over 4 s at 50 per 5 s (rate 10/s), by how the node
+// started and its policy: drained as of the start only for a Joining node
+// under fail-closed (the rate over the time since the start, 40), a full
+// bucket otherwise (its burst and the rate, 90).
+func TestDrainedStartCost(t *testing.T) {
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 50, Period: 5 * time.Second}
+	for _, tc := range []struct {
+		name    string
+		joining bool
+		pol     check.Policy
+		want    int
+	}{
+		{"joining, fail-closed", true, check.PolicyFailClosed, 40},
+		{"new cluster, fail-closed", false, check.PolicyFailClosed, 90},
+		{"joining, local-share", true, check.PolicyLocalShare, 90},
+		{"joining, fail-open", true, check.PolicyFailOpen, 90},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nw := newTestNet(t, func(cfg *Config) {
+				withWait(cfg)
+				cfg.Policy, cfg.Joining = tc.pol, tc.joining
+			}, "a")
+			got := runOwnerLoad(t, nw, []string{"a"}, "key-1", l, 4*time.Second, nil)
+			if d := got.admitted - tc.want; d < -1 || d > 1 {
+				t.Errorf("admitted %d in 4 s, want %d (±1)", got.admitted, tc.want)
+			}
+		})
+	}
+}
