@@ -103,3 +103,60 @@ func TestDrainedStartCost(t *testing.T) {
 		})
 	}
 }
+
+// TestHandoffMergedIntoStateKeptForLostOwner: a member keeps a key's state
+// for its lost owner (lostowner.go) and is then handed a later state of
+// the key by another member, whose view gives the key to it. The owner in
+// its view is lost, so the hand-off became a cached view only; when the
+// owner came back it was handed the kept state, older and refilled, and
+// decided on it (the fault checker's owner seed 707: 3 nodes, n3 cut off
+// took k2 over, then lost its majority and kept k2 for n2; n2 left
+// gracefully, handing k2 to n1, which admitted on it, lost its majority in
+// turn and handed k2 to n3 at the heal; n3, which had not heard n2 leave,
+// handed its kept copy, full, to n2 when it restarted: +2.8).
+func TestHandoffMergedIntoStateKeptForLostOwner(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	nw := newTestNet(t, failClosed, members...)
+	key := keyMoving(t, "b", "c", members, []string{"a", "c"}) // b owns it, c holds its backups
+	if o := ownerOn(t, key, "a", "b"); o != "b" {
+		t.Fatalf("owner of %s on a, b: %s, want b", key, o)
+	}
+	l := perHour(100)
+	first := runOwnerLoad(t, nw, []string{"a"}, key, l, 30*5*time.Millisecond, nil)
+	// c is cut off: it takes the key over from its backup, then finds
+	// itself alone and keeps the key's state for b, lost.
+	nw.isolate("c")
+	nw.nodes["c"].SetMembership(nw.now, []string{"a", "c"}, []string{"b"})
+	nw.run(10 * time.Millisecond)
+	nw.nodes["c"].SetMembership(nw.now, []string{"c"}, []string{"a", "b"})
+	nw.nodes["a"].SetMembership(nw.now, []string{"a", "b"}, []string{"c"})
+	nw.nodes["b"].SetMembership(nw.now, []string{"a", "b"}, []string{"c"})
+	nw.run(2 * time.Second)
+	mid := runOwnerLoad(t, nw, []string{"a"}, key, l, 20*5*time.Millisecond, nil)
+	// b leaves gracefully, handing the key to a, which admits on it, then
+	// finds itself alone with c lost: the key is c's on its ring.
+	nw.nodes["b"].Leave(nw.now)
+	nw.run(time.Second)
+	nw.nodes["b"] = nil
+	nw.nodes["a"].SetMembership(nw.now, []string{"a"}, nil)
+	late := runOwnerLoad(t, nw, []string{"a"}, key, l, 20*5*time.Millisecond, nil)
+	nw.nodes["a"].SetMembership(nw.now, []string{"a"}, []string{"c"})
+	nw.run(time.Second)
+	// The cut heals: a hands the key to c, which never heard b leave.
+	nw.heal()
+	nw.nodes["a"].SetMembership(nw.now, []string{"a", "c"}, nil)
+	nw.nodes["c"].SetMembership(nw.now, []string{"a", "c"}, []string{"b"})
+	nw.run(time.Second)
+	// b restarts; c hands it what it kept for it.
+	b := nw.add("b", rejoined)
+	b.SetMembership(nw.now, members, nil)
+	nw.nodes["a"].SetMembership(nw.now, members, nil)
+	nw.nodes["c"].SetMembership(nw.now, members, nil)
+	nw.run(100 * time.Millisecond)
+	after := runOwnerLoad(t, nw, members, key, l, 4*time.Second, nil)
+	t.Logf("%s: admitted %d, %d with c cut off, %d by a after b left, %d after b's restart (%v, %d degraded)",
+		key, first.admitted, mid.admitted, late.admitted, after.admitted, after.byNode, after.degraded)
+	if total := first.admitted + mid.admitted + late.admitted + after.admitted; total > 100 {
+		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
+	}
+}

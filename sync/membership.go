@@ -372,6 +372,9 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 	s := n.st.shardOf(key)
 	h := n.st.hash(key)
 	e := s.m.get(h, key)
+	if !mine {
+		n.keepHandedForLost(now, v, key, b, demand) // lostowner.go
+	}
 	if e == nil && mine {
 		if k := n.keptState(key); k != nil && k.Merge(n.bt(now), b) == nil {
 			b = k // quorum.go: what this node had, merged with the hand-off
