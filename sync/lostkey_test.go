@@ -160,3 +160,42 @@ func TestHandoffMergedIntoStateKeptForLostOwner(t *testing.T) {
 		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
 	}
 }
+
+// TestNotOwnerAnswerFollowsTheHandoff: a restarted owner probes the
+// member that decided its key meanwhile; that member's hand-off to it is
+// lost on a link that drops messages silently, and its "not owner" answer
+// to a later probe arrives once the link is back, before the hand-off is
+// sent again (RequestTimeout later). The owner took the answer to mean
+// that the hand-off had come, and decided the key on a fresh bucket
+// (the fault checker's owner seed 900: n3's hand-off to n2, restarted,
+// dropped by a cut n3->n2; n2 admitted on its own bucket for 0.4 s: +1.1).
+func TestNotOwnerAnswerFollowsTheHandoff(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	nw := newTestNet(t, failClosed, members...)
+	key := keyMoving(t, "b", "c", members, []string{"a", "c"}) // b owns it, c takes it over without b
+	l := perHour(100)
+	// b leaves; c owns the key and spends it.
+	nw.nodes["b"].Leave(nw.now)
+	nw.run(time.Second)
+	nw.nodes["b"] = nil
+	nw.nodes["a"].SetMembers(nw.now, []string{"a", "c"})
+	nw.nodes["c"].SetMembers(nw.now, []string{"a", "c"})
+	first := runOwnerLoad(t, nw, []string{"a"}, key, l, 120*5*time.Millisecond, nil)
+	// b starts again (a new cluster node as far as it knows: no Joining);
+	// c's hand-off to it is dropped on the link c->b, cut for 20 ms.
+	nw.cut[[2]string{"c", "b"}] = true
+	b := nw.add("b", failClosed)
+	b.SetMembership(nw.now, members, nil)
+	nw.nodes["a"].SetMembers(nw.now, members)
+	nw.nodes["c"].SetMembers(nw.now, members)
+	nw.run(20 * time.Millisecond)
+	delete(nw.cut, [2]string{"c", "b"})
+	after := runOwnerLoad(t, nw, []string{"b"}, key, l, 4*time.Second, nil)
+	t.Logf("admitted %d, then %d with b back (%d degraded)", first.admitted, after.admitted, after.degraded)
+	if first.admitted != 100 {
+		t.Fatalf("admitted %d before b's restart, want 100", first.admitted)
+	}
+	if total := first.admitted + after.admitted; total > 100 {
+		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
+	}
+}

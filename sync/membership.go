@@ -463,6 +463,39 @@ func (n *Node) resendHandoffs(now time.Time, p *peer, env *peerv1.Envelope) {
 	}
 }
 
+// resendProbedHandoffs hands p again, at once and ahead of the answers
+// to f, the states of the keys f probes (checks relayed by a node
+// awaiting this node's hand-off, await.go) that are in p's unacknowledged
+// hand-offs. A "not owner" answer tells p that what this node had of the
+// key was handed to it before, on the same queue; but a hand-off lost on
+// the way (a link dropping messages silently) went again only after
+// RequestTimeout, and p, answered first, decided the key on a fresh
+// bucket (TestNotOwnerAnswerFollowsTheHandoff; the fault checker's owner
+// seed 900: n3's hand-off to n2, restarted, dropped by a cut n3->n2, n2
+// deciding alone for 0.4 s: +1.1). Only the probed keys go again, in a
+// hand-off of their own: a state merged twice keeps the most consumed, as
+// once.
+func (n *Node) resendProbedHandoffs(now time.Time, v *view, p *peer, f *peerv1.Forward) {
+	if len(p.hoOut) == 0 {
+		return
+	}
+	var again []*peerv1.KeyState
+	for _, it := range f.Items {
+		if !it.GetRelayed() {
+			continue
+		}
+		for _, b := range p.hoOut {
+			if i := slices.IndexFunc(b.msg.Items, func(ks *peerv1.KeyState) bool { return ks.GetKey() == it.Key }); i >= 0 {
+				again = append(again, b.msg.Items[i])
+				break
+			}
+		}
+	}
+	if len(again) > 0 {
+		n.sendHandoffs(now, v, map[*peer][]*peerv1.KeyState{p: again})
+	}
+}
+
 // tickHandoffs sends unacknowledged hand-offs again after
 // RequestTimeout, and gives up on one after MaxRetries (the new owner then
 // rebuilds those keys from the non-owners' reports).
