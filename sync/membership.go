@@ -218,7 +218,33 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 		}
 	}
 	n.handOnKept(nv, out)
+	n.followHandoffs(nv, out)
 	n.sendHandoffs(now, nv, out)
+}
+
+// followHandoffs adds to out the states of keys in unacknowledged
+// hand-offs to members of nv whose owner in nv is another live member: a
+// hand-off lost on the way (a link dropping messages silently) went again
+// only after RequestTimeout, to its first receiver, which passed it on,
+// while the key's new owner decided it on another state: a member back
+// from a cut handed the joiner that took the key its own state of before
+// the cut (TestHandoffInFlightFollowsTheKey; the fault checker's owner
+// seed 407: +3.8). The new owner merges each state keeping the most
+// consumed, so one received twice counts once.
+func (n *Node) followHandoffs(nv *view, out map[*peer][]*peerv1.KeyState) {
+	for _, name := range nv.names {
+		p := nv.peers[name]
+		if p == nil {
+			continue
+		}
+		for _, b := range p.hoOut {
+			for _, ks := range b.msg.Items {
+				if q := nv.peers[nv.owner(ks.GetKey())]; q != nil && q != p && !q.gone {
+					out[q] = append(out[q], ks) // never modified: shared
+				}
+			}
+		}
+	}
 }
 
 // handOnKept adds to out the kept states (quorum.go, keptState) of keys
