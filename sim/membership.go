@@ -119,6 +119,7 @@ func (c *Cluster) startNode(i int32) error {
 		s.heardLeave[j] = o.graceful // its seed tells it who left
 	}
 	s.n.SetMembership(c.clockOf(s, c.now), c.view(s), c.failedView(s))
+	c.traceNode(s, c.now, "start")
 	ev := s.q.newEvent()
 	ev.at, ev.kind, ev.a, ev.gen = c.now+c.rngMem.Int64N(c.tick), evTick, i, s.gen
 	s.q.push(ev)
@@ -134,6 +135,7 @@ func (c *Cluster) stopNode(i int32) {
 		return
 	}
 	s.state, s.n = stateDown, nil
+	c.traceNode(s, c.now, "stop")
 	s.gen++
 	c.loseRequests(s)
 	c.reviewMembership()
@@ -153,6 +155,7 @@ func (c *Cluster) leaveNode(i int32) {
 	}
 	s.state, s.leaveAt, s.now = stateLeaving, c.now, c.now
 	s.n.Leave(c.clockOf(s, c.now))
+	c.traceNode(s, c.now, "leave")
 	c.checkLeave(s)
 }
 
@@ -241,6 +244,7 @@ func (c *Cluster) viewChange(s *simNode, ev *event) {
 	s.believed[ev.b] = s.target[ev.b]
 	s.viewChanges++
 	s.n.SetMembership(c.clockOf(s, s.now), c.view(s), c.failedView(s))
+	c.traceNode(s, s.now, "view")
 }
 
 // left reports whether o is gone by a graceful leave that s heard of
