@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -182,6 +183,22 @@ func (r *CheckResult) Failed() bool { return len(r.Violations) > 0 || r.Anomalie
 
 // Check runs schedule s under mode m and checks every key over every span.
 func Check(spec CheckSpec, m CheckMode, s Schedule) (*CheckResult, error) {
+	return runCheck(spec, m, s, nil, 0)
+}
+
+// CheckTrace is Check that also writes the story of one key (an index of
+// the workload's keys, "k2" is 2) to w as the run goes (Cluster.SetTrace):
+// the method of consistency.md's "Not met yet", replaying a minimal
+// schedule with a trace of one key's owners.
+func CheckTrace(spec CheckSpec, m CheckMode, s Schedule, key int, w io.Writer) (*CheckResult, error) {
+	if w == nil {
+		return nil, fmt.Errorf("%w: trace of k%d: no writer", ErrScenario, key)
+	}
+	return runCheck(spec, m, s, w, key)
+}
+
+// runCheck is Check, traced to w when w is not nil.
+func runCheck(spec CheckSpec, m CheckMode, s Schedule, w io.Writer, key int) (*CheckResult, error) {
 	sc, err := s.Scenario(spec, m)
 	if err != nil {
 		return nil, err
@@ -192,6 +209,11 @@ func Check(spec CheckSpec, m CheckMode, s Schedule) (*CheckResult, error) {
 	}
 	if err := c.SetInterleave(spec.Interleave); err != nil {
 		return nil, err
+	}
+	if w != nil {
+		if err := c.SetTrace(w, key); err != nil {
+			return nil, err
+		}
 	}
 	c.adm = newAdmissionLog(sc.Workload.Keys)
 	r, err := c.Run(nil)

@@ -142,6 +142,8 @@ type Cluster struct {
 	// adm, when set (the fault checker's runs), logs every admission with
 	// its instant, per key (envelope.go).
 	adm *admissionLog
+	// tr, when set, writes one key's story (trace.go, SetTrace).
+	tr *tracer
 
 	requests int64
 	progress func(Progress)

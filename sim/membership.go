@@ -51,6 +51,13 @@ type simNode struct {
 	// pairGen a generation that invalidates scheduled view changes.
 	believed, target []bool
 	pairGen          []uint32
+	// heardLeave, by subject index, is set when this node heard that
+	// subject's last graceful leave: it could reach the leaver, directly or
+	// through a third member, when the leave was announced (or it started
+	// after it, and its seed told it). One that could not sees the leaver
+	// fail instead, as memberlist reports a member whose leave never
+	// reached it (its leaving metadata unseen: peer's NotifyLeave).
+	heardLeave []bool
 
 	// nodeRun is what the node touches while the nodes of a window run.
 	nodeRun
@@ -78,6 +85,7 @@ func (c *Cluster) addNode(weight float64) int32 {
 			o.believed = append(o.believed, false)
 			o.target = append(o.target, false)
 			o.pairGen = append(o.pairGen, 0)
+			o.heardLeave = append(o.heardLeave, false)
 		}
 	}
 	c.wl.reweigh(c.nodes)
@@ -94,6 +102,9 @@ func (c *Cluster) startNode(i int32) error {
 		return err
 	}
 	cfg.Incarnation = c.rngMem.Uint64()
+	// A node started after the cluster's first nodes (a restart, or a
+	// join through seeds) starts into a cluster that ran before it.
+	cfg.Joining = s.gen > 0 || c.now > 0
 	s.gen++
 	s.now = c.now
 	n, err := rlsync.NewNode(cfg, &endpoint{c: c, idx: i, gen: s.gen})
@@ -101,12 +112,14 @@ func (c *Cluster) startNode(i int32) error {
 		return fmt.Errorf("sim: starting %s: %w", s.name, err)
 	}
 	s.n, s.state, s.graceful, s.restartAfter = n, stateUp, false, -1
-	for j := range c.nodes {
+	for j, o := range c.nodes {
 		a := c.actual(int(i), j)
 		s.believed[j], s.target[j] = a, a
 		s.pairGen[j]++
+		s.heardLeave[j] = o.graceful // its seed tells it who left
 	}
 	s.n.SetMembership(c.clockOf(s, c.now), c.view(s), c.failedView(s))
+	c.traceNode(s, c.now, "start")
 	ev := s.q.newEvent()
 	ev.at, ev.kind, ev.a, ev.gen = c.now+c.rngMem.Int64N(c.tick), evTick, i, s.gen
 	s.q.push(ev)
@@ -122,6 +135,7 @@ func (c *Cluster) stopNode(i int32) {
 		return
 	}
 	s.state, s.n = stateDown, nil
+	c.traceNode(s, c.now, "stop")
 	s.gen++
 	c.loseRequests(s)
 	c.reviewMembership()
@@ -141,6 +155,7 @@ func (c *Cluster) leaveNode(i int32) {
 	}
 	s.state, s.leaveAt, s.now = stateLeaving, c.now, c.now
 	s.n.Leave(c.clockOf(s, c.now))
+	c.traceNode(s, c.now, "leave")
 	c.checkLeave(s)
 }
 
@@ -150,6 +165,11 @@ func (c *Cluster) leaveNode(i int32) {
 func (c *Cluster) checkLeave(s *simNode) {
 	if s.state != stateLeaving || (!s.n.HandedOff() && c.now-s.leaveAt < int64(c.sc.Membership.LeaveTimeout)) {
 		return
+	}
+	for _, o := range c.nodes {
+		if o.running() {
+			o.heardLeave[s.idx] = c.actual(int(o.idx), int(s.idx))
+		}
 	}
 	s.state, s.graceful = stateDeparted, true
 	c.reviewMembership()
@@ -203,7 +223,7 @@ func (c *Cluster) reviewMembership() {
 			s.target[j] = a
 			s.pairGen[j]++
 			d := int64(m.Notify)
-			if !a && !(o.graceful && !o.present()) {
+			if !a && !s.left(o) {
 				d = int64(m.Detect)
 			}
 			if m.Spread > 0 {
@@ -224,6 +244,13 @@ func (c *Cluster) viewChange(s *simNode, ev *event) {
 	s.believed[ev.b] = s.target[ev.b]
 	s.viewChanges++
 	s.n.SetMembership(c.clockOf(s, s.now), c.view(s), c.failedView(s))
+	c.traceNode(s, s.now, "view")
+}
+
+// left reports whether o is gone by a graceful leave that s heard of
+// (heardLeave): s then sees it leave, not fail.
+func (s *simNode) left(o *simNode) bool {
+	return o.graceful && !o.present() && s.heardLeave[o.idx]
 }
 
 // view returns the members s believes in, itself included.
@@ -238,12 +265,14 @@ func (c *Cluster) view(s *simNode) []string {
 }
 
 // failedView returns the nodes s does not believe in that did not leave
-// gracefully: crashed, or out of its reach (a cut). The Node keeps those
-// it had seen in its quorum baseline; a graceful leave is not a failure.
+// gracefully as far as s heard (left): crashed, out of its reach (a cut),
+// or gone by a leave announced while s could not reach them. The Node
+// keeps those it had seen in its quorum baseline; a graceful leave it
+// heard of is not a failure.
 func (c *Cluster) failedView(s *simNode) []string {
 	var f []string
 	for j, b := range s.believed {
-		if o := c.nodes[j]; !b && j != int(s.idx) && !(o.graceful && !o.present()) {
+		if o := c.nodes[j]; !b && j != int(s.idx) && !s.left(o) {
 			f = append(f, o.name)
 		}
 	}

@@ -171,3 +171,33 @@ func TestWorkloadBurstsAndHits(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaveAcrossACutIsAFailure: a member cut off from a node when that
+// node's leave is announced (it cannot reach it, directly or through a
+// third member) never hears the leave and sees the node fail, as
+// memberlist reports a member whose leaving metadata it never saw; the
+// members on the leaver's side see it leave. Before, every member was
+// told of the leave (n3 and n4 counted only n2 failed).
+func TestLeaveAcrossACutIsAFailure(t *testing.T) {
+	c, err := NewCluster(quiet(4,
+		Event{At: sec(1), Action: "partition", Groups: [][]string{{"n1", "n2"}, {"n3", "n4"}}},
+		Event{At: sec(1.5), Action: "leave", Node: "n1"},
+	), Variant{Mode: rlcheck.ModeCached}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.runUntil(int64(sec(8)))
+	if s := c.nodes[0]; s.running() {
+		t.Fatalf("n1 still running at 8s: its leave did not end")
+	}
+	for i, want := range []string{"-", "n3,n4", "n1,n2", "n1,n2"} {
+		s := c.nodes[i]
+		got := "-"
+		if s.running() {
+			got = strings.Join(c.failedView(s), ",")
+		}
+		if got != want {
+			t.Errorf("at 8s, %s's failed members: got %s, want %s", s.name, got, want)
+		}
+	}
+}

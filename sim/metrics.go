@@ -93,11 +93,15 @@ type decision struct {
 	err      bool // the node answered with an error
 	degraded bool
 	allowed  bool
+	// remaining and owner are the answer's, for the trace (trace.go).
+	remaining int64
+	owner     string
 }
 
 // newDecision records the answer r to request p, given at instant at.
 func newDecision(p *pending, r *check.Response, at int64) decision {
-	return decision{win: p.win, key: p.key, hits: p.hits, at: at, err: r.Err != nil, degraded: r.Degraded, allowed: r.Allowed}
+	return decision{win: p.win, key: p.key, hits: p.hits, at: at, err: r.Err != nil, degraded: r.Degraded, allowed: r.Allowed,
+		remaining: r.Remaining, owner: r.Owner}
 }
 
 // traffic counts the messages a node sent in one window, and their bytes.

@@ -247,6 +247,7 @@ func (c *Cluster) settle() {
 		s.out = s.out[:0]
 		for i := range s.decisions {
 			c.met.decided(int(s.idx), &s.decisions[i])
+			c.traceDecision(s, &s.decisions[i]) // trace.go
 			if c.adm != nil {
 				c.adm.add(&s.decisions[i])
 			}

@@ -377,7 +377,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 			n.capLeased(s, key, e.b, now) // leasecap.go
 			return e, reconf, err
 		}
-		if e, _, err = newKeyedEntry(key, l, n.bt(now), c); err != nil {
+		if e, err = n.newOwnedBucketEntry(key, l, n.bt(now), c); err != nil { // lostkey.go
 			return nil, false, err
 		}
 		e.makeOwned()

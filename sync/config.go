@@ -17,6 +17,18 @@ type Config struct {
 	// the start time in nanoseconds, or a random number). Peers use it to tell
 	// a restarted node's sequence numbers from the old ones.
 	Incarnation uint64
+	// Joining tells the node that it starts into a cluster that may have
+	// run before it, a previous life of this node among its members (it
+	// was restarted, or started with seeds), rather than starting a new
+	// cluster. With Policy fail-closed, a key this node owns and starts
+	// from no state (no hand-off, backup or kept state of it came) then
+	// starts drained as of the node's start, refilling at its rate,
+	// instead of full (lostkey.go): the state its previous life spent may
+	// be held by no member. The cost: such a key admits at most its rate
+	// over the time since the start, not its burst, until it has refilled
+	// (capacity / rate after the start). False for the first nodes of a
+	// new cluster.
+	Joining bool
 	// Mode is the consistency mode of requests that ask for ModeDefault.
 	Mode check.Mode
 	// Policy is the partition policy of requests that ask for PolicyDefault.

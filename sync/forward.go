@@ -481,6 +481,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 	if dup {
 		return // sent again while the answer was on its way
 	}
+	n.resendProbedHandoffs(now, v, p, f) // membership.go: ahead of the answers
 	// The reply and its envelope share one allocation, the answers'
 	// wire forms one more. An answer decided here is written into its wire
 	// form at once; one that waits on another node (relayed on) gets a

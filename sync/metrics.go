@@ -97,6 +97,9 @@ type Metrics struct {
 	// minority side: the majority decided those keys meanwhile, and their
 	// states come back by hand-off (quorum.go, deposed).
 	DeposedKeys atomic.Int64
+	// DrainedStarts counts keys a Joining node started to own drained as
+	// of its start, not full: no member sent their state (lostkey.go).
+	DrainedStarts atomic.Int64
 	// TakeoversUnconfirmed counts the membership changes that gave this
 	// node partitions of a failed member to be confirmed by a majority
 	// heard from (confirm.go); UnconfirmedChecks the checks of their keys,

@@ -72,6 +72,9 @@ type Node struct {
 	wide [numShards]map[string]*wideSets
 	// lease is this node's ownership lease (ownerlease.go).
 	lease ownerLease
+	// started is the instant of the first membership, on cluster time
+	// (lostkey.go); zero before it.
+	started time.Time
 }
 
 // view is one membership: a ring and the peers on it. It is never modified

@@ -245,6 +245,7 @@ func (n *Node) currentQuorum() Quorum {
 // SetMembership(now, live, nil): every departure counts as a leave.
 func (n *Node) SetMembership(now time.Time, live, failed []string) {
 	n.enter(now)
+	n.noteStart(now) // lostkey.go
 	prev := n.members
 	n.members = slices.Clone(live)
 	was := n.takenOver()

@@ -12,6 +12,7 @@
 //	go run ./cmd/simcheck -n 1000                         # make sim-check
 //	go run ./cmd/simcheck -mode owner/fail-closed -seed 19 -n 1
 //	go run ./cmd/simcheck -schedule failing.json -mode leased/fail-closed
+//	go run ./cmd/simcheck -schedule failing.json -mode owner/fail-closed -shrink 0 -trace k2
 //
 // It exits 1 when a schedule failed, 2 on a usage or run error.
 package main
@@ -24,6 +25,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,10 +49,10 @@ func isTerminal(f *os.File) bool {
 
 // config holds the parsed flags.
 type config struct {
-	modes, schedule, format string
-	seed                    uint64
-	n, parallel, shrink     int
-	duration, maxOffset     time.Duration
+	modes, schedule, format, trace string
+	seed                           uint64
+	n, parallel, shrink            int
+	duration, maxOffset            time.Duration
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
@@ -67,6 +69,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		"largest clock offset a schedule gives a node, either way (default: the nodes' bound, sync.Config.MaxClockOffset; 0 draws none; beyond the bound the check sees its effect)")
 	fs.StringVar(&c.schedule, "schedule", "", "check the schedule in this JSON file (as a failure prints it) instead of drawing seeds")
 	fs.StringVar(&c.format, "format", "text", "output: text, or json (every result)")
+	fs.StringVar(&c.trace, "trace", "", "write the story of this key (k0, k1, ...) to stderr: each node's views and the key's owner in them, starts, stops, leaves, and every admission or policy decision of the key with its owner and the tokens left; one mode, and -schedule or -n 1")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -79,6 +82,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-format %q: want text or json", c.format)
 	case c.shrink < 0 || c.parallel < 0 || c.duration < 0 || c.maxOffset < 0:
 		return c, errors.New("-shrink, -parallel, -duration and -max-offset must not be negative")
+	case c.trace != "" && c.schedule == "" && c.n != 1:
+		return c, fmt.Errorf("-trace %s: one schedule at a time (-schedule, or -n 1)", c.trace)
 	}
 	if c.parallel == 0 {
 		c.parallel = runtime.GOMAXPROCS(0)
@@ -104,13 +109,19 @@ func run(args []string, stdout, stderr io.Writer, tty bool) (int, error) {
 	spec.MaxOffset = c.maxOffset
 	var results []*sim.CheckResult
 	var scheds []sim.Schedule
-	if c.schedule != "" {
-		s, err := readSchedule(c.schedule)
+	if c.schedule != "" || c.trace != "" {
+		s := sim.NewSchedule(spec, c.seed)
+		if c.schedule != "" {
+			if s, err = readSchedule(c.schedule); err != nil {
+				return 2, err
+			}
+		}
+		check, err := checkOne(c.trace, modes, stderr)
 		if err != nil {
 			return 2, err
 		}
 		for _, m := range modes {
-			r, err := sim.Check(spec, m, s)
+			r, err := check(spec, m, s)
 			if err != nil {
 				return 2, err
 			}
@@ -172,6 +183,24 @@ func run(args []string, stdout, stderr io.Writer, tty bool) (int, error) {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+// checkOne returns the function that checks one schedule: sim.Check, or
+// with a trace of key ("k2") to w, sim.CheckTrace, which takes one mode.
+func checkOne(key string, modes []sim.CheckMode, w io.Writer) (func(sim.CheckSpec, sim.CheckMode, sim.Schedule) (*sim.CheckResult, error), error) {
+	if key == "" {
+		return sim.Check, nil
+	}
+	k, err := strconv.Atoi(strings.TrimPrefix(key, "k"))
+	if err != nil || !strings.HasPrefix(key, "k") || k < 0 {
+		return nil, fmt.Errorf("-trace %q: want a key k0, k1, ...", key)
+	}
+	if len(modes) != 1 {
+		return nil, fmt.Errorf("-trace %s: one mode at a time (-mode), not %d", key, len(modes))
+	}
+	return func(spec sim.CheckSpec, m sim.CheckMode, s sim.Schedule) (*sim.CheckResult, error) {
+		return sim.CheckTrace(spec, m, s, k, w)
+	}, nil
 }
 
 // modeOf returns the mode of modes whose String is name.

@@ -58,3 +58,35 @@ func TestScheduleFile(t *testing.T) {
 		t.Errorf("a schedule with an unknown fault: exit %d, error %v; want 2 and an error", code, err)
 	}
 }
+
+// TestTrace: -trace k writes one key's story to stderr, the same bytes
+// twice, and the summary to stdout as without it; it takes one schedule
+// and one mode, and a key named k0, k1, ...
+func TestTrace(t *testing.T) {
+	args := []string{"-seed", "4", "-n", "1", "-duration", "10s", "-mode", "owner/fail-closed", "-shrink", "0", "-trace", "k1"}
+	c1, out1, e1 := checkRun(t, false, args...)
+	c2, out2, e2 := checkRun(t, false, args...)
+	if c1 != c2 || out1 != out2 || e1 != e2 {
+		t.Errorf("two traced runs differ (exit %d and %d)", c1, c2)
+	}
+	for _, want := range []string{" n1 view: live n1,", "; owner of k1 n", " k1 admitted 1 (owner n"} {
+		if !strings.Contains(e1, want) {
+			t.Errorf("trace has no %q:\n%.2000s", want, e1)
+		}
+	}
+	_, plain, _ := checkRun(t, false, args[:len(args)-2]...)
+	if plain != out1 {
+		t.Errorf("stdout with -trace differs from without:\n%s\n----\n%s", out1, plain)
+	}
+	for _, bad := range [][]string{
+		{"-n", "2", "-trace", "k1"},
+		{"-n", "1", "-trace", "x1"},
+		{"-n", "1", "-trace", "k99", "-mode", "owner/fail-closed"},
+		{"-n", "1", "-trace", "k1", "-mode", "owner/fail-closed,leased/fail-closed"},
+	} {
+		var o, e bytes.Buffer
+		if code, err := run(append([]string{"-duration", "10s"}, bad...), &o, &e, false); err == nil || code != 2 {
+			t.Errorf("simcheck %v: exit %d, error %v; want 2 and an error", bad, code, err)
+		}
+	}
+}
