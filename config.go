@@ -465,6 +465,9 @@ func (c Config) syncConfig() rlsync.Config {
 	s := c.Sync
 	s.Self = c.Name
 	s.MaxKeyLen = c.coreMaxKeyLen()
+	// A node given seeds joins a cluster that may have run before it, a
+	// previous life of its own among the members (sync.Config.Joining).
+	s.Joining = s.Joining || len(c.Gossip.Seeds) > 0
 	return s
 }
 

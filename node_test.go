@@ -19,7 +19,8 @@ import (
 )
 
 // TestSyncConfigChangesOnlyWhatTheNodeDerives: the core gets every field
-// of Config.Sync as set, and Self and MaxKeyLen from Name and MaxKeyLen.
+// of Config.Sync as set, and Self and MaxKeyLen from Name and MaxKeyLen
+// (Joining, set by seeds, in TestSyncConfigJoiningFromSeeds).
 func TestSyncConfigChangesOnlyWhatTheNodeDerives(t *testing.T) {
 	c := DefaultConfig()
 	c.Name, c.API.MaxKeyLen = "n7", 200
@@ -32,6 +33,26 @@ func TestSyncConfigChangesOnlyWhatTheNodeDerives(t *testing.T) {
 	got.Self, got.MaxKeyLen = c.Sync.Self, c.Sync.MaxKeyLen
 	if !reflect.DeepEqual(got, c.Sync) {
 		t.Errorf("the core's config differs from Config.Sync beyond Self and MaxKeyLen:\n got %+v\nwant %+v", got, c.Sync)
+	}
+}
+
+// TestSyncConfigJoiningFromSeeds: a node started with seeds tells its core
+// it joins a cluster that may have run before it (a restart: the state its
+// previous life spent may be held by no member, sync/lostkey.go); one
+// without starts a new cluster, unless Config.Sync says otherwise.
+func TestSyncConfigJoiningFromSeeds(t *testing.T) {
+	c := DefaultConfig()
+	if c.syncConfig().Joining {
+		t.Error("a node without seeds is Joining")
+	}
+	c.Sync.Joining = true
+	if !c.syncConfig().Joining {
+		t.Error("Sync.Joining set by the embedder was dropped")
+	}
+	c.Sync.Joining = false
+	c.Gossip.Seeds = []string{"10.0.0.1:7946"}
+	if !c.syncConfig().Joining {
+		t.Error("a node with seeds is not Joining")
 	}
 }
 

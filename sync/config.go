@@ -27,7 +27,10 @@ type Config struct {
 	// be held by no member. The cost: such a key admits at most its rate
 	// over the time since the start, not its burst, until it has refilled
 	// (capacity / rate after the start). False for the first nodes of a
-	// new cluster.
+	// new cluster. A node started by ringlimit.Start is Joining when it
+	// is given seeds (Gossip.Seeds): every node of a cluster but the first
+	// is, at a cold start too, so under fail-closed the keys they own
+	// start drained for one refill after a cold start as well.
 	Joining bool
 	// Mode is the consistency mode of requests that ask for ModeDefault.
 	Mode check.Mode
