@@ -22,6 +22,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -88,6 +90,71 @@ func (c *cluster) nodeMetrics(i int, names ...string) (map[string]float64, error
 		}
 	}
 	return out, sc.Err()
+}
+
+// nodeHistogram returns the cumulative buckets of node i's histogram name
+// whose labels, but for le, are labels (`input="check"`), by upper bound
+// in seconds.
+func (c *cluster) nodeHistogram(i int, name, labels string) (map[float64]float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	url := fmt.Sprintf("http://%s:%d/metrics", c.nodes[i].clientIP, httpPort)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	prefix := name + "_bucket{" + labels + `,le="`
+	out := map[float64]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		le, val, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		bound, err1 := strconv.ParseFloat(le, 64)
+		v, err2 := strconv.ParseFloat(val, 64)
+		if err1 == nil && err2 == nil {
+			out[bound] = v
+		}
+	}
+	if len(out) == 0 && sc.Err() == nil {
+		return nil, fmt.Errorf("%s: no series %s{%s}", c.nodes[i].name, name, labels)
+	}
+	return out, sc.Err()
+}
+
+// histQuantile returns the upper bound of the bucket that holds the
+// q-quantile of what after counted beyond before (cumulative buckets from
+// nodeHistogram), and that count.
+func histQuantile(before, after map[float64]float64, q float64) (time.Duration, float64) {
+	bounds := slices.Sorted(maps.Keys(after))
+	total := after[math.Inf(1)] - before[math.Inf(1)]
+	for _, b := range bounds {
+		if after[b]-before[b] >= q*total {
+			return time.Duration(b * float64(time.Second)), total
+		}
+	}
+	return 0, total
+}
+
+// loadAverage returns this machine's load average over the last minute.
+func loadAverage() float64 {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f, _ := strconv.ParseFloat(strings.Fields(string(raw))[0], 64)
+	return f
 }
 
 // memorySeries are the series the tests read.
@@ -321,10 +388,45 @@ func TestKeyFlood(t *testing.T) {
 	var by bystander
 	done := make(chan struct{})
 	go func() { defer close(done); by.run(ctx, c, 1, 10*time.Millisecond) }()
+	const (
+		waitSeries = "ringlimit_core_queue_wait_seconds"
+		callSeries = "ringlimit_check_duration_seconds"
+	)
+	// n2's queue waits and call durations (only the bystander calls n2),
+	// read at the start and the end of each phase.
+	type n2Hists struct{ check, peer, call map[float64]float64 }
+	readN2 := func() n2Hists {
+		var h n2Hists
+		var errs [3]error
+		h.check, errs[0] = c.nodeHistogram(1, waitSeries, `input="check"`)
+		h.peer, errs[1] = c.nodeHistogram(1, waitSeries, `input="peer"`)
+		h.call, errs[2] = c.nodeHistogram(1, callSeries, `api="grpc"`)
+		for _, err := range errs {
+			if err != nil {
+				t.Logf("n2's histograms: %v", err)
+			}
+		}
+		return h
+	}
+	logN2 := func(phase string, from, to n2Hists) {
+		cw, cn := histQuantile(from.check, to.check, 0.99)
+		cw50, _ := histQuantile(from.check, to.check, 0.5)
+		pw, pn := histQuantile(from.peer, to.peer, 0.99)
+		pw50, _ := histQuantile(from.peer, to.peer, 0.5)
+		dw, dn := histQuantile(from.call, to.call, 0.99)
+		dw50, _ := histQuantile(from.call, to.call, 0.5)
+		t.Logf("FIGURE n2 %s (bucket upper bounds): checks' queue wait p50 <= %v p99 <= %v (%.0f checks); envelopes' queue wait p50 <= %v p99 <= %v (%.0f envelopes); public calls' duration in the node p50 <= %v p99 <= %v (%.0f calls)",
+			phase, cw50, cw, cn, pw50, pw, pn, dw50, dw, dn)
+	}
+	t.Logf("FIGURE load average at the start: %.1f", loadAverage())
+	h0 := readN2()
 	time.Sleep(20 * time.Second)
 	quiet, quietErrs := by.take()
+	h1 := readN2()
 
 	peak := make([]float64, len(c.nodes))
+	var n2Bytes, loadSum, loadMax float64
+	var loads int
 	stopWatch := make(chan struct{})
 	watched := make(chan struct{})
 	go func() { // the nodes' peak resident memory, every second
@@ -336,18 +438,28 @@ func TestKeyFlood(t *testing.T) {
 			case <-time.After(time.Second):
 			}
 			for i := range c.nodes {
-				if m, err := c.nodeMetrics(i, "process_resident_memory_bytes"); err == nil {
+				if m, err := c.nodeMetrics(i, "process_resident_memory_bytes", "ringlimit_core_queue_peer_bytes"); err == nil {
 					peak[i] = max(peak[i], m["process_resident_memory_bytes"])
+					if i == 1 {
+						n2Bytes = max(n2Bytes, m["ringlimit_core_queue_peer_bytes"])
+					}
 				}
 			}
+			l := loadAverage()
+			loadSum, loadMax, loads = loadSum+l, max(loadMax, l), loads+1
 		}
 	}()
 	res := c.flood(floodSpec{node: 0, keys: keys, batch: 1000, concurrency: 4, limit: 8 * time.Minute})
 	close(stopWatch)
 	<-watched
 	during, duringErrs := by.take()
+	h2 := readN2()
 	cancel()
 	<-done
+	logN2("quiet", h0, h1)
+	logN2("during the flood", h1, h2)
+	t.Logf("FIGURE n2's envelopes queued in front of its core, sampled every second: at most %.0f KiB; load average during the flood: mean %.1f, max %.1f",
+		n2Bytes/1024, loadSum/max(1, float64(loads)), loadMax)
 
 	qp99, dp99 := quantile(quiet, 0.99), quantile(during, 0.99)
 	t.Logf("FIGURE flood: %d keys sent (%d failed) through n1 in %v (%.0f keys/s)", res.sent, res.failed,
