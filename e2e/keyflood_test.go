@@ -156,6 +156,46 @@ func histQuantile(before, after map[float64]float64, q float64) (string, float64
 	return "-", total
 }
 
+// schedStat is what the kernel counted of a process's threads: the time
+// they ran on a CPU and the time they waited for one while runnable
+// (/proc/PID/task/*/schedstat; threads that exited are not counted).
+type schedStat struct{ ran, waited time.Duration }
+
+// readSchedStat returns pid's schedStat.
+func readSchedStat(pid int) (schedStat, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return schedStat{}, fmt.Errorf("process %d: no threads' schedstat (%v)", pid, err)
+	}
+	var st schedStat
+	for _, task := range tasks {
+		raw, err := os.ReadFile(task)
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(raw))
+		if len(f) < 2 {
+			continue
+		}
+		ran, _ := strconv.ParseInt(f[0], 10, 64)
+		waited, _ := strconv.ParseInt(f[1], 10, 64)
+		st.ran += time.Duration(ran)
+		st.waited += time.Duration(waited)
+	}
+	return st, nil
+}
+
+// containerPID returns the host PID of node i's process.
+func (c *cluster) containerPID(i int) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := docker(ctx, "inspect", "--format", "{{.State.Pid}}", c.nodes[i].container)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(out))
+}
+
 // loadAverage returns this machine's load average over the last minute.
 func loadAverage() float64 {
 	raw, err := os.ReadFile("/proc/loadavg")
@@ -313,8 +353,8 @@ func bystanderMain(addr string) int {
 
 // runProcess runs bystanderMain against node i in a process of its own,
 // recording what it reports, until stop is called; stop waits for the
-// process to exit.
-func (b *bystander) runProcess(t *testing.T, c *cluster, i int) (stop func()) {
+// process to exit. pid is the process's.
+func (b *bystander) runProcess(t *testing.T, c *cluster, i int) (pid int, stop func()) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), bystanderEnv+"="+netip.AddrPortFrom(c.nodes[i].clientIP, grpcPort).String())
@@ -339,7 +379,7 @@ func (b *bystander) runProcess(t *testing.T, c *cluster, i int) (stop func()) {
 			b.record(time.Duration(ns), err == nil)
 		}
 	}()
-	return func() {
+	return cmd.Process.Pid, func() {
 		stdin.Close() // the bystander's signal to stop
 		<-read
 		if err := cmd.Wait(); err != nil {
@@ -483,7 +523,42 @@ func TestKeyFlood(t *testing.T) {
 	var by, own bystander
 	done := make(chan struct{})
 	go func() { defer close(done); by.run(ctx, c, 1, 10*time.Millisecond) }()
-	stopOwn := own.runProcess(t, c, 1)
+	ownPID, stopOwn := own.runProcess(t, c, 1)
+	// The processes sharing the machine's CPUs, whose schedstat is read at
+	// each phase's start and end: how much CPU each used, and how long its
+	// threads waited for one.
+	procs := []struct {
+		name string
+		pid  int
+	}{{"the bystander's process", ownPID}, {"the test's process (flood client, in-process bystander)", os.Getpid()}}
+	for i := range c.nodes {
+		pid, err := c.containerPID(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, struct {
+			name string
+			pid  int
+		}{c.nodes[i].name, pid})
+	}
+	readSched := func() []schedStat {
+		out := make([]schedStat, len(procs))
+		for i, p := range procs {
+			out[i], _ = readSchedStat(p.pid) // a killed node: zero
+		}
+		return out
+	}
+	logSched := func(phase string, from, to []schedStat, took time.Duration) {
+		var all schedStat
+		for i, p := range procs {
+			ran, waited := to[i].ran-from[i].ran, to[i].waited-from[i].waited
+			all.ran, all.waited = all.ran+ran, all.waited+waited
+			t.Logf("FIGURE CPU %s, %s: %.2f cores used, its threads waited for a CPU %.2f s per second", phase, p.name,
+				ran.Seconds()/took.Seconds(), waited.Seconds()/took.Seconds())
+		}
+		t.Logf("FIGURE CPU %s, these five processes: %.2f cores used of 2, waited %.2f s per second", phase,
+			all.ran.Seconds()/took.Seconds(), all.waited.Seconds()/took.Seconds())
+	}
 	const (
 		waitSeries = "ringlimit_core_queue_wait_seconds"
 		callSeries = "ringlimit_check_duration_seconds"
@@ -523,10 +598,12 @@ func TestKeyFlood(t *testing.T) {
 	}
 	t.Logf("FIGURE load average at the start: %.1f", loadAverage())
 	h0 := readHists()
+	s0, quietStart := readSched(), time.Now()
 	time.Sleep(20 * time.Second)
 	quiet, quietErrs := by.take()
 	ownQuiet, ownQuietErrs := own.take()
 	h1 := readHists()
+	s1, floodStart := readSched(), time.Now()
 
 	peak := make([]float64, len(c.nodes))
 	queued := make([]float64, len(c.nodes)) // peak bytes of envelopes queued
@@ -558,9 +635,12 @@ func TestKeyFlood(t *testing.T) {
 	during, duringErrs := by.take()
 	ownDuring, ownDuringErrs := own.take()
 	h2 := readHists()
+	s2, floodEnd := readSched(), time.Now()
 	cancel()
 	<-done
 	stopOwn()
+	logSched("quiet", s0, s1, floodStart.Sub(quietStart))
+	logSched("during the flood", s1, s2, floodEnd.Sub(floodStart))
 	logHists("quiet", h0, h1)
 	logHists("during the flood", h1, h2)
 	t.Logf("FIGURE envelopes queued in front of the cores, sampled every second: at most %.0f, %.0f, %.0f KiB (n1, n2, n3); load average during the flood: mean %.1f, max %.1f",
