@@ -157,9 +157,13 @@ func histQuantile(before, after map[float64]float64, q float64) (string, float64
 }
 
 // schedStat is what the kernel counted of a process's threads: the time
-// they ran on a CPU and the time they waited for one while runnable
-// (/proc/PID/task/*/schedstat; threads that exited are not counted).
-type schedStat struct{ ran, waited time.Duration }
+// they ran on a CPU, the time they waited for one while runnable, and the
+// times they were given one (/proc/PID/task/*/schedstat; threads that
+// exited are not counted).
+type schedStat struct {
+	ran, waited time.Duration
+	slices      int64
+}
 
 // readSchedStat returns pid's schedStat.
 func readSchedStat(pid int) (schedStat, error) {
@@ -174,13 +178,15 @@ func readSchedStat(pid int) (schedStat, error) {
 			continue // the thread exited
 		}
 		f := strings.Fields(string(raw))
-		if len(f) < 2 {
+		if len(f) < 3 {
 			continue
 		}
 		ran, _ := strconv.ParseInt(f[0], 10, 64)
 		waited, _ := strconv.ParseInt(f[1], 10, 64)
+		slices, _ := strconv.ParseInt(f[2], 10, 64)
 		st.ran += time.Duration(ran)
 		st.waited += time.Duration(waited)
+		st.slices += slices
 	}
 	return st, nil
 }
@@ -551,10 +557,11 @@ func TestKeyFlood(t *testing.T) {
 	logSched := func(phase string, from, to []schedStat, took time.Duration) {
 		var all schedStat
 		for i, p := range procs {
-			ran, waited := to[i].ran-from[i].ran, to[i].waited-from[i].waited
+			ran, waited, slices := to[i].ran-from[i].ran, to[i].waited-from[i].waited, to[i].slices-from[i].slices
 			all.ran, all.waited = all.ran+ran, all.waited+waited
-			t.Logf("FIGURE CPU %s, %s: %.2f cores used, its threads waited for a CPU %.2f s per second", phase, p.name,
-				ran.Seconds()/took.Seconds(), waited.Seconds()/took.Seconds())
+			t.Logf("FIGURE CPU %s, %s: %.2f cores used, its threads waited for a CPU %.2f s per second, %v on average each time they were runnable",
+				phase, p.name, ran.Seconds()/took.Seconds(), waited.Seconds()/took.Seconds(),
+				(waited / time.Duration(max(1, slices))).Round(time.Microsecond))
 		}
 		t.Logf("FIGURE CPU %s, these five processes: %.2f cores used of 2, waited %.2f s per second", phase,
 			all.ran.Seconds()/took.Seconds(), all.waited.Seconds()/took.Seconds())
