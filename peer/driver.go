@@ -126,12 +126,13 @@ type DriverConfig struct {
 	// such checks may pass between two envelopes; a larger check keeps
 	// its place in the order offered. Default 100: the calls of a
 	// bystander (a few items) wait behind at most one envelope, not
-	// behind MaxQueueBytes of them (a bystander's p99 went from 1.9 to 78
-	// ms during a flood, issue 16), while a flood's calls (1000 items)
-	// wait behind the peer traffic queued before them. With every check
-	// passing envelopes in turn (no bound in items) the flooded node was
-	// OOM-killed in 2 runs of 2: its calls no longer waited for the
-	// replies to the traffic they had made.
+	// behind MaxQueueBytes of them (under a key flood the queue of a
+	// node beside the flooded one filled to 2 to 4 MiB and envelopes
+	// waited there up to seconds, issue 16), while a flood's calls (1000
+	// items) wait behind the peer traffic queued before them. With every
+	// check passing envelopes in turn (no bound in items) the flooded
+	// node was OOM-killed in 2 runs of 2: its calls no longer waited for
+	// the replies to the traffic they had made.
 	PassItems int
 	// AfterTick, when set, is called on the loop's goroutine after each Tick,
 	// with the core quiescent: it may read the core (HandedOff, Quorum) and
