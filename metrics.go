@@ -161,7 +161,8 @@ func coreCollectors(c *rlsync.Metrics) []prometheus.Collector {
 
 // registerDriver registers on reg the counters of the client checks the
 // core's driver did not decide: skipped (their caller had stopped waiting
-// before the core reached them) and shed (refused, too many queued).
+// before the core reached them) and shed (refused, too many queued); and
+// the driver's own metrics (its queue's waits and bytes).
 func registerDriver(reg prometheus.Registerer, d *peer.Driver) error {
 	for _, c := range []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ringlimit_checks_skipped_total",
@@ -171,6 +172,11 @@ func registerDriver(reg prometheus.Registerer, d *peer.Driver) error {
 			Help: "Check calls refused (Unavailable) because the checks queued in front of the core held too many items."},
 			func() float64 { return float64(d.ChecksShed()) }),
 	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	for _, c := range d.Collectors() {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

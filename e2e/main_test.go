@@ -39,7 +39,18 @@ const runLabel = "ringlimit.e2e.run"
 // once by TestMain, before any test runs.
 var runID string
 
+// helperMains are programs this test binary runs instead of its tests when
+// their environment variable (the key) is set: a test starts the binary
+// again as a process of its own, with the variable set to the program's
+// argument.
+var helperMains = map[string]func(arg string) int{}
+
 func TestMain(m *testing.M) {
+	for env, main := range helperMains {
+		if arg := os.Getenv(env); arg != "" {
+			os.Exit(main(arg))
+		}
+	}
 	os.Exit(mainE2E(m))
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ringlimit/ringlimit/check"
@@ -33,8 +34,17 @@ var ErrDriverBusy = errors.New("peer: too many checks queued in front of the cor
 // change already replaced, say). The core needs no lock and has none.
 //
 // Producers (gRPC handlers, the transport's receivers and senders, the
-// membership callback) put inputs on one bounded queue and return; a full
-// queue blocks them, which is the node's back-pressure. Envelopes from
+// membership callback) put inputs on one of two bounded queues and return;
+// a full queue blocks them, which is the node's back-pressure. Envelopes
+// from peers have a queue of their own; client checks and every other
+// input share the other, each queue applied in the order offered. Between
+// the two the loop keeps the order offered too, except that a small check
+// (up to PassItems items) may pass the envelopes queued before it, up to
+// PassItems items of checks between two envelopes (driver_loop.go): a
+// bystander's check waits behind at most one envelope however many are
+// queued, while a flood's calls of many items keep their place behind the
+// peer traffic queued before them, which is what holds the flood to the
+// pace at which the flooded node's peers answer it (issue 16). Envelopes from
 // peers are bounded in bytes as well (MaxQueueBytes): a receiver waits
 // while those queued exceed it, and the peer's sender, held up by gRPC's
 // flow control, drops what its own bounded queue cannot keep. Client checks
@@ -51,7 +61,9 @@ type Driver struct {
 	core     *rlsync.Node
 	clock    Clock
 	tick     time.Duration
-	in       chan input
+	in       chan input // client checks and every input but envelopes
+	peers    chan input // envelopes from peers
+	heads    heads      // the loop's: the inputs taken from in and peers, not yet applied
 	stop     chan struct{}
 	finished chan struct{}
 	started  atomic.Bool
@@ -60,16 +72,24 @@ type Driver struct {
 	afterTick func(now time.Time)
 	maxBytes  int64
 	maxItems  int64
+	passItems int
 	// items is the number of check items in the queue; skipped and shed
 	// count the checks not decided because their caller had gone, and
 	// those refused with ErrDriverBusy.
 	items, skipped, shed atomic.Int64
+	// seq numbers the inputs offered.
+	seq atomic.Uint64
 
 	mu sync.Mutex // guards the fields below
 	// queued is the encoded size, in bytes, of the envelopes in the queue.
 	queued int64
 	// room, when not nil, is closed when queued falls (a Step waits on it).
 	room chan struct{}
+
+	// wait is the time inputs spent in the queue, by class (waitClasses);
+	// waits are its observers, indexed by inputKind.
+	wait  *prometheus.HistogramVec
+	waits [inDo + 1]prometheus.Observer
 }
 
 var _ Handler = (*Driver)(nil)
@@ -81,8 +101,8 @@ type DriverConfig struct {
 	// TickInterval is how often the core's Tick runs (rlsync.Config's
 	// TickInterval). Required.
 	TickInterval time.Duration
-	// QueueLen is the capacity, in inputs, of the queue in front of the
-	// core. Default 4096: far more than the calls a node has in flight, and
+	// QueueLen is the capacity, in inputs, of each of the two queues in
+	// front of the core (envelopes; everything else). Default 4096: far more than the calls a node has in flight, and
 	// small enough that a stalled loop shows as back-pressure, not memory.
 	QueueLen int
 	// MaxQueueBytes bounds the envelopes from peers in the queue, by their
@@ -101,6 +121,19 @@ type DriverConfig struct {
 	// had timed out stayed queued, 1000 items each, until the flooded node
 	// was OOM-killed (issue 16).
 	MaxQueueItems int64
+	// PassItems is how many items a client check may hold and still be
+	// applied before envelopes queued ahead of it, and how many items of
+	// such checks may pass between two envelopes; a larger check keeps
+	// its place in the order offered. Default 100: the calls of a
+	// bystander (a few items) wait behind at most one envelope, not
+	// behind MaxQueueBytes of them (under a key flood the queue of a
+	// node beside the flooded one filled to 2 to 4 MiB and envelopes
+	// waited there up to seconds, issue 16), while a flood's calls (1000
+	// items) wait behind the peer traffic queued before them. With every
+	// check passing envelopes in turn (no bound in items) the flooded
+	// node was OOM-killed in 2 runs of 2: its calls no longer waited for
+	// the replies to the traffic they had made.
+	PassItems int
 	// AfterTick, when set, is called on the loop's goroutine after each Tick,
 	// with the core quiescent: it may read the core (HandedOff, Quorum) and
 	// must not block.
@@ -128,7 +161,13 @@ type input struct {
 	size  int64 // env's encoded size
 	peer  string
 	fn    func(now time.Time)
+	at    time.Time // when it was queued
+	seq   uint64    // the order it was offered in, from 1
 }
+
+// waitClasses label the queue wait of each inputKind (the label "input" of
+// ringlimit_core_queue_wait_seconds).
+var waitClasses = [inDo + 1]string{inCheck: "check", inStep: "peer", inUnreachable: "other", inDo: "other"}
 
 // NewDriver returns a Driver of core. It starts nothing.
 func NewDriver(core *rlsync.Node, cfg DriverConfig) (*Driver, error) {
@@ -156,20 +195,55 @@ func NewDriver(core *rlsync.Node, cfg DriverConfig) (*Driver, error) {
 	if cfg.MaxQueueItems < 0 {
 		return nil, fmt.Errorf("peer: driver MaxQueueItems %d must be positive", cfg.MaxQueueItems)
 	}
+	if cfg.PassItems == 0 {
+		cfg.PassItems = 100
+	}
+	if cfg.PassItems < 0 {
+		return nil, fmt.Errorf("peer: driver PassItems %d must be positive", cfg.PassItems)
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
 	}
-	return &Driver{
+	d := &Driver{
 		core:      core,
 		clock:     cfg.Clock,
 		tick:      cfg.TickInterval,
 		in:        make(chan input, cfg.QueueLen),
+		peers:     make(chan input, cfg.QueueLen),
 		stop:      make(chan struct{}),
 		finished:  make(chan struct{}),
 		afterTick: cfg.AfterTick,
 		maxBytes:  cfg.MaxQueueBytes,
 		maxItems:  cfg.MaxQueueItems,
-	}, nil
+		passItems: cfg.PassItems,
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ringlimit_core_queue_wait_seconds",
+			Help: "Time inputs waited in the queue in front of the coordination core, by input (check: client checks; peer: envelopes from peers; other).",
+			// 50µs to about 2.3 s in steps of √2.
+			Buckets: prometheus.ExponentialBuckets(50e-6, 1.4142135623730951, 32),
+		}, []string{"input"}),
+	}
+	for k, class := range waitClasses {
+		d.waits[k] = d.wait.WithLabelValues(class)
+	}
+	return d, nil
+}
+
+// Collectors returns the driver's metrics: the time inputs wait in its
+// queue, by class (ringlimit_core_queue_wait_seconds), and the encoded
+// bytes of the envelopes queued (ringlimit_core_queue_peer_bytes).
+func (d *Driver) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{d.wait, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ringlimit_core_queue_peer_bytes",
+		Help: "Encoded bytes of the envelopes from peers queued in front of the coordination core (bounded by MaxQueueBytes).",
+	}, d.queuedBytes)}
+}
+
+// queuedBytes returns the encoded bytes of the envelopes queued.
+func (d *Driver) queuedBytes() float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return float64(d.queued)
 }
 
 // Start starts the loop. It runs until Close (or ctx ends); Start may be
@@ -191,48 +265,10 @@ func (d *Driver) Close() {
 	}
 }
 
-// run is the loop: one input at a time, in the order the queue holds them,
-// and Tick every TickInterval.
-func (d *Driver) run(ctx context.Context) {
-	defer close(d.finished)
-	t := time.NewTicker(d.tick)
-	defer t.Stop()
-	for {
-		select {
-		case x := <-d.in:
-			d.apply(x)
-		case <-t.C:
-			now := d.clock.Now()
-			d.core.Tick(now)
-			if d.afterTick != nil {
-				d.afterTick(now)
-			}
-		case <-d.stop:
-			d.drain()
-			return
-		case <-ctx.Done():
-			d.stopOnce.Do(func() { close(d.stop) })
-			d.drain()
-			return
-		}
-	}
-}
-
-// drain applies what is queued when the loop stops.
-func (d *Driver) drain() {
-	for {
-		select {
-		case x := <-d.in:
-			d.apply(x)
-		default:
-			return
-		}
-	}
-}
-
 // apply applies one input at the time the loop reads now.
 func (d *Driver) apply(x input) {
 	now := d.clock.Now()
+	d.waits[x.kind].Observe(now.Sub(x.at).Seconds())
 	switch x.kind {
 	case inCheck:
 		d.items.Add(-int64(len(x.reqs)))
@@ -259,8 +295,14 @@ func (d *Driver) offer(x input) error {
 		return ErrDriverStopped
 	default:
 	}
+	x.at = d.clock.Now()
+	x.seq = d.seq.Add(1)
+	q := d.in
+	if x.kind == inStep {
+		q = d.peers
+	}
 	select {
-	case d.in <- x:
+	case q <- x:
 		return nil
 	case <-d.stop:
 		return ErrDriverStopped

@@ -125,4 +125,7 @@ func TestNewDriverValidates(t *testing.T) {
 	if _, err := NewDriver(core, DriverConfig{TickInterval: time.Second, QueueLen: -1}); err == nil {
 		t.Error("NewDriver with a negative QueueLen: no error")
 	}
+	if _, err := NewDriver(core, DriverConfig{TickInterval: time.Second, PassItems: -1}); err == nil {
+		t.Error("NewDriver with a negative PassItems: no error")
+	}
 }
