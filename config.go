@@ -467,8 +467,19 @@ func (c Config) syncConfig() rlsync.Config {
 	s.MaxKeyLen = c.coreMaxKeyLen()
 	// A node given seeds joins a cluster that may have run before it, a
 	// previous life of its own among the members (sync.Config.Joining).
-	s.Joining = s.Joining || len(c.Gossip.Seeds) > 0
+	s.Joining = s.Joining || c.seedsOthers()
 	return s
+}
+
+// seedsOthers reports whether Gossip.Seeds names a node other than this
+// one (a seed that is its own gossip address starts a new cluster).
+func (c Config) seedsOthers() bool {
+	for _, seed := range c.Gossip.Seeds {
+		if seed != "" && seed != c.Gossip.Addr && seed != c.Gossip.AdvertiseAddr {
+			return true
+		}
+	}
+	return false
 }
 
 func checkAddr(field, addr string, optional bool) error {

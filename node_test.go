@@ -50,7 +50,12 @@ func TestSyncConfigJoiningFromSeeds(t *testing.T) {
 		t.Error("Sync.Joining set by the embedder was dropped")
 	}
 	c.Sync.Joining = false
+	c.Gossip.Addr = "10.0.0.1:7946"
 	c.Gossip.Seeds = []string{"10.0.0.1:7946"}
+	if c.syncConfig().Joining {
+		t.Error("a node whose only seed is itself is Joining")
+	}
+	c.Gossip.Seeds = []string{"10.0.0.1:7946", "10.0.0.2:7946"}
 	if !c.syncConfig().Joining {
 		t.Error("a node with seeds is not Joining")
 	}
