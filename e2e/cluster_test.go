@@ -481,3 +481,29 @@ func (c *cluster) waitReady(i int, timeout time.Duration) (time.Duration, error)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// httpGet returns the body of a GET of url.
+func httpGet(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// metricsLines returns the lines of node i's /metrics, fetched within 5 s.
+func (c *cluster) metricsLines(i int) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	body, err := httpGet(ctx, fmt.Sprintf("http://%s:%d/metrics", c.nodes[i].clientIP, httpPort))
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(body, "\n"), nil
+}

@@ -69,23 +69,13 @@ func sidecarMemory(t *testing.T) (limitMiB int64, goMemLimit, keyBudget string) 
 // nodeMetrics returns the metrics of node i named in names (unlabelled
 // series only).
 func (c *cluster) nodeMetrics(i int, names ...string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	url := fmt.Sprintf("http://%s:%d/metrics", c.nodes[i].clientIP, httpPort)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	lines, err := c.metricsLines(i)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
+	for _, line := range lines {
+		name, val, ok := strings.Cut(line, " ")
 		if !ok || !slices.Contains(names, name) {
 			continue
 		}
@@ -93,31 +83,21 @@ func (c *cluster) nodeMetrics(i int, names ...string) (map[string]float64, error
 			out[name] = v
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // nodeHistogram returns the cumulative buckets of node i's histogram name
 // whose labels, but for le, are labels (`input="check"`), by upper bound
 // in seconds.
 func (c *cluster) nodeHistogram(i int, name, labels string) (map[float64]float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	url := fmt.Sprintf("http://%s:%d/metrics", c.nodes[i].clientIP, httpPort)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	lines, err := c.metricsLines(i)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	prefix := name + "_bucket{" + labels + `,le="`
 	out := map[float64]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+	for _, line := range lines {
+		rest, ok := strings.CutPrefix(line, prefix)
 		if !ok {
 			continue
 		}
@@ -131,10 +111,10 @@ func (c *cluster) nodeHistogram(i int, name, labels string) (map[float64]float64
 			out[bound] = v
 		}
 	}
-	if len(out) == 0 && sc.Err() == nil {
+	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no series %s{%s}", c.nodes[i].name, name, labels)
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // histQuantile returns the upper bound of the bucket that holds the

@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -409,19 +407,4 @@ func (c *cluster) dumpNodes(t *testing.T) {
 		}
 		t.Logf("n%d log:\n%s", i+1, dockerLogs(ctx, n.container, 80))
 	}
-}
-
-// httpGet returns the body of a GET of url.
-func httpGet(ctx context.Context, url string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
 }

@@ -30,11 +30,10 @@ func (d *Driver) run(ctx context.Context) {
 			d.tickCore()
 			continue
 		case <-d.stop:
-			d.drain()
+			d.halt()
 			return
 		case <-ctx.Done():
-			d.stopOnce.Do(func() { close(d.stop) })
-			d.drain()
+			d.halt()
 			return
 		default:
 		}
@@ -51,11 +50,10 @@ func (d *Driver) run(ctx context.Context) {
 		case <-t.C:
 			d.tickCore()
 		case <-d.stop:
-			d.drain()
+			d.halt()
 			return
 		case <-ctx.Done():
-			d.stopOnce.Do(func() { close(d.stop) })
-			d.drain()
+			d.halt()
 			return
 		}
 	}
@@ -119,4 +117,11 @@ func (d *Driver) drain() {
 		}
 		d.apply(x)
 	}
+}
+
+// halt stops the loop (Close, or the end of Start's context): the stop is
+// closed once, and what is queued is applied.
+func (d *Driver) halt() {
+	d.stopOnce.Do(func() { close(d.stop) })
+	d.drain()
 }
