@@ -50,7 +50,8 @@ import (
 // keys as owner: a local check goes by the request's partition policy, degraded, as
 // when the owner is unreachable; a forwarded check is answered not-owner
 // (the sender applies its own rules, as for an orphaned partition); no
-// lease is granted on its keys and no debt is drained into them (charge.go).
+// lease is granted on its keys and, while unconfirmed, no debt is drained
+// into them (charge.go; confirmed, they take their debts during the wait).
 // A later membership change carries the marks of the partitions this node
 // still owns over, and the count starts again from that change. Only the
 // partitions gained from a failed member are marked: a graceful leave, a
