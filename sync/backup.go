@@ -300,13 +300,22 @@ func (n *Node) backupEarly(now time.Time, v *view, hurry bool) {
 func (n *Node) backupRound(now time.Time, v *view, early bool) {
 	d := &n.dur
 	d.early = false
+	// The next round is due FlushInterval on, never later: each early
+	// round moved it FlushInterval further, and a busy fenced key asking
+	// for one per round trip pushed it seconds ahead, while the batches
+	// lost meanwhile wait for a round to time out (a flapping link:
+	// TestFlapHealedKeysDecidedAgain).
 	d.nextBackup = nextDue(d.nextBackup, now, n.cfg.FlushInterval)
+	if latest := now.Add(n.cfg.FlushInterval); d.nextBackup.After(latest) {
+		d.nextBackup = latest
+	}
 	succ := n.successorRing(v.ring)
 	if d.out == nil {
 		d.out = map[string]*backupPeer{}
 	}
 	// Retire timed-out batches, and those to members that left, in name
 	// order: the members' (v.names is sorted), then any others'.
+	var retired []*backupFlight
 	retire := func(name string, bp *backupPeer) {
 		gone := v.peers[name] == nil
 		bp.out = slices.DeleteFunc(bp.out, func(f *backupFlight) bool {
@@ -321,6 +330,7 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 			if f.early {
 				d.earlyOut--
 			}
+			retired = append(retired, f)
 			return true
 		})
 		if gone && len(bp.out) == 0 {
@@ -341,6 +351,7 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 			}
 		}
 	}
+	n.unpromise(retired)
 	// room and out are indexed by member (v.names): room is how many
 	// states the member may be sent this round, -1 when it is no target
 	// (this node, or gone). They, and at, are kept from round to round.
@@ -468,6 +479,43 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 		at[i] = at[i][:0]
 	}
 	d.room, d.outs, d.marks, d.markAt = room, out, marks, at
+}
+
+// unpromise takes back the marks of retired, backup batches that will not
+// be acknowledged (timed out, or to a member that left): a fence whose
+// latest mark one of them carried, with no other batch of it in flight,
+// has its promised mark lowered to its bound, so that the next check
+// that waits on it asks for a backup again (fence.go, fenceBlocks asks
+// only while promised does not cover it). remark sends the keys again
+// only while their entries last: an owned key swept idle (its bucket
+// refilled) meanwhile kept a promise that nothing would keep, and every
+// later check of it waited for an acknowledgement that never came, then
+// went by the policy (a flapping link, TestFlapHealedKeysDecidedAgain).
+// Lowering promised to bound is what an acknowledgement under FenceHold
+// does: a later mark still covers every acknowledged one (reserveOf).
+func (n *Node) unpromise(retired []*backupFlight) {
+	for _, fl := range retired {
+		for _, m := range fl.marks {
+			if m.gen == m.f.gen && m.f.promised == m.mark && m.f.promised > m.f.bound && !n.markInFlight(m.f) {
+				m.f.promised = m.f.bound
+			}
+		}
+	}
+}
+
+// markInFlight reports whether a backup batch in flight carries a mark
+// of f.
+func (n *Node) markInFlight(f *fence) bool {
+	for _, bp := range n.dur.out {
+		for _, fl := range bp.out {
+			for _, m := range fl.marks {
+				if m.f == f {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // resize returns s with length k, its elements zero (nil), reusing its

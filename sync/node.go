@@ -403,6 +403,7 @@ func (n *Node) Tick(now time.Time) {
 	n.tickFenced(now, v)
 	n.tickConfirm(now, v) // confirm.go
 	n.tickLease(now, v)   // ownerlease.go
+	n.tickLift(now, v)    // ownerlease.go
 	i, sweep := n.sweepDue(now)
 	if sweep {
 		n.sweepShard(now, i)

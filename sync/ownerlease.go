@@ -61,7 +61,8 @@ import (
 // every echo request names the members its sender counts failed
 // (ClockProbe.taking_over), a receiver stops echoing them until its
 // membership shows them again after a change (a new peer) or the sender
-// names them no more (peer.withheldBy), and never echoes a member it
+// names them no more (peer.withheldBy: the sender's request naming fewer
+// is sent again until it is echoed, tickLift), and never echoes a member it
 // counts failed itself (its envelopes are dropped); and the confirmation
 // counts a peer only once it echoes a reading taken at or after the
 // change, which it sends only after taking the request in
@@ -90,6 +91,13 @@ type ownerLease struct {
 	used int64
 	// asked is when echo requests were last sent to renew it.
 	asked int64
+	// lift holds the peers sent an echo request naming fewer members than
+	// before (announceReturns), by name, with the reading it carried: one
+	// that withheld its echoes from a member for this node's sake goes on
+	// until it takes such a request in, so the request is sent again every
+	// RequestTimeout (tickLift) until the peer echoes that reading or a
+	// later one.
+	lift map[string]int64
 }
 
 // leaseNeed returns how many peers must echo for a lease: the least h
@@ -189,6 +197,9 @@ func (n *Node) leaseFields(now time.Time, v *view, p *peer, env *peerv1.Envelope
 		p.echoOut, p.echoEpoch = env.ClockNs, env.ClockEpoch
 	}
 	e := env.ClockEchoNs
+	if r, ok := n.lease.lift[p.name]; ok && e >= r && env.ClockEchoEpoch == n.clk.epoch {
+		delete(n.lease.lift, p.name) // it took the lifting request in
+	}
 	if e <= n.lease.floor || e <= p.echoIn || e > now.UnixNano() || env.ClockEchoEpoch != n.clk.epoch || v.peers[p.name] != p {
 		return
 	}
@@ -281,10 +292,50 @@ func (n *Node) announceReturns(now time.Time, v *view, prev []string) {
 	if !back {
 		return
 	}
+	if n.lease.lift == nil {
+		n.lease.lift = map[string]int64{}
+	}
 	for _, name := range v.names {
 		if p := v.peers[name]; p != nil && !p.gone {
-			p.clk.stamped = 0
-			n.send(name, clockProbeBody{echo: true, takingOver: names})
+			n.sendLift(now, p, names)
 		}
+	}
+}
+
+// sendLift sends p an echo request naming names, the members this node
+// counts taken over, and notes it to be sent again until p echoes its
+// reading (ownerLease.lift).
+func (n *Node) sendLift(now time.Time, p *peer, names []string) {
+	p.clk.stamped = 0 // the request carries a reading, which p echoes once it took it in
+	n.lease.lift[p.name] = now.UnixNano()
+	n.send(p.name, clockProbeBody{echo: true, takingOver: names})
+}
+
+// tickLift sends the lifting requests of announceReturns again, every
+// RequestTimeout, to the live peers of v that have not echoed them: a
+// request lost to a cut, or dropped by a peer that did not count this
+// node a member when it came (a flapping link: n3, back, lifted n2's
+// withholding of n1 while n2 still counted n3 failed; n2 went on
+// withholding, and once n3 was down for good n1, with n2 up, had no
+// lease: TestWithholdingLiftedAfterNamerReturns). A peer not in v is
+// asked once it is again; names are the members this node counts taken
+// over now.
+func (n *Node) tickLift(now time.Time, v *view) {
+	if len(n.lease.lift) == 0 {
+		return
+	}
+	t := now.UnixNano()
+	var names []string
+	asked := false
+	for _, name := range v.names {
+		r, ok := n.lease.lift[name]
+		p := v.peers[name]
+		if !ok || p == nil || p.gone || (t-r < int64(n.cfg.RequestTimeout) && t >= r) {
+			continue
+		}
+		if !asked {
+			names, asked = n.takenOver(), true
+		}
+		n.sendLift(now, p, names)
 	}
 }
