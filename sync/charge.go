@@ -188,7 +188,7 @@ func (n *Node) tickCharges(now time.Time, v *view) {
 			if n.awaitingPartition(now, v, key) || v.takingOver(key) || !n.wantLease(now, v) {
 				continue // confirm.go, ownerlease.go: the real owner may be another
 			}
-			e, _, err := n.ownedEntry(s, key, d.l, 0, now, c)
+			e, _, err := n.ownedEntry(s, key, d.l, 0, now, c, false) // a debt: admitted by another policy
 			if err == nil {
 				_ = e.b.Drain(n.bt(now), d.hits)
 				n.markChanged(s, key, e, -1)
