@@ -7,6 +7,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
 // localShareNode is the node configuration of e2e's silent scenarios: the
@@ -177,6 +178,47 @@ func TestDrainedStartFollowsRequestPolicy(t *testing.T) {
 			got := runRequestLoad(t, nw, []string{"a"}, req, 4*time.Second, nil)
 			if d := got.admitted - tc.want; d < -1 || d > 1 {
 				t.Errorf("admitted %d in 4 s, want %d (±1)", got.admitted, tc.want)
+			}
+		})
+	}
+}
+
+// TestTakeoverBoundsStaleView: the new owner of a crashed owner's key holds
+// no backup of it (every backup lost) but a cached view, stale: c, the
+// owner, admitted 50 of 100 (an hour) in cached mode through a and b, then
+// 50 more through a while its pushes to b were lost. c crashes; b takes
+// its partition over and its view, 50 left, became the owned state: main
+// admitted those 50 again for requests of policy fail-closed (150 in all).
+// Now the view is bounded by the drained start of the takeover (none
+// refills in a test of an hour): 100 in all. Local-share requests decide
+// on the view as before.
+func TestTakeoverBoundsStaleView(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	key := keyMoving(t, "c", "b", members, []string{"a", "b"})
+	for _, tc := range []struct {
+		pol  check.Policy
+		want int
+	}{{check.PolicyFailClosed, 100}, {check.PolicyLocalShare, 150}} {
+		t.Run(tc.pol.String(), func(t *testing.T) {
+			nw := newTestNet(t, localShareNode, members...)
+			nw.drop = func(_, _ string, env *peerv1.Envelope) bool { return bodyName(env) == "backup" }
+			cached := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeCached, Policy: check.PolicyLocalShare}
+			first := runRequestLoad(t, nw, []string{"a", "b"}, cached, 25*5*time.Millisecond, nil)
+			nw.run(time.Second)
+			nw.cut[[2]string{"c", "b"}] = true
+			mid := runRequestLoad(t, nw, []string{"a"}, cached, 60*5*time.Millisecond, nil)
+			nw.run(time.Second)
+			nw.drop = nil // b's own backups, to a, go through
+			crashTakeover(t, nw)
+			req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: tc.pol}
+			after := runRequestLoad(t, nw, []string{"b"}, req, time.Second, nil)
+			total := first.admitted + mid.admitted + after.admitted
+			t.Logf("admitted %d, %d with c->b cut, %d after c's crash (%d degraded)", first.admitted, mid.admitted, after.admitted, after.degraded)
+			if first.admitted+mid.admitted != 100 {
+				t.Fatalf("admitted %d before the crash, want 100", first.admitted+mid.admitted)
+			}
+			if total != tc.want {
+				t.Errorf("admitted %d in all, want %d", total, tc.want)
 			}
 		})
 	}
