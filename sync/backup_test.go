@@ -36,13 +36,19 @@ type ownerLoad struct {
 // and counts them. Clients that are down (nil) are skipped.
 func runOwnerLoad(t *testing.T, nw *testNet, clients []string, key string, l bucket.Limit, d time.Duration, events map[time.Duration]func()) ownerLoad {
 	t.Helper()
+	return runRequestLoad(t, nw, clients, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}, d, events)
+}
+
+// runRequestLoad is runOwnerLoad of req (its key, limit, mode and policy), one
+// hit per check.
+func runRequestLoad(t *testing.T, nw *testNet, clients []string, req check.Request, d time.Duration, events map[time.Duration]func()) ownerLoad {
+	t.Helper()
 	const every = 5 * time.Millisecond
 	type sent struct {
 		node string
 		p    *pending
 	}
 	var all []sent
-	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
 	for at := time.Duration(0); at < d; at += every {
 		if f := events[at]; f != nil {
 			f()

@@ -189,6 +189,15 @@ func (n *Node) resolve(r *check.Request) (check.Mode, check.Policy, error) {
 	return mode, pol, r.Limit.Validate()
 }
 
+// policyOf returns r's partition policy, the node's default when r names
+// none.
+func (n *Node) policyOf(r *check.Request) check.Policy {
+	if r.Policy == check.PolicyDefault {
+		return n.cfg.Policy
+	}
+	return r.Policy
+}
+
 // semaphoreOp reports whether r acquires or releases named Concurrency
 // permits, which only the owner can do: such requests run in owner mode.
 func semaphoreOp(r *check.Request) bool {
@@ -362,8 +371,11 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *check.Request, resp *chec
 // ownedEntry returns the owned entry of key, creating a fresh one or
 // turning a cached view into the authoritative state (this node became the
 // owner and no hand-off has arrived: the view is the best state it has).
-// reconf reports that a request of hits under l reconfigured it.
-func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32) (e *entry, reconf bool, err error) {
+// reconf reports that a request of hits under l reconfigured it. closed
+// reports that the request it decides is of policy fail-closed in owner or
+// leased mode (closedFor): a key then started or promoted with no state
+// after this node's start or a takeover starts drained (lostkey.go).
+func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32, closed bool) (e *entry, reconf bool, err error) {
 	h := n.st.hash(key)
 	e = s.m.get(h, key)
 	if e == nil {
@@ -377,7 +389,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 			n.capLeased(s, key, e.b, now) // leasecap.go
 			return e, reconf, err
 		}
-		if e, err = n.newOwnedBucketEntry(key, l, n.bt(now), c); err != nil { // lostkey.go
+		if e, err = n.newOwnedBucketEntry(key, l, n.bt(now), c, closed); err != nil { // lostkey.go
 			return nil, false, err
 		}
 		e.makeOwned()
@@ -388,8 +400,10 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 	if !e.has(flagOwned) {
 		n.dropLease(s, key)
 		e.makeOwned()
+		n.markPromoted(key) // lostkey.go
 	}
 	reconf, err = configure(e, l, n.bt(now), hits)
+	n.boundPromoted(key, e, l, n.bt(now), closed) // lostkey.go
 	n.capLeased(s, key, e.b, now)
 	return e, reconf, err
 }
@@ -410,7 +424,7 @@ func (n *Node) decideOwned(now time.Time, c uint32, v *view, r *check.Request, r
 // is due.
 func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, resp *check.Response, cached bool) (pushDue bool) {
 	s := n.st.shardOf(r.Key)
-	e, reconf, err := n.ownedEntry(s, r.Key, r.Limit, r.Hits, now, c)
+	e, reconf, err := n.ownedEntry(s, r.Key, r.Limit, r.Hits, now, c, !cached && n.policyOf(r) == check.PolicyFailClosed)
 	if err != nil {
 		resp.Err = err
 		return false

@@ -181,6 +181,7 @@ func (n *Node) tickConfirm(now time.Time, v *view) {
 	case c == nil || c.parts == nil:
 	case !c.until.IsZero():
 		if !now.Before(c.until) {
+			n.noteTaken(c) // lostkey.go
 			c.parts = nil
 		}
 	case now.Sub(c.asked) >= n.cfg.RequestTimeout:

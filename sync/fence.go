@@ -210,7 +210,7 @@ func (n *Node) fenceBlocks(now time.Time, v *view, r *check.Request) bool {
 	if fenced {
 		f.want = max(f.want, r.Hits)
 		if f.promised < f.spent+r.Hits {
-			n.backupKeyNow(now, v, r.Key, r.Limit)
+			n.backupKeyNow(now, v, r.Key, r.Limit, n.policyOf(r) == check.PolicyFailClosed)
 		}
 	}
 	return true
@@ -228,7 +228,7 @@ func (n *Node) fenceSpent(now time.Time, v *view, key string, hits int64, l buck
 	}
 	f.spent += hits
 	if f.promised-f.spent < max(1, int64(fenceFraction*float64(l.Capacity())))/2 {
-		n.backupKeyNow(now, v, key, l)
+		n.backupKeyNow(now, v, key, l, false) // the key has its state already
 	}
 }
 
@@ -247,7 +247,7 @@ func (n *Node) fenceRoom(now time.Time, v *view, key string, l bucket.Limit, wan
 	room := max(0, f.bound-f.spent)
 	if room < want && f.promised < f.spent+want {
 		f.want = max(f.want, min(want, 1<<20))
-		n.backupKeyNow(now, v, key, l)
+		n.backupKeyNow(now, v, key, l, false) // the key has its state already
 	}
 	return room
 }
@@ -256,13 +256,14 @@ func (n *Node) fenceRoom(now time.Time, v *view, key string, l bucket.Limit, wan
 // next early round (backup.go, backupEarly), with whatever else changed
 // since the last round: at once when no early round is in flight, else
 // with the keys asked for meanwhile once it is acknowledged. A key with no
-// state yet gets a fresh one of limit l (its first check waits for it).
-func (n *Node) backupKeyNow(now time.Time, v *view, key string, l bucket.Limit) {
+// state yet gets a new one of limit l (its first check waits for it;
+// closed as in ownedEntry).
+func (n *Node) backupKeyNow(now time.Time, v *view, key string, l bucket.Limit, closed bool) {
 	s := n.st.shardOf(key)
 	e := n.st.lookup(s, key)
 	if e == nil {
 		var err error
-		if e, _, err = n.ownedEntry(s, key, l, 0, now, coarse(now)); err != nil {
+		if e, _, err = n.ownedEntry(s, key, l, 0, now, coarse(now), closed); err != nil {
 			return
 		}
 	}

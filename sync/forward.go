@@ -38,6 +38,25 @@ type fwdItem struct {
 // passed on for another node.
 func (it *fwdItem) probe() bool { return it.here || it.relay }
 
+// failClosed reports whether it's policy is fail-closed: the request's
+// (ForwardItem.FailClosed), which the receiver's new state of the key then
+// follows (lostkey.go). A relayed check's is the one it came with.
+func (it *fwdItem) failClosed() bool {
+	if it.relay {
+		return it.req.Policy == check.PolicyFailClosed
+	}
+	return it.pol == check.PolicyFailClosed
+}
+
+// wirePolicy returns the policy a forwarded check it asks its owner to
+// start a new state of the key under: fail-closed, or the owner's default.
+func wirePolicy(it *peerv1.ForwardItem) check.Policy {
+	if it.GetFailClosed() {
+		return check.PolicyFailClosed
+	}
+	return check.PolicyDefault
+}
+
 // The lanes of a peer's forward queue. A reply answers a whole batch, so a
 // batch is answered when its slowest item is. An ordinary check may wait at
 // its owner for a probe of the previous owner (see awaitFrom), while a
@@ -201,6 +220,7 @@ func (n *Node) sendLane(now time.Time, p *peer, lane int, force bool) {
 			fi.Key, fi.Limit, fi.Hits = it.req.Key, n.limitWire(it.req.Limit), it.req.Hits
 			fi.Lease, fi.Release, fi.Relayed = it.req.Lease, it.req.Release, it.probe()
 			fi.Fenced = it.resp.Mode != check.ModeCached
+			fi.FailClosed = fi.Fenced && it.failClosed()
 			msg.Items[i] = fi
 		}
 		x.w.Forward = msg
@@ -584,12 +604,12 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 				// knows (which it may have just handed the key to).
 				fi := relay(i)
 				fi.resp.Owner, fi.resp.Mode = owner, fwdMode(it)
-				fi.req = check.Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
+				fi.req = check.Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release, Policy: wirePolicy(it)}
 				fi.relay = true
 				continue
 			}
 		default:
-			r := check.Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release}
+			r := check.Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release, Policy: wirePolicy(it)}
 			if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
 				fi := relay(i)
 				fi.resp.Owner, fi.resp.Mode = prev, fwdMode(it)

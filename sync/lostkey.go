@@ -18,7 +18,11 @@ import (
 // never used. What the restarted node does know is when it started: its
 // previous life admitted nothing after that. So a node told that it joins
 // a cluster that ran before it (Config.Joining) starts such a key, under
-// policy fail-closed, drained as of its start, refilling at its rate: over
+// its default policy fail-closed (Config.Policy, not a request's: with
+// the request's, every key of a cold-started cluster of seeded nodes
+// started drained for fail-closed requests, which the root package's join
+// tests and e2e's first seconds do not expect), drained as of its start,
+// refilling at its rate: over
 // any span, the previous life's admissions are at most capacity + rate ×
 // the part of the span before the start, this life's at most rate × the
 // part after, within the envelope.
@@ -31,27 +35,53 @@ import (
 // does come later (a hand-off, a probe's answer) is merged in keeping the
 // most consumed, as before. Other policies keep a fresh bucket: local-share
 // and fail-open admit beyond the envelope by their design.
+//
+// The same holds for a partition this node took over from a failed member
+// (confirm.go), for a request of policy fail-closed in owner or leased mode
+// (the request's policy, forwarded with the check: ForwardItem.fail_closed;
+// a flush carries none and follows the node's default): it decides it only OwnerLeaseTTL (and a sixteenth) after a
+// majority confirmed, by which time the old owner's lease has lapsed. A key
+// of it with no hand-off, backup or kept state here starts drained as of
+// that instant (takeoverStart), and a cached view that became the owned
+// state in the takeover keeps the more consumed of itself and that drained
+// state (boundPromoted): the old owner admitted at most capacity + rate ×
+// the span before it stopped, this node rate × the span after it began.
+// The cost: such a key admits its rate since the takeover, not its burst,
+// once per takeover.
 
 // startDrained reports, for a key of limit l this node starts to own from
-// no state at now, the instant from which it refills, drained, and whether
-// it must: a Joining node under fail-closed, within a refill of its start.
-func (n *Node) startDrained(l bucket.Limit, now time.Time) (time.Time, bool) {
-	if !n.cfg.Joining || n.cfg.Policy != check.PolicyFailClosed || n.started.IsZero() ||
-		l.Algorithm == bucket.Concurrency || l.Limit <= 0 {
+// no state at now, the instant from which it refills, drained, and
+// whether it must: a Joining node of default policy fail-closed within a
+// refill of its start, or, for a request that is closed (fail-closed, in
+// owner or leased mode: ownedEntry), a node within a refill of the moment
+// it began deciding the key's partition, taken over from a failed member
+// (takeoverStart). When both apply, the later instant.
+func (n *Node) startDrained(key string, l bucket.Limit, now time.Time, closed bool) (time.Time, bool) {
+	if l.Algorithm == bucket.Concurrency || l.Limit <= 0 {
 		return time.Time{}, false
 	}
 	refill := time.Duration(float64(l.Period)*float64(l.Capacity())/float64(l.Limit)) + l.Period
-	if now.Sub(n.started) >= refill {
+	var at time.Time
+	if n.cfg.Joining && n.cfg.Policy == check.PolicyFailClosed && !n.started.IsZero() && now.Sub(n.started) < refill {
+		at = n.started // the node's default policy only: see above
+	}
+	if t, ok := n.takeoverStart(key); closed && ok && now.Sub(t) < refill && t.After(at) {
+		at = t
+	}
+	if at.IsZero() {
 		return time.Time{}, false
 	}
-	return n.started, true
+	if at.After(now) {
+		at = now // cached mode decides from the confirmation, before the wait's end
+	}
+	return at, true
 }
 
 // newOwnedBucketEntry returns a new entry of key under l for this node to
-// own, at now (cluster time): a fresh bucket, or one drained as of this
-// node's start (startDrained).
-func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c uint32) (*entry, error) {
-	at, drained := n.startDrained(l, now)
+// own, at now (cluster time), for a request closed or not: a fresh bucket,
+// or one drained as of this node's start or takeover (startDrained).
+func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c uint32, closed bool) (*entry, error) {
+	at, drained := n.startDrained(key, l, now, closed)
 	if !drained {
 		e, _, err := newKeyedEntry(key, l, now, c)
 		return e, err
@@ -72,5 +102,100 @@ func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c 
 func (n *Node) noteStart(now time.Time) {
 	if n.started.IsZero() {
 		n.started = n.bt(now)
+	}
+}
+
+// takeoverStart returns the instant (cluster time) from which this node
+// decides key's partition as owner, taken over from a failed member
+// (confirm.go: the end of the takeover's wait), and whether it took the
+// partition over so: while the wait runs, or after it while it owns the
+// partition (noteTaken).
+func (n *Node) takeoverStart(key string) (time.Time, bool) {
+	v := n.view
+	if v == nil || v.ring == nil {
+		return time.Time{}, false
+	}
+	id := v.ring.PartitionOf(key)
+	if c := v.confirm; c != nil && c.parts != nil && c.parts[id] {
+		if c.until.IsZero() {
+			return time.Time{}, false // unconfirmed: not decided here
+		}
+		return n.bt(c.until), true
+	}
+	at, ok := n.taken[id]
+	return at, ok
+}
+
+// noteTaken records the partitions of c, whose wait is over, with the
+// instant this node began deciding them (takeoverStart).
+func (n *Node) noteTaken(c *confirmation) {
+	if n.taken == nil {
+		n.taken = map[int]time.Time{}
+	}
+	at := n.bt(c.until)
+	for id := range c.parts {
+		n.taken[id] = at
+	}
+}
+
+// forgetTaken drops the takeovers and promoted keys of the partitions nv
+// does not give this node.
+func (n *Node) forgetTaken(nv *view) {
+	owns := func(id int) bool {
+		o, err := nv.ring.PartitionOwner(id)
+		return err == nil && o == n.cfg.Self
+	}
+	for id := range n.taken {
+		if nv.ring == nil || !owns(id) {
+			delete(n.taken, id)
+		}
+	}
+	for key := range n.promoted {
+		if nv.ring == nil || !owns(nv.ring.PartitionOf(key)) {
+			delete(n.promoted, key)
+		}
+	}
+}
+
+// markPromoted notes that key's cached view has just become this node's
+// owned state; in a partition taken over from a failed member, the view
+// is bounded at the key's next decision (boundPromoted).
+func (n *Node) markPromoted(key string) {
+	v := n.view
+	if v == nil || v.ring == nil {
+		return
+	}
+	if c := v.confirm; c == nil || c.parts == nil || !c.parts[v.ring.PartitionOf(key)] {
+		if _, ok := n.taken[v.ring.PartitionOf(key)]; !ok {
+			return
+		}
+	}
+	if n.promoted == nil {
+		n.promoted = map[string]bool{}
+	}
+	n.promoted[key] = true
+}
+
+// boundPromoted bounds e, key's owned state promoted from a cached view
+// (markPromoted), by the drained start a closed request gives a key
+// with no state at now (startDrained): the view's tokens were the old
+// owner's to spend too, so the state keeps the more consumed of the two.
+// A promoted key is bounded once, at its first decision, whatever its
+// policy.
+func (n *Node) boundPromoted(key string, e *entry, l bucket.Limit, now time.Time, closed bool) {
+	if !n.promoted[key] {
+		return
+	}
+	delete(n.promoted, key)
+	at, drained := n.startDrained(key, l, now, closed)
+	if !drained || e.b.Config().Algorithm != l.Algorithm {
+		return
+	}
+	b, err := bucket.New(e.b.Config(), at)
+	if err != nil || b.Drain(at, b.Config().Capacity()) != nil {
+		return
+	}
+	if e.b.Merge(now, b) == nil {
+		n.metrics.DrainedStarts.Add(1)
 	}
 }

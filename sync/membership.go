@@ -156,6 +156,7 @@ func (n *Node) applyMembers(now time.Time) {
 	n.awaitFormerOrphans(now, old, nv)                // quorum.go
 	n.restoreBackups(now, old, nv)                    // backup.go: before checks see nv
 	n.view = nv
+	n.forgetTaken(nv) // lostkey.go
 	n.moveKeys(now, old, nv)
 	n.handBackToLost(now, nv) // lostowner.go
 	for _, name := range old.names {
@@ -206,6 +207,7 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 			if owner == n.cfg.Self {
 				n.dropLease(s, key)
 				e.makeOwned()
+				n.markPromoted(key) // lostkey.go
 				continue
 			}
 			if old.owner(key) != owner && e.has(flagSynced) {

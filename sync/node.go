@@ -75,6 +75,12 @@ type Node struct {
 	// started is the instant of the first membership, on cluster time
 	// (lostkey.go); zero before it.
 	started time.Time
+	// taken holds, per partition this node took over from a failed member
+	// (confirm.go) and still owns, the instant (cluster time) it began
+	// deciding it as owner; promoted, the keys whose cached view became
+	// owned state in such a takeover, not yet bounded (lostkey.go).
+	taken    map[int]time.Time
+	promoted map[string]bool
 }
 
 // view is one membership: a ring and the peers on it. It is never modified

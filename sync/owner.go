@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -110,7 +111,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
 	}
 	s := n.st.shardOf(it.Key)
-	e, _, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c)
+	e, _, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c, n.cfg.Policy == check.PolicyFailClosed) // a flush carries no policy: the node's
 	if err != nil {
 		n.metrics.Malformed.Add(1)
 		return &peerv1.KeyState{Key: it.Key}

@@ -1155,7 +1155,11 @@ type ForwardItem struct {
 	// fenced: the check is in owner or leased mode, whose owner decides it
 	// within its fence (sync/fence.go); a cached-mode check sent to the owner
 	// (a key too small for shares) is not.
-	Fenced        bool `protobuf:"varint,7,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	Fenced bool `protobuf:"varint,7,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	// fail_closed: the check's partition policy is fail-closed. A key its
+	// receiver starts to own with no state after taking it over from a failed
+	// member starts drained then (sync/lostkey.go).
+	FailClosed    bool `protobuf:"varint,8,opt,name=fail_closed,json=failClosed,proto3" json:"fail_closed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1235,6 +1239,13 @@ func (x *ForwardItem) GetRelayed() bool {
 func (x *ForwardItem) GetFenced() bool {
 	if x != nil {
 		return x.Fenced
+	}
+	return false
+}
+
+func (x *ForwardItem) GetFailClosed() bool {
+	if x != nil {
+		return x.FailClosed
 	}
 	return false
 }
@@ -1753,7 +1764,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\"O\n" +
 	"\aForward\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x124\n" +
-	"\x05items\x18\x02 \x03(\v2\x1e.ringlimit.peer.v1.ForwardItemR\x05items\"\xc5\x01\n" +
+	"\x05items\x18\x02 \x03(\v2\x1e.ringlimit.peer.v1.ForwardItemR\x05items\"\xe6\x01\n" +
 	"\vForwardItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -1761,7 +1772,9 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x05lease\x18\x04 \x01(\tR\x05lease\x12\x18\n" +
 	"\arelease\x18\x05 \x01(\bR\arelease\x12\x18\n" +
 	"\arelayed\x18\x06 \x01(\bR\arelayed\x12\x16\n" +
-	"\x06fenced\x18\a \x01(\bR\x06fenced\"\x82\x01\n" +
+	"\x06fenced\x18\a \x01(\bR\x06fenced\x12\x1f\n" +
+	"\vfail_closed\x18\b \x01(\bR\n" +
+	"failClosed\"\x82\x01\n" +
 	"\fForwardReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
 	"\x13forward_incarnation\x18\x02 \x01(\x04R\x12forwardIncarnation\x121\n" +
