@@ -167,12 +167,9 @@ func (n *Node) Check(now time.Time, reqs []check.Request, resps []check.Response
 // limit compares equal to its bucket's Config.
 func (n *Node) resolve(r *check.Request) (check.Mode, check.Policy, error) {
 	r.Limit = r.Limit.WithDefaults()
-	mode, pol := r.Mode, r.Policy
+	mode, pol := r.Mode, n.policyOf(r)
 	if mode == check.ModeDefault {
 		mode = n.cfg.Mode
-	}
-	if pol == check.PolicyDefault {
-		pol = n.cfg.Policy
 	}
 	switch {
 	case !mode.Valid():
@@ -373,7 +370,7 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *check.Request, resp *chec
 // owner and no hand-off has arrived: the view is the best state it has).
 // reconf reports that a request of hits under l reconfigured it. closed
 // reports that the request it decides is of policy fail-closed in owner or
-// leased mode (closedFor): a key then started or promoted with no state
+// leased mode (policyOf; takeOwned): a key then started or promoted with no state
 // after this node's start or a takeover starts drained (lostkey.go).
 func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32, closed bool) (e *entry, reconf bool, err error) {
 	h := n.st.hash(key)

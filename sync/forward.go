@@ -38,7 +38,7 @@ type fwdItem struct {
 // passed on for another node.
 func (it *fwdItem) probe() bool { return it.here || it.relay }
 
-// failClosed reports whether it's policy is fail-closed: the request's
+// failClosed reports whether its policy is fail-closed: the request's
 // (ForwardItem.FailClosed), which the receiver's new state of the key then
 // follows (lostkey.go). A relayed check's is the one it came with.
 func (it *fwdItem) failClosed() bool {
