@@ -33,3 +33,16 @@ func NewIn(sp *Space, l Limit, now time.Time) (Bucket, error) {
 	sp.tb = tokenBucket{l: unique.Make(l), whole: l.Capacity(), last: nanos(now)}
 	return &sp.tb, nil
 }
+
+// MoveIn returns b with its state moved into sp when its algorithm's state
+// fits there (a copy: b must not be used afterwards), and b itself
+// otherwise. It is for a store that replaces the value holding a key's
+// bucket by another (a change of the key's role) and keeps the bucket in
+// the new value's allocation. sp must not hold a bucket in use.
+func MoveIn(sp *Space, b Bucket) Bucket {
+	if tb, ok := b.(*tokenBucket); ok {
+		sp.tb = *tb
+		return &sp.tb
+	}
+	return b
+}

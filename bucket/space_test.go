@@ -56,3 +56,31 @@ func TestNewIn(t *testing.T) {
 		t.Error("NewIn wrote a Space it did not build in")
 	}
 }
+
+// TestMoveIn: a token bucket moved into a Space lives there with the same
+// state and goes on deciding as the original would; another algorithm's
+// bucket is returned as it is.
+func TestMoveIn(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	l := Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, Burst: 5}
+	var from, to Space
+	b, _ := NewIn(&from, l, t0)
+	_, _ = b.Take(t0.Add(30*time.Millisecond), 4)
+	ref := b.Clone()
+	moved := MoveIn(&to, b)
+	if moved.(*tokenBucket) != &to.tb {
+		t.Fatal("the token bucket was not moved into the Space")
+	}
+	for i, at := range []time.Duration{0, 40 * time.Millisecond, time.Second} {
+		g, _ := moved.Take(t0.Add(at), 2)
+		w, _ := ref.Take(t0.Add(at), 2)
+		if g != w {
+			t.Errorf("step %d: got %+v, want %+v", i, g, w)
+		}
+	}
+	var other Space
+	g, _ := New(Limit{Algorithm: GCRA, Limit: 10, Period: time.Second}, t0)
+	if MoveIn(&other, g) != g || other != (Space{}) {
+		t.Error("MoveIn moved a GCRA bucket, or wrote the Space")
+	}
+}

@@ -21,7 +21,7 @@ import (
 //     therefore the node that holds the backup, and it restores the key
 //     locally, with no message, in the same membership change.
 //   - Cadence. Once per FlushInterval (on Tick), only the keys changed since
-//     their last backup (an owned entry marks itself when its state changes,
+//     their last backup (an owned key is marked when its state changes,
 //     markBackup), batched by MaxBatch, at most maxBackupFlights
 //     batches unacknowledged per target. A batch not acknowledged within
 //     RequestTimeout is not sent again as it was: its keys are marked again,
@@ -55,12 +55,6 @@ import (
 // Cost: one ring build per membership change (the successor ring), a scan
 // of the owned keys when backup targets change, and per FlushInterval one
 // message per target while keys change.
-
-// flagBackup marks an owned entry changed since its last backup and listed
-// in its shard's backup list. It shares flagMoved's bit, which only cached
-// entries use (makeOwned and makeCached clear every flag when an entry
-// changes role), as entries share their role-specific fields.
-const flagBackup = flagMoved
 
 // maxBackupFlights bounds the backup batches unacknowledged per target;
 // beyond it changed keys wait for the next round.
@@ -189,11 +183,11 @@ func (h *heldBackup) fenced(now time.Time) bucket.Bucket {
 	return b
 }
 
-// markBackup notes that an owned entry's state changed: the next
-// backup round sends it. The round gets the key back from the entry (every
-// owned entry holds its key, see allocKeyed); s is the key's shard.
-func markBackup(s *shard, e *entry) {
-	if !e.has(flagOwned) || e.has(flagBackup) {
+// markBackup notes that an owned key's state changed: the next backup
+// round sends it (the round gets the key back from the record); s is the
+// key's shard.
+func markBackup(s *shard, e *ownedKey) {
+	if e.has(flagBackup) {
 		return
 	}
 	e.set(flagBackup)
@@ -399,14 +393,10 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 		}
 		k := 0
 		for _, e := range list {
-			if !e.has(flagOwned) || !e.has(flagBackup) {
-				continue
+			if !e.has(flagBackup) {
+				continue // since removed, or no longer owned
 			}
-			key, ok := e.key()
-			if !ok {
-				e.clear(flagBackup) // not made by allocKeyed: never an owned entry
-				continue
-			}
+			key := e.key
 			t := -1
 			if succ != nil {
 				t = int(targets[succ.PartitionOf(key)])
@@ -535,7 +525,7 @@ func (n *Node) remark(items []*peerv1.KeyState) {
 	for _, ks := range items {
 		key := ks.Key
 		s := n.st.shardOf(key)
-		if e := n.st.lookup(s, key); e != nil {
+		if e := n.st.lookupOwned(s, key); e != nil {
 			markBackup(s, e)
 		}
 	}
@@ -880,14 +870,14 @@ func (n *Node) rebackup(old, nv *view) {
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
 		keys = keys[:0]
-		for key, e := range s.m.all() {
-			if e.has(flagOwned) && mark[nv.ring.PartitionOf(key)] {
+		for key := range s.own.all() {
+			if mark[nv.ring.PartitionOf(key)] {
 				keys = append(keys, key)
 			}
 		}
 		slices.Sort(keys)
 		for _, key := range keys {
-			markBackup(s, n.st.lookup(s, key))
+			markBackup(s, n.st.lookupOwned(s, key))
 		}
 	}
 }

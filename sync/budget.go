@@ -12,10 +12,10 @@ import (
 // The memory budget of a store (issue 16): the keys a node keeps are
 // bounded by count (Config.MaxKeys) and by bytes (Config.MaxKeyBytes).
 // Every stored key is charged what holding it costs the heap: its
-// allocation in Go's size classes (the entry, its key and its token bucket,
-// see allocKeyed; or an entry and a key of their own) and its share of the
-// index that finds it (a table slot or a Go map's), whatever its role
-// (owned, cached, local, share). The backups this node holds for other
+// allocations in Go's size classes (its record with its token bucket, see
+// record.go, and its key) and its share of the index that finds it (a
+// table slot or a Go map's), whatever its role (owned, cached, local,
+// share). The backups this node holds for other
 // owners (backup.go) are charged to the same budget, and take at most half
 // of it (holdCharge); so are the hand-offs of a membership change until the
 // new owner acknowledges them (handoffCharge: about 180 bytes per moved key,
@@ -70,28 +70,18 @@ func sizeClass(n uintptr) int64 {
 	return (int64(n) + page - 1) / page * page
 }
 
-// entryCharge returns what key's entry e costs the store: in s.m (inMap
-// false) or in a shard's local or share map (inMap true). It depends only
-// on the key's length and the entry's form, which never change, so the
-// charge taken at insertion is the one given back at removal.
-func entryCharge(keyLen int, e *entry, inMap bool) int64 {
-	c := int64(slotCharge)
-	if inMap {
-		c = mapCharge
-	}
-	if !e.has(flagKeyed) {
-		// newEntry's entry and bucket, and insertInto's copy of the key.
-		return c + sizeClass(unsafe.Sizeof(entryBucket{})) + sizeClass(uintptr(keyLen))
-	}
-	switch {
-	case keyLen <= len(entryKey16{}.k):
-		return c + sizeClass(unsafe.Sizeof(entryKey16{}))
-	case keyLen <= len(entryKey32{}.k):
-		return c + sizeClass(unsafe.Sizeof(entryKey32{}))
-	case keyLen <= len(entryKey48{}.k):
-		return c + sizeClass(unsafe.Sizeof(entryKey48{}))
-	}
-	return c + sizeClass(unsafe.Sizeof(entryKeyLong{})) + sizeClass(uintptr(keyLen))
+// recordCharge returns what a key of keyLen bytes costs the store in s.m:
+// its slot, its record with its bucket (ownedAlloc and cachedAlloc are the
+// same size, so a change of role keeps the charge) and its key. It depends
+// only on the key's length, so the charge taken at insertion is the one
+// given back at removal.
+func recordCharge(keyLen int) int64 {
+	return slotCharge + sizeClass(unsafe.Sizeof(ownedAlloc{})) + sizeClass(uintptr(keyLen))
+}
+
+// localCharge is recordCharge for a key in a shard's local or share map.
+func localCharge(keyLen int) int64 {
+	return mapCharge + sizeClass(unsafe.Sizeof(localAlloc{})) + sizeClass(uintptr(keyLen))
 }
 
 // handoffCharge returns what a hand-off batch costs until it is
@@ -184,8 +174,9 @@ func (st *store) releaseHeld(keyLen int) {
 type evictCand struct {
 	age uint32
 	key string
-	e   *entry
-	m   map[string]*entry // nil for s.m
+	r   record               // nil for a local bucket
+	l   *localKey            // nil for a record
+	m   map[string]*localKey // nil for s.m
 }
 
 // evict removes the least recently used eighth of s's keys that may go
@@ -196,17 +187,21 @@ type evictCand struct {
 // store's, reused, so an eviction allocates nothing.
 func (st *store) evict(s *shard, c uint32) bool {
 	cands := st.cands[:0]
-	for k, e := range s.m.all() {
-		if e.has(flagDirty) || !e.has(flagOwned) && e.n2 != 0 || s.leases[k] != nil {
-			continue
+	for k, o := range s.own.all() {
+		if s.leases[k] == nil {
+			cands = append(cands, evictCand{ageOf(c, o.used()), k, o, nil, nil})
 		}
-		cands = append(cands, evictCand{ageOf(c, e.used()), k, e, nil})
 	}
-	for k, e := range s.local {
-		cands = append(cands, evictCand{ageOf(c, e.used()), k, e, s.local})
+	for k, v := range s.view.all() {
+		if !v.has(flagDirty) && v.inFlight == 0 && s.leases[k] == nil {
+			cands = append(cands, evictCand{ageOf(c, v.used()), k, v, nil, nil})
+		}
 	}
-	for k, e := range s.share {
-		cands = append(cands, evictCand{ageOf(c, e.used()), k, e, s.share})
+	for k, l := range s.local {
+		cands = append(cands, evictCand{ageOf(c, l.used()), k, nil, l, s.local})
+	}
+	for k, l := range s.share {
+		cands = append(cands, evictCand{ageOf(c, l.used()), k, nil, l, s.share})
 	}
 	slices.SortFunc(cands, func(a, b evictCand) int {
 		return cmp.Or(cmp.Compare(b.age, a.age), cmp.Compare(a.key, b.key))
@@ -214,9 +209,9 @@ func (st *store) evict(s *shard, c uint32) bool {
 	n := max(1, len(cands)/8)
 	for _, cd := range cands[:min(n, len(cands))] {
 		if cd.m == nil {
-			st.removeEntry(s, cd.key, cd.e)
+			st.removeEntry(s, cd.key, cd.r)
 		} else {
-			st.removeFrom(cd.m, cd.key, cd.e)
+			st.removeFrom(cd.m, cd.key, cd.l)
 		}
 	}
 	clear(cands) // hold no entry or key past this call

@@ -9,21 +9,25 @@ import (
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
-// cachedEntry returns the cached entry of key, creating a fresh view (a new
-// bucket, never synced) if there is none. reconf reports that a request of
-// hits under l reconfigured the view (configure).
-func (n *Node) cachedEntry(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32) (e *entry, fresh, reconf bool, err error) {
+// cachedEntry returns the cached view of key, creating a fresh one (a new
+// bucket, never synced) if there is none, or o, its owned record if this
+// node holds one (the key is still to be handed off). reconf reports that a
+// request of hits under l reconfigured the record's bucket (configure).
+func (n *Node) cachedEntry(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32) (e *cachedKey, o *ownedKey, fresh, reconf bool, err error) {
 	h := n.st.hash(key)
-	e = s.m.get(h, key)
-	if e == nil {
-		if e, _, err = newKeyedEntry(key, l, n.bt(now), c); err != nil {
-			return nil, false, false, err
-		}
-		n.st.insertEntry(s, h, e, c)
-		return e, true, false, nil
+	if e = s.view.get(h, key); e != nil {
+		reconf, err = configure(&e.b, l, n.bt(now), hits)
+		return e, nil, false, reconf, err
 	}
-	reconf, err = configure(e, l, n.bt(now), hits)
-	return e, false, reconf, err
+	if o = s.own.get(h, key); o != nil {
+		reconf, err = configure(&o.b, l, n.bt(now), hits)
+		return nil, o, false, reconf, err
+	}
+	if e, err = newCached(key, l, n.bt(now), c); err != nil {
+		return nil, nil, false, false, err
+	}
+	n.st.insertEntry(s, h, e, c)
+	return e, nil, true, false, nil
 }
 
 // shareExact is the share above which a node decides as if it were alone.
@@ -38,38 +42,38 @@ const shareExact = 0.999
 // owner has not seen reach the sync threshold, it flushes early.
 func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *check.Request, resp *check.Response) {
 	s := n.st.shardOf(r.Key)
-	e, fresh, reconf, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
+	e, o, fresh, reconf, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
 	resp.Reconfigured = reconf
 	if err != nil {
 		resp.Err = err
 		return
 	}
-	if e.has(flagOwned) {
+	if o != nil {
 		// Owned until the membership walk hands it off: decide exactly; the
 		// hit goes with the hand-off.
-		e.touch(c, r.Hits, true)
-		resp.Decision, resp.Err = take(e.b, n.bt(now), r)
+		o.touch(c, r.Hits, true)
+		resp.Decision, resp.Err = take(o.b, n.bt(now), r)
 		return
 	}
-	e.touch(c, r.Hits, false)
-	e.u = satAdd32(e.u, r.Hits)
+	e.touch(c, r.Hits)
+	e.asked = satAdd32(e.asked, r.Hits)
 	members := v.size()
 	share := 1 / float64(members) // first sight, or no share given since a move
-	if e.has(flagSynced) && e.f > 0 {
-		share = float64(e.f)
+	if e.has(flagSynced) && e.share > 0 {
+		share = float64(e.share)
 	}
 	t := n.syncThreshold(&r.Limit, members)
 	if share >= shareExact {
 		resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 	} else {
-		resp.Decision, resp.Err = n.takeBudget(e, n.bt(now), r, share, e.n1+e.n2, members, t)
+		resp.Decision, resp.Err = n.takeBudget(e.b, e.has(flagSynced), n.bt(now), r, share, e.pending+e.inFlight, members, t)
 	}
 	if resp.Err == nil && resp.Allowed {
-		e.n1 += r.Hits
+		e.pending += r.Hits
 	}
 	// Sync at once on first sight, and early once the hits the owner has
 	// not seen reach the sync threshold.
-	urgent := fresh && !e.has(flagSynced) || r.Hits > 0 && e.n1 >= t && !p.urgent
+	urgent := fresh && !e.has(flagSynced) || r.Hits > 0 && e.pending >= t && !p.urgent
 	full := n.markRouted(s, r.Key, e, p, v)
 	if urgent || full {
 		n.flushSoon(now, p)
@@ -91,11 +95,11 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *check.
 // all too small for shares, a third of the messages (issue #19).
 func (n *Node) keepView(now time.Time, c uint32, v *view, p *peer, r *check.Request) {
 	s := n.st.shardOf(r.Key)
-	e, _, _, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
-	if err != nil || e.has(flagOwned) {
+	e, _, _, _, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
+	if err != nil || e == nil {
 		return // the owner reports the error; an owned key is handed off
 	}
-	e.touch(c, r.Hits, false)
+	e.touch(c, r.Hits)
 	switch {
 	case e.has(flagMoved):
 		// The new owner rebuilds from the view (applyFlushItem): sent at
@@ -103,7 +107,7 @@ func (n *Node) keepView(now time.Time, c uint32, v *view, p *peer, r *check.Requ
 		// owner decides on it rather than waiting for the key's hand-off.
 		n.markRouted(s, r.Key, e, p, v)
 		n.flushSoon(now, p)
-	case e.n1 > 0 || e.u > 0:
+	case e.pending > 0 || e.asked > 0:
 		// A debt (charge.go) or hits from when the key had shares.
 		if n.markRouted(s, r.Key, e, p, v) {
 			n.flushSoon(now, p)
@@ -119,11 +123,11 @@ func (n *Node) keepView(now time.Time, c uint32, v *view, p *peer, r *check.Requ
 // current: addInterest clears it from the members to push to.
 func (n *Node) answerView(c uint32, m int, key string, d *peerv1.Decision, buf []byte) []byte {
 	s := n.st.shardOf(key)
-	e := n.st.lookup(s, key)
-	if e == nil || !e.has(flagOwned) {
+	e := n.st.lookupOwned(s, key)
+	if e == nil {
 		return buf
 	}
-	e.u = c
+	e.lastFlush = c
 	n.addInterest(s, key, e, m) // interest.go
 	at := len(buf)
 	buf, _ = e.b.AppendBinary(buf)
@@ -141,8 +145,8 @@ func (n *Node) refreshView(now time.Time, c uint32, p *peer, key string, d *peer
 		return // the key moved meanwhile: its new owner answers for it
 	}
 	s := n.st.shardOf(key)
-	e := n.st.lookup(s, key)
-	if e == nil || e.has(flagOwned) {
+	e := n.st.lookupCached(s, key)
+	if e == nil {
 		return
 	}
 	ks := peerv1.KeyState{State: d.State, Share: d.Share}
@@ -150,7 +154,7 @@ func (n *Node) refreshView(now time.Time, c uint32, p *peer, key string, d *peer
 	if !ok {
 		return
 	}
-	n.install(e, b, ks.Share, e.n1+e.n2, now, c, false)
+	n.install(e, b, ks.Share, e.pending+e.inFlight, now, c, false)
 }
 
 // smallForShares reports whether a key of limit l is too small for cached
@@ -178,15 +182,15 @@ func satAdd32(a uint32, b int64) uint32 {
 	return a + uint32(b)
 }
 
-// markDirty lists a cached entry for the next flush to p, and reports
+// markDirty lists a cached view for the next flush to p, and reports
 // whether p's batch is full.
-func (n *Node) markDirty(s *shard, key string, e *entry, p *peer) bool {
+func (n *Node) markDirty(s *shard, key string, e *cachedKey, p *peer) bool {
 	return n.markRouted(s, key, e, p, nil)
 }
 
 // markRouted is markDirty for a p known to be the key's owner
 // under view v (see route).
-func (n *Node) markRouted(s *shard, key string, e *entry, p *peer, v *view) bool {
+func (n *Node) markRouted(s *shard, key string, e *cachedKey, p *peer, v *view) bool {
 	if e.has(flagDirty) {
 		return false
 	}
@@ -357,13 +361,13 @@ func (n *Node) flushTo(now time.Time, v *view, t *flushTargets) {
 	}
 }
 
-// flushItemOf moves a cached entry's pending hits, demand and lease
+// flushItemOf moves a cached view's pending hits, demand and lease
 // traffic into it, a new flush item, and returns it.
-func (n *Node) flushItemOf(s *shard, key string, e *entry, now time.Time, it *peerv1.FlushItem) *peerv1.FlushItem {
+func (n *Node) flushItemOf(s *shard, key string, e *cachedKey, now time.Time, it *peerv1.FlushItem) *peerv1.FlushItem {
 	it.Key = key
 	it.Limit = n.limitWire(e.b.Config())
-	it.Hits = e.n1
-	it.Demand = int64(e.u)
+	it.Hits = e.pending
+	it.Demand = int64(e.asked)
 	it.Rate = e.dem * decayFactor(ageOf(coarse(now), e.used()))
 	if e.has(flagMoved) {
 		it.View = n.movedView(key, e, now)
@@ -371,21 +375,21 @@ func (n *Node) flushItemOf(s *shard, key string, e *entry, now time.Time, it *pe
 	if l := s.leases[key]; l != nil {
 		l.fill(it, now, n.cfg.LeaseTTL)
 	}
-	e.n2 += e.n1
-	e.n1, e.u = 0, 0
+	e.inFlight += e.pending
+	e.pending, e.asked = 0, 0
 	return it
 }
 
 // ownHits returns the hits of key's cached view e that are this node's own
-// and that no owner has confirmed yet: those pending (n1) and those in
-// flight (n2). The view includes them (decideCached takes them from it,
-// install drains them again). A debt added to n1 (charge.go, tickCharges)
+// and that no owner has confirmed yet: those pending and those in flight.
+// The view includes them (decideCached takes them from it, install drains
+// them again). A debt added to pending (charge.go, tickCharges)
 // is in the view only once an answer was installed since, so the hits in
 // transit for a debt are not counted here: a caller that takes ownHits off
 // the view and adds them back after a merge may count those twice, as
 // before, never less than once.
-func (n *Node) ownHits(key string, e *entry) int64 {
-	return max(0, e.n1+e.n2-n.inTransit(key))
+func (n *Node) ownHits(key string, e *cachedKey) int64 {
+	return max(0, e.pending+e.inFlight-n.inTransit(key))
 }
 
 // movedView returns the view a flush reports of e, key's view that came
@@ -399,7 +403,7 @@ func (n *Node) ownHits(key string, e *entry) int64 {
 // ended at 835 admitted, 166 of them during the detection,
 // TestCrashedOwnerViewHitsCountedOnce; 840 in TestOwnerKilledMidKey once
 // in CI).
-func (n *Node) movedView(key string, e *entry, now time.Time) []byte {
+func (n *Node) movedView(key string, e *cachedKey, now time.Time) []byte {
 	b := e.b
 	if own := n.ownHits(key, e); own > 0 {
 		b = b.Clone()
@@ -425,7 +429,7 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 	c := coarse(now)
 	// The items were listed shard by shard (flushTo).
 	n.st.lookupRuns(len(items), func(k int) (string, bool) { return items[k].Key, true },
-		func(s *shard, k int, e *entry) {
+		func(s *shard, k int, e *cachedKey) {
 			var ks *peerv1.KeyState
 			if k < len(ack.Items) && ack.Items[k].GetKey() == items[k].Key {
 				ks = ack.Items[k]
@@ -439,14 +443,14 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 
 // installAck applies the owner's answer ks (nil if missing) to the
 // flush item it answers; s is the key's shard, and e the key's
-// entry in it (nil if none).
-func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e *entry, it *peerv1.FlushItem, ks *peerv1.KeyState, first time.Time) {
+// view in it (nil if none, or if the key is owned here).
+func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e *cachedKey, it *peerv1.FlushItem, ks *peerv1.KeyState, first time.Time) {
 	if ks != nil && !ks.NotOwner && len(ks.State) > 0 && it.Hits > 0 {
 		// Applied: an answer that was not (malformed, or no entry at the
 		// owner) carries no state.
 		n.delivered(it.Key, it.Hits) // charge.go
 	}
-	if e == nil || e.has(flagOwned) {
+	if e == nil {
 		return
 	}
 	// The lease is looked up only for an item that carried lease traffic:
@@ -457,9 +461,9 @@ func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e
 	}
 	if ks != nil && ks.NotOwner {
 		// Not applied: route the hits again with the next flush.
-		e.n1 += it.Hits
-		e.n2 = max(0, e.n2-it.Hits)
-		e.u = satAdd32(e.u, it.Demand)
+		e.pending += it.Hits
+		e.inFlight = max(0, e.inFlight-it.Hits)
+		e.asked = satAdd32(e.asked, it.Demand)
 		if l != nil {
 			l.unfill(it)
 		}
@@ -468,7 +472,7 @@ func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e
 		}
 		return
 	}
-	e.n2 = max(0, e.n2-it.Hits)
+	e.inFlight = max(0, e.inFlight-it.Hits)
 	if l != nil && it.LeaseWant > 0 {
 		// Only an answer to a lease request is a grant: one to a flush of
 		// hits alone grants nothing, and is not an empty grant.
@@ -482,7 +486,7 @@ func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e
 	if !ok {
 		return
 	}
-	n.install(e, b, ks.Share, e.n1+e.n2, now, c, reported)
+	n.install(e, b, ks.Share, e.pending+e.inFlight, now, c, reported)
 	if l != nil && l.zero {
 		// An empty grant from a bucket that has tokens: the owner's fence
 		// held it back (fence.go), or a minority side granted nothing.
@@ -500,7 +504,7 @@ func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e
 // sent yet (reported false) is merged in, keeping the most consumed, and
 // stays flagged: the next flush reports it, so an owner that lost its state
 // rebuilds from it.
-func (n *Node) install(e *entry, b bucket.Bucket, share float32, since int64, now time.Time, c uint32, reported bool) {
+func (n *Node) install(e *cachedKey, b bucket.Bucket, share float32, since int64, now time.Time, c uint32, reported bool) {
 	old := e.b
 	e.b = b
 	if since > 0 {
@@ -511,8 +515,8 @@ func (n *Node) install(e *entry, b bucket.Bucket, share float32, since int64, no
 	} else {
 		e.clear(flagMoved)
 	}
-	e.touch(c, 0, false)
-	e.f = share
+	e.touch(c, 0)
+	e.share = share
 	e.set(flagSynced)
 }
 
@@ -557,7 +561,7 @@ func (n *Node) decodeShared(ks *peerv1.KeyState) (bucket.Bucket, bool) {
 // decodeSharedFor is decodeShared for a state to be installed in e by
 // install(..., reported): it decodes into e's bucket, saving an
 // allocation, unless install still needs the old bucket to merge.
-func (n *Node) decodeSharedFor(e *entry, ks *peerv1.KeyState, reported bool) (bucket.Bucket, bool) {
+func (n *Node) decodeSharedFor(e *cachedKey, ks *peerv1.KeyState, reported bool) (bucket.Bucket, bool) {
 	if e.has(flagMoved) && !reported {
 		return n.decodeShared(ks)
 	}
@@ -597,22 +601,22 @@ func (n *Node) onPush(now time.Time, v *view, p *peer, push *peerv1.Push) {
 			return "", false
 		}
 		return ks.Key, true
-	}, func(_ *shard, k int, e *entry) {
+	}, func(_ *shard, k int, e *cachedKey) {
 		n.installPush(now, c, e, items[k], inflight)
 	})
 }
 
-// installPush installs the pushed state ks of a key whose entry is e
-// (nil if none).
-func (n *Node) installPush(now time.Time, c uint32, e *entry, ks *peerv1.KeyState, inflight bool) {
-	if e == nil || e.has(flagOwned) {
+// installPush installs the pushed state ks of a key whose view is e (nil
+// if none, or if the key is owned here).
+func (n *Node) installPush(now time.Time, c uint32, e *cachedKey, ks *peerv1.KeyState, inflight bool) {
+	if e == nil {
 		n.decodeShared(ks) // counted if malformed, else unused
 		return
 	}
 	if b, ok := n.decodeSharedFor(e, ks, false); ok {
-		since := e.n1
+		since := e.pending
 		if inflight {
-			since += e.n2
+			since += e.inFlight
 		}
 		n.install(e, b, ks.Share, since, now, c, false)
 	}

@@ -337,11 +337,11 @@ func TestSharesAddUpToOneBeyond32Members(t *testing.T) {
 	for _, name := range names[1:] {
 		n := nw.nodes[name]
 		s := n.st.shardOf(key)
-		e := n.st.lookup(s, key)
+		e := n.st.lookupCached(s, key)
 		if e == nil || !e.has(flagSynced) {
 			t.Fatalf("%s holds no synced view of the key", name)
 		}
-		sum += float64(e.f)
+		sum += float64(e.share)
 	}
 	if sum > 1.0001 {
 		t.Errorf("the 39 non-owners' shares add up to %.3f of the tokens, want at most 1", sum)

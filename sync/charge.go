@@ -20,11 +20,11 @@ import (
 // owner is reachable again and this node is not on a minority side:
 //
 //   - when the owner is another member, the hits go as pending hits of the
-//     key's cached entry (created if need be) with the next flush, which the
+//     key's cached view (created if need be) with the next flush, which the
 //     owner applies once (flushes are numbered per incarnation; a flush lost
 //     with its target goes back to pending, membership.go's requeue). They
 //     stay recorded as in transit until the owner's answer says it applied
-//     them: if the key's entry becomes owned here first (the owner failed
+//     them: if the key becomes owned here first (the owner failed
 //     and this node takes the key over, which resets a view's pending hits)
 //     or is evicted, they become a debt again and are drained here. Before,
 //     they were lost then: a crashed owner's successor that had sent its own
@@ -179,7 +179,7 @@ func (n *Node) tickCharges(now time.Time, v *view) {
 			// Still with a flush toward the owner, unless the key's view
 			// is gone or became this node's own state: its pending hits
 			// were reset then, so the debt is drained again.
-			if e := n.st.lookup(s, key); e != nil && !e.has(flagOwned) {
+			if e := n.st.lookupCached(s, key); e != nil {
 				continue
 			}
 			d.hits, d.transit = d.hits+d.transit, 0
@@ -209,18 +209,18 @@ func (n *Node) tickCharges(now time.Time, v *view) {
 		if p == nil || p.gone || p.down(now) {
 			continue
 		}
-		e, _, _, err := n.cachedEntry(s, key, d.l, 0, now, c)
+		e, _, _, _, err := n.cachedEntry(s, key, d.l, 0, now, c)
 		if err != nil {
 			delete(ch.debt, key)
 			continue
 		}
-		if e.has(flagOwned) || e.n2 > 0 {
+		if e == nil || e.inFlight > 0 {
 			// Being handed off (flushed once it is a view), or a flush of
 			// the key in flight: the debt goes whole with the next one, so
 			// that one answer tells it applied.
 			continue
 		}
-		e.n1 = min(e.n1+d.hits, math.MaxInt64/2)
+		e.pending = min(e.pending+d.hits, math.MaxInt64/2)
 		n.markDirty(s, key, e, p)
 		d.hits, d.transit = 0, d.hits
 	}

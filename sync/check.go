@@ -352,54 +352,52 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *check.Request, resp *chec
 	e := s.local[r.Key]
 	if e == nil {
 		var err error
-		var own string
-		if e, own, err = newKeyedEntry(r.Key, r.Limit, n.bt(now), c); err != nil {
+		if e, err = newLocal(r.Limit, n.bt(now), c); err != nil {
 			resp.Err = err
 			return
 		}
-		n.st.insertOwn(s, s.local, own, e, c)
-	} else if resp.Reconfigured, resp.Err = configure(e, r.Limit, n.bt(now), r.Hits); resp.Err != nil {
+		n.st.insertInto(s, s.local, r.Key, e, c)
+	} else if resp.Reconfigured, resp.Err = configure(&e.b, r.Limit, n.bt(now), r.Hits); resp.Err != nil {
 		return
 	}
-	e.meta = e.meta&flagMask | c<<flagBits
+	e.stamp(c)
 	resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 }
 
-// ownedEntry returns the owned entry of key, creating a fresh one or
+// ownedEntry returns the owned record of key, creating a fresh one or
 // turning a cached view into the authoritative state (this node became the
 // owner and no hand-off has arrived: the view is the best state it has).
 // reconf reports that a request of hits under l reconfigured it. closed
 // reports that the request it decides is of policy fail-closed in owner or
 // leased mode (policyOf; takeOwned): a key then started or promoted with no state
 // after this node's start or a takeover starts drained (lostkey.go).
-func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32, closed bool) (e *entry, reconf bool, err error) {
+func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32, closed bool) (e *ownedKey, reconf bool, err error) {
 	h := n.st.hash(key)
-	e = s.m.get(h, key)
+	if e = s.own.get(h, key); e == nil {
+		if v := s.view.get(h, key); v != nil {
+			n.dropLease(s, key)
+			e = n.st.toOwned(s, v)
+			n.markPromoted(key) // lostkey.go
+		}
+	}
 	if e == nil {
 		if b := n.keptState(key); b != nil {
 			// quorum.go: dropped on the return from a minority side, and no
 			// hand-off came.
-			e = newKeyedEntryFor(key, b, c)
-			e.makeOwned()
+			e = ownedWith(key, b, c)
 			n.st.insertEntry(s, h, e, c)
-			reconf, err = configure(e, l, n.bt(now), hits)
+			reconf, err = configure(&e.b, l, n.bt(now), hits)
 			n.capLeased(s, key, e.b, now) // leasecap.go
 			return e, reconf, err
 		}
 		if e, err = n.newOwnedBucketEntry(key, l, n.bt(now), c, closed); err != nil { // lostkey.go
 			return nil, false, err
 		}
-		e.makeOwned()
 		n.st.insertEntry(s, h, e, c)
 		n.capLeased(s, key, e.b, now)
 		return e, false, nil
 	}
-	if !e.has(flagOwned) {
-		n.dropLease(s, key)
-		e.makeOwned()
-		n.markPromoted(key) // lostkey.go
-	}
-	reconf, err = configure(e, l, n.bt(now), hits)
+	reconf, err = configure(&e.b, l, n.bt(now), hits)
 	n.boundPromoted(key, e, l, n.bt(now), closed) // lostkey.go
 	n.capLeased(s, key, e.b, now)
 	return e, reconf, err
@@ -435,7 +433,7 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, res
 	if shared {
 		t := n.syncThreshold(&r.Limit, v.size())
 		share := activeShare(e, n.interestCount(s, r.Key, e))
-		resp.Decision, resp.Err = n.takeBudget(e, n.bt(now), r, float64(share), e.n2, v.size(), t)
+		resp.Decision, resp.Err = n.takeBudget(e.b, true, n.bt(now), r, float64(share), e.ownAdmitted, v.size(), t)
 	} else {
 		resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 	}
@@ -449,16 +447,16 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, res
 	if !shared {
 		return false
 	}
-	// n2 counts the owner's own admissions since the key's last push: once
-	// they reach the sync threshold, push early.
-	e.n2 += r.Hits
-	return e.n2 >= n.syncThreshold(&r.Limit, v.size())
+	// ownAdmitted counts the owner's own admissions since the key's last
+	// push: once they reach the sync threshold, push early.
+	e.ownAdmitted += r.Hits
+	return e.ownAdmitted >= n.syncThreshold(&r.Limit, v.size())
 }
 
-// markChanged notes that an owned entry changed: every interested
+// markChanged notes that an owned key changed: every interested
 // node but except (a member index, or -1) now holds a stale copy, to be
 // pushed.
-func (n *Node) markChanged(s *shard, key string, e *entry, except int) {
+func (n *Node) markChanged(s *shard, key string, e *ownedKey, except int) {
 	markBackup(s, e) // backup.go: the next backup round sends it
 	if !n.markStale(s, key, e, except) {
 		return
@@ -476,7 +474,7 @@ func (n *Node) syncThreshold(l *bucket.Limit, members int) int64 {
 	return max(1, int64(n.cfg.SyncFraction*float64(l.Capacity())/float64(max(members, 1))))
 }
 
-// takeBudget decides r on a node's view e (the owner's state for the
+// takeBudget decides r on a node's view b (the owner's state for the
 // owner) under the share rule: since its last sync (for the owner: since
 // the key's last push) the node has admitted since hits; it may admit more
 // while
@@ -487,15 +485,16 @@ func (n *Node) syncThreshold(l *bucket.Limit, members int) int64 {
 // available + since is what it had without this node's own admissions,
 // refill included). Summed over the nodes, whose shares add up to one, the
 // cluster admits between syncs about what the owner had. A view that is not
-// the node's first sight of the key also admits while it shows more than
+// the node's first sight of the key (synced: the owner's state, or a view
+// that holds one) also admits while it shows more than
 // the others can have taken unseen, (members-1) x T (see syncThreshold), and
 // this node's own unseen hits stay within T: so a node with a small share
 // is not starved while the bucket is far from empty.
 //
 // The bucket decides first; a request the bucket admits but the rule does
 // not is refunded and rejected.
-func (n *Node) takeBudget(e *entry, now time.Time, r *check.Request, share float64, since int64, members int, t int64) (bucket.Decision, error) {
-	d, err := take(e.b, now, r)
+func (n *Node) takeBudget(b bucket.Bucket, synced bool, now time.Time, r *check.Request, share float64, since int64, members int, t int64) (bucket.Decision, error) {
+	d, err := take(b, now, r)
 	if err != nil || !d.Allowed || r.Hits == 0 {
 		return d, err
 	}
@@ -504,10 +503,10 @@ func (n *Node) takeBudget(e *entry, now time.Time, r *check.Request, share float
 	if float64(since+r.Hits) <= budget {
 		return d, nil
 	}
-	if (e.has(flagOwned) || e.has(flagSynced)) && since+r.Hits <= t && avail >= r.Hits+int64(members-1)*t {
+	if synced && since+r.Hits <= t && avail >= r.Hits+int64(members-1)*t {
 		return d, nil
 	}
-	_ = e.b.Refund(now, r.Hits)
+	_ = b.Refund(now, r.Hits)
 	d.Allowed = false
 	d.Remaining = max(0, min(avail, int64(budget)-since))
 	d.RetryAfter = n.cfg.FlushInterval

@@ -384,10 +384,13 @@ func (n *Node) recorrect(v *view) {
 func (n *Node) shiftAll(d time.Duration) {
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
-		for _, e := range s.m.all() {
+		for _, e := range s.own.all() {
 			e.b.Shift(d)
 		}
-		for _, m := range []map[string]*entry{s.local, s.share} {
+		for _, e := range s.view.all() {
+			e.b.Shift(d)
+		}
+		for _, m := range []map[string]*localKey{s.local, s.share} {
 			for _, e := range m {
 				e.b.Shift(d)
 			}

@@ -198,7 +198,7 @@ func (n *Node) fenceBlocks(now time.Time, v *view, r *check.Request) bool {
 		return false
 	}
 	s := n.st.shardOf(r.Key)
-	if e := n.st.lookup(s, r.Key); e != nil && e.has(flagOwned) && e.b.Config().Algorithm == r.Limit.Algorithm {
+	if e := n.st.lookupOwned(s, r.Key); e != nil && e.b.Config().Algorithm == r.Limit.Algorithm {
 		n.capLeased(s, r.Key, e.b, now) // leasecap.go: at each expiry, before the peek moves the bucket on
 		if d, err := e.b.Take(n.bt(now), 0); err == nil && d.Remaining < r.Hits {
 			return false // rejected whatever the fence: a rejection drains nothing
@@ -260,14 +260,15 @@ func (n *Node) fenceRoom(now time.Time, v *view, key string, l bucket.Limit, wan
 // closed as in ownedEntry).
 func (n *Node) backupKeyNow(now time.Time, v *view, key string, l bucket.Limit, closed bool) {
 	s := n.st.shardOf(key)
-	e := n.st.lookup(s, key)
-	if e == nil {
+	r := n.st.lookup(s, key)
+	if r == nil {
 		var err error
-		if e, _, err = n.ownedEntry(s, key, l, 0, now, coarse(now), closed); err != nil {
+		if r, _, err = n.ownedEntry(s, key, l, 0, now, coarse(now), closed); err != nil {
 			return
 		}
 	}
-	if !e.has(flagOwned) {
+	e, ok := r.(*ownedKey)
+	if !ok {
 		return
 	}
 	markBackup(s, e)

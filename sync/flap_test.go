@@ -208,7 +208,7 @@ func TestLostBackupOfSweptKeyAskedAgain(t *testing.T) {
 		nw.run(5 * time.Millisecond)
 		s := n1.st.shardOf(key)
 		e := n1.st.lookup(s, key)
-		if e != nil && e.b.Idle(n1.bt(nw.now)) && n1.markInFlight(f) {
+		if e != nil && headOf(e).b.Idle(n1.bt(nw.now)) && n1.markInFlight(f) {
 			n1.st.removeEntry(s, key, e)
 			swept = true
 		}

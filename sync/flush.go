@@ -70,8 +70,8 @@ func (n *Node) dropFlight(f *flight) {
 	n.metrics.FlushItemsDropped.Add(int64(len(f.msg.Items)))
 	for _, it := range f.msg.Items {
 		s := n.st.shardOf(it.Key)
-		if e := n.st.lookup(s, it.Key); e != nil && !e.has(flagOwned) {
-			e.n2 = max(0, e.n2-it.Hits)
+		if e := n.st.lookupCached(s, it.Key); e != nil {
+			e.inFlight = max(0, e.inFlight-it.Hits)
 		}
 		if l := s.leases[it.Key]; l != nil && it.LeaseWant > 0 {
 			l.asking = false
@@ -90,13 +90,13 @@ func (n *Node) dropDirty(v *view, p *peer, excess int64) {
 		s := &n.st.shards[i]
 		k := 0
 		for j, key := range s.dirty {
-			e := n.st.lookup(s, key)
-			if excess <= 0 || e == nil || e.has(flagOwned) || !e.has(flagDirty) || v.peers[v.owner(key)] != p {
+			e := n.st.lookupCached(s, key)
+			if excess <= 0 || e == nil || !e.has(flagDirty) || v.peers[v.owner(key)] != p {
 				s.dirty[k], s.routes[k] = key, s.routes[j]
 				k++
 				continue
 			}
-			e.n1, e.u = 0, 0
+			e.pending, e.asked = 0, 0
 			n.undeliver(key) // charge.go: a debt among the dropped hits is owed again
 			e.clear(flagDirty)
 			p.dirty--

@@ -37,30 +37,27 @@ import (
 // checking it flushes it between two rotations and stays counted.
 //
 // In a view of up to inlineMembers members the four sets are held in the
-// entry's n1 (inlineMembers bits each); in a larger view n1 is 1 when the
-// key has interest (0 when none) and the sets are in the Node's wide
-// table, one bit per member. Interest older than InterestTTL is forgotten
-// by the store's sweep (n1 = 0), whatever the view.
+// record's interest (inlineMembers bits each); in a larger view interest is
+// 1 when the key has interest (0 when none) and the sets are in the Node's
+// wide table, one bit per member. Interest older than InterestTTL is
+// forgotten by the store's sweep (interest = 0), whatever the view.
 const inlineMembers = 15
 
 const inlineMask = 1<<inlineMembers - 1
 
-// memberSets is the interest of one owned key, read out of its entry for
+// memberSets is the interest of one owned key, read out of its record for
 // a change: word i of each set holds the members 64i to 64i+63.
 type memberSets struct {
 	cur, prev, held, stale []uint64
 }
 
 // wideSets is the interest of a key of a view of more than inlineMembers
-// members, and the entry it belongs to: an entry evicted and created again
-// does not inherit it.
+// members, and the record it belongs to: a record evicted and created
+// again, or replaced by a change of role, does not inherit it.
 type wideSets struct {
-	e    *entry
+	e    *ownedKey
 	sets memberSets
 }
-
-// interested reports whether an owned entry has interest.
-func (e *entry) interested() bool { return e.n1 != 0 }
 
 // wordsFor returns the words of a set of v's members.
 func wordsFor(v *view) int { return (len(v.names) + 63) / 64 }
@@ -71,17 +68,17 @@ func (v *view) wide() bool { return len(v.names) > inlineMembers }
 // shardIndex returns the index of s in the store.
 func shardIndex(s *shard) int { return bits.TrailingZeros64(s.bit) }
 
-// readSets returns the interest of the owned entry e of key under the
+// readSets returns the interest of the owned record e of key under the
 // current view, in buf's storage if it has room.
-func (n *Node) readSets(s *shard, key string, e *entry, buf *[4]uint64) memberSets {
+func (n *Node) readSets(s *shard, key string, e *ownedKey, buf *[4]uint64) memberSets {
 	return n.readSetsIn(n.view, s, key, e, buf)
 }
 
-// readSetsIn returns the interest of the owned entry e of key under v.
-func (n *Node) readSetsIn(v *view, s *shard, key string, e *entry, buf *[4]uint64) memberSets {
+// readSetsIn returns the interest of the owned record e of key under v.
+func (n *Node) readSetsIn(v *view, s *shard, key string, e *ownedKey, buf *[4]uint64) memberSets {
 	if !v.wide() {
 		for i := range buf {
-			buf[i] = uint64(e.n1) >> (i * inlineMembers) & inlineMask
+			buf[i] = uint64(e.interest) >> (i * inlineMembers) & inlineMask
 		}
 		return memberSets{cur: buf[0:1], prev: buf[1:2], held: buf[2:3], stale: buf[3:4]}
 	}
@@ -110,23 +107,23 @@ func (n *Node) readSetsIn(v *view, s *shard, key string, e *entry, buf *[4]uint6
 }
 
 // writeSets stores m, read by readSets, as e's interest.
-func (n *Node) writeSets(s *shard, key string, e *entry, m memberSets) {
+func (n *Node) writeSets(s *shard, key string, e *ownedKey, m memberSets) {
 	n.writeSetsIn(n.view, s, key, e, m)
 }
 
 // writeSetsIn stores m, read by readSetsIn, as e's interest under v.
-func (n *Node) writeSetsIn(v *view, s *shard, key string, e *entry, m memberSets) {
+func (n *Node) writeSetsIn(v *view, s *shard, key string, e *ownedKey, m memberSets) {
 	if !v.wide() {
-		e.n1 = int64(m.cur[0] | m.prev[0]<<inlineMembers | m.held[0]<<(2*inlineMembers) | m.stale[0]<<(3*inlineMembers))
+		e.interest = int64(m.cur[0] | m.prev[0]<<inlineMembers | m.held[0]<<(2*inlineMembers) | m.stale[0]<<(3*inlineMembers))
 		return
 	}
 	for i := range m.held {
 		if m.held[i] != 0 {
-			e.n1 = 1
+			e.interest = 1
 			return
 		}
 	}
-	e.n1 = 0
+	e.interest = 0
 	delete(n.wide[shardIndex(s)], key)
 }
 
@@ -134,13 +131,13 @@ func setAdd(set []uint64, m int) { set[m/64] |= 1 << (m % 64) }
 func setDel(set []uint64, m int) { set[m/64] &^= 1 << (m % 64) }
 
 // The functions below read and write the interest of key, whose owned
-// entry is e, under the current view (n.view): the sets are remapped
+// record is e, under the current view (n.view): the sets are remapped
 // when it changes (remapInterest, from moveKeys).
 
 // addInterest records a flush of key from member m (its index in the
 // view, -1 if none): m is
 // in cur, and not stale (the flush's answer carries the current state).
-func (n *Node) addInterest(s *shard, key string, e *entry, m int) {
+func (n *Node) addInterest(s *shard, key string, e *ownedKey, m int) {
 	if m < 0 {
 		return
 	}
@@ -155,7 +152,7 @@ func (n *Node) addInterest(s *shard, key string, e *entry, m int) {
 // markStale makes every interested member but except (an index in the
 // view, or -1) stale, and reports whether any member is stale: the key is
 // then to be listed for the next push.
-func (n *Node) markStale(s *shard, key string, e *entry, except int) bool {
+func (n *Node) markStale(s *shard, key string, e *ownedKey, except int) bool {
 	if !e.interested() {
 		return false
 	}
@@ -175,7 +172,7 @@ func (n *Node) markStale(s *shard, key string, e *entry, except int) bool {
 }
 
 // interestCount returns the number of members in cur or prev.
-func (n *Node) interestCount(s *shard, key string, e *entry) int {
+func (n *Node) interestCount(s *shard, key string, e *ownedKey) int {
 	if !e.interested() {
 		return 0
 	}
@@ -197,7 +194,7 @@ func (n *Node) interestCount(s *shard, key string, e *entry) int {
 // not rotate, so that a member flushing every FlushInterval stays
 // counted) it then rotates the sets (see above). It returns the number of
 // members in cur and prev before the rotation, for the pushed share.
-func (n *Node) pushInterest(s *shard, key string, e *entry, rotate, cur, spent bool, visit func(m int)) int {
+func (n *Node) pushInterest(s *shard, key string, e *ownedKey, rotate, cur, spent bool, visit func(m int)) int {
 	if !e.interested() {
 		return 0
 	}
@@ -231,7 +228,7 @@ func (n *Node) pushInterest(s *shard, key string, e *entry, rotate, cur, spent b
 
 // dormantStale reports whether key has stale members beyond cur: members
 // a push reaches only when the key is spent.
-func (n *Node) dormantStale(s *shard, key string, e *entry) bool {
+func (n *Node) dormantStale(s *shard, key string, e *ownedKey) bool {
 	if !e.interested() {
 		return false
 	}
@@ -245,10 +242,10 @@ func (n *Node) dormantStale(s *shard, key string, e *entry) bool {
 	return false
 }
 
-// remapInterest carries the interest of an owned entry from view old to
+// remapInterest carries the interest of an owned record from view old to
 // view nv: each member keeps its place in each set under its new index
 // (to[its old index], -1 when it left).
-func (n *Node) remapInterest(old, nv *view, s *shard, key string, e *entry, to []int) {
+func (n *Node) remapInterest(old, nv *view, s *shard, key string, e *ownedKey, to []int) {
 	if !e.interested() {
 		if old.wide() {
 			delete(n.wide[shardIndex(s)], key)
@@ -260,7 +257,7 @@ func (n *Node) remapInterest(old, nv *view, s *shard, key string, e *entry, to [
 	// The old sets are copied out first: the wide table's storage is
 	// replaced when the number of words changes.
 	src := [4][]uint64{slices.Clone(from.cur), slices.Clone(from.prev), slices.Clone(from.held), slices.Clone(from.stale)}
-	e.n1 = 0
+	e.interest = 0
 	if old.wide() || nv.wide() {
 		delete(n.wide[shardIndex(s)], key)
 	}
@@ -285,7 +282,7 @@ func (n *Node) sweepWide(i int) {
 	t := n.wide[i]
 	s := &n.st.shards[i]
 	for key, ws := range t {
-		if e := n.st.lookup(s, key); e != ws.e || e == nil || !e.has(flagOwned) || !e.interested() {
+		if e := n.st.lookupOwned(s, key); e != ws.e || e == nil || !e.interested() {
 			delete(t, key)
 		}
 	}

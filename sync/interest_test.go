@@ -59,9 +59,9 @@ func TestSharesExactBeyond32Members(t *testing.T) {
 	nw.run(100 * time.Millisecond)
 	for _, name := range []string{"n01", "n02"} {
 		n := nw.nodes[name]
-		e := n.st.lookup(n.st.shardOf(key), key)
-		if e == nil || e.f != 0.5 {
-			t.Errorf("%s's share %v, want 0.5 (two nodes check the key)", name, e.f)
+		e := n.st.lookupCached(n.st.shardOf(key), key)
+		if e == nil || e.share != 0.5 {
+			t.Errorf("%s's view %+v, want a share of 0.5 (two nodes check the key)", name, e)
 		}
 	}
 }
@@ -147,9 +147,9 @@ func TestInterestKeptAcrossViewSizes(t *testing.T) {
 	interested := func(step string, want ...string) {
 		t.Helper()
 		s := owner.st.shardOf(key)
-		e := owner.st.lookup(s, key)
-		if e == nil || !e.has(flagOwned) {
-			t.Fatalf("%s: the owner holds no owned entry of the key", step)
+		e := owner.st.lookupOwned(s, key)
+		if e == nil {
+			t.Fatalf("%s: the owner holds no owned record of the key", step)
 		}
 		var buf [4]uint64
 		sets := owner.readSets(s, key, e, &buf)
@@ -166,7 +166,7 @@ func TestInterestKeptAcrossViewSizes(t *testing.T) {
 	interested("10 members", "n01", "n07")
 	owner.SetMembers(nw.now, all)
 	if !owner.view.wide() {
-		t.Fatalf("a view of 40 members keeps interest in the entry")
+		t.Fatalf("a view of 40 members keeps interest in the record")
 	}
 	interested("40 members", "n01", "n07")
 	owner.SetMembers(nw.now, small)

@@ -165,19 +165,19 @@ const leaseWarmDemand = 0.5
 // lease never rejects a check the owner would admit.
 func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *check.Request, resp *check.Response, pol check.Policy) (forward bool) {
 	s := n.st.shardOf(r.Key)
-	e, _, reconf, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
+	e, o, _, reconf, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
 	resp.Reconfigured = reconf
 	if err != nil {
 		resp.Err = err
 		return false
 	}
-	if e.has(flagOwned) {
-		e.touch(c, r.Hits, true)
-		resp.Decision, resp.Err = take(e.b, n.bt(now), r)
+	if o != nil {
+		o.touch(c, r.Hits, true)
+		resp.Decision, resp.Err = take(o.b, n.bt(now), r)
 		return false
 	}
-	e.touch(c, r.Hits, false)
-	e.u = satAdd32(e.u, r.Hits)
+	e.touch(c, r.Hits)
+	e.asked = satAdd32(e.asked, r.Hits)
 	// On a minority side the owner is as good as down: the majority has
 	// taken the key over, so only the lease held here is spent (quorum.go).
 	down := p.down(now) || len(v.lost) > 0
@@ -263,9 +263,9 @@ func (n *Node) sweepLeases(s *shard, now time.Time) {
 	var back []string
 	for key, l := range s.leases {
 		l.expire(t)
-		e := n.st.lookup(s, key)
+		e := n.st.lookupCached(s, key)
 		switch {
-		case e == nil || e.has(flagOwned):
+		case e == nil:
 			delete(s.leases, key)
 		case l.ret > 0:
 			back = append(back, key)
@@ -282,7 +282,7 @@ func (n *Node) sweepLeases(s *shard, now time.Time) {
 func (n *Node) markReturns(s *shard, v *view, keys []string) {
 	slices.Sort(keys)
 	for _, key := range keys {
-		if p, e := v.peers[v.owner(key)], n.st.lookup(s, key); p != nil && e != nil {
+		if p, e := v.peers[v.owner(key)], n.st.lookupCached(s, key); p != nil && e != nil {
 			n.markRouted(s, key, e, p, v)
 		}
 	}

@@ -172,7 +172,7 @@ func (n *Node) sweepGrants(s *shard, now time.Time) {
 		if gs[len(gs)-1].exp > t {
 			continue
 		}
-		if e := n.st.lookup(s, key); e != nil && e.has(flagOwned) {
+		if e := n.st.lookupOwned(s, key); e != nil {
 			n.capLeased(s, key, e.b, now)
 		}
 		delete(s.granted, key)

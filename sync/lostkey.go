@@ -77,16 +77,15 @@ func (n *Node) startDrained(key string, l bucket.Limit, now time.Time, closed bo
 	return at, true
 }
 
-// newOwnedBucketEntry returns a new entry of key under l for this node to
-// own, at now (cluster time), for a request closed or not: a fresh bucket,
+// newOwnedBucketEntry returns a new owned record of key under l for this
+// node, at now (cluster time), for a request closed or not: a fresh bucket,
 // or one drained as of this node's start or takeover (startDrained).
-func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c uint32, closed bool) (*entry, error) {
+func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c uint32, closed bool) (*ownedKey, error) {
 	at, drained := n.startDrained(key, l, now, closed)
 	if !drained {
-		e, _, err := newKeyedEntry(key, l, now, c)
-		return e, err
+		return newOwned(key, l, now, c)
 	}
-	e, _, err := newKeyedEntry(key, l, at, c)
+	e, err := newOwned(key, l, at, c)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +181,7 @@ func (n *Node) markPromoted(key string) {
 // owner's to spend too, so the state keeps the more consumed of the two.
 // A promoted key is bounded once, at its first decision, whatever its
 // policy.
-func (n *Node) boundPromoted(key string, e *entry, l bucket.Limit, now time.Time, closed bool) {
+func (n *Node) boundPromoted(key string, e *ownedKey, l bucket.Limit, now time.Time, closed bool) {
 	if !n.promoted[key] {
 		return
 	}

@@ -86,7 +86,7 @@ func (n *Node) HandedOff() bool {
 		s := &n.st.shards[i]
 		busy := false
 		for _, key := range s.dirty {
-			if e := n.st.lookup(s, key); e != nil && e.has(flagDirty) && v.peers[v.owner(key)] != nil {
+			if e := n.st.lookupCached(s, key); e != nil && e.has(flagDirty) && v.peers[v.owner(key)] != nil {
 				busy = true
 				break
 			}
@@ -170,7 +170,7 @@ func (n *Node) applyMembers(now time.Time) {
 }
 
 // moveKeys hands off the owned keys that moved and converts the
-// entries whose role changed (see SetMembers). Keys are visited shard by
+// records whose role changed (toCached, toOwned; see SetMembers). Keys are visited shard by
 // shard in sorted order, so the hand-off batches are reproducible.
 func (n *Node) moveKeys(now time.Time, old, nv *view) {
 	to := make([]int, len(old.names)) // an old member index -> its new one, or -1
@@ -184,9 +184,9 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
 		for _, key := range s.sortedKeys() {
-			e := n.st.lookup(s, key)
 			owner := nv.owner(key)
-			if e.has(flagOwned) {
+			switch e := n.st.lookup(s, key).(type) {
+			case *ownedKey:
 				if owner == n.cfg.Self {
 					n.remapInterest(old, nv, s, key, e, to) // interest.go
 					continue
@@ -201,21 +201,21 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 						n.keepForLost(owner, ks) // lostowner.go: handed to it when it is back
 					}
 				}
-				e.makeCached(true)
-				continue
-			}
-			if owner == n.cfg.Self {
-				n.dropLease(s, key)
-				e.makeOwned()
-				n.markPromoted(key) // lostkey.go
-				continue
-			}
-			if old.owner(key) != owner && e.has(flagSynced) {
-				e.set(flagMoved)
-			}
-			if p := nv.peers[owner]; p != nil && e.has(flagDirty) {
-				p.dirty++
-				n.wake(p)
+				n.st.toCached(s, e)
+			case *cachedKey:
+				if owner == n.cfg.Self {
+					n.dropLease(s, key)
+					n.st.toOwned(s, e)
+					n.markPromoted(key) // lostkey.go
+					continue
+				}
+				if old.owner(key) != owner && e.has(flagSynced) {
+					e.set(flagMoved)
+				}
+				if p := nv.peers[owner]; p != nil && e.has(flagDirty) {
+					p.dirty++
+					n.wake(p)
+				}
 			}
 		}
 	}
@@ -314,13 +314,13 @@ func (n *Node) abandon(now time.Time, nv *view, p *peer) {
 // pending.
 func (n *Node) requeue(v *view, it *peerv1.FlushItem) {
 	s := n.st.shardOf(it.Key)
-	e := n.st.lookup(s, it.Key)
-	if e == nil || e.has(flagOwned) {
+	e := n.st.lookupCached(s, it.Key)
+	if e == nil {
 		return
 	}
-	e.n1 += it.Hits
-	e.n2 = max(0, e.n2-it.Hits)
-	e.u = satAdd32(e.u, it.Demand)
+	e.pending += it.Hits
+	e.inFlight = max(0, e.inFlight-it.Hits)
+	e.asked = satAdd32(e.asked, it.Demand)
 	if l := s.leases[it.Key]; l != nil {
 		l.unfill(it)
 	}
@@ -399,25 +399,26 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 	mine := v.owner(key) == n.cfg.Self
 	s := n.st.shardOf(key)
 	h := n.st.hash(key)
-	e := s.m.get(h, key)
+	r := n.st.lookup(s, key)
 	if !mine {
 		n.keepHandedForLost(now, v, key, b, demand) // lostowner.go
 	}
-	if e == nil && mine {
+	if r == nil && mine {
 		if k := n.keptState(key); k != nil && k.Merge(n.bt(now), b) == nil {
 			b = k // quorum.go: what this node had, merged with the hand-off
 		}
 	}
-	if e == nil {
-		e = newKeyedEntryFor(key, b, c)
+	if r == nil {
 		if mine {
-			e.makeOwned()
+			e := ownedWith(key, b, c)
 			e.dem = demand
 			markBackup(s, e)
+			n.st.insertEntry(s, h, e, c)
 		} else {
-			e.makeCached(true)
+			e := cachedWith(key, b, c)
+			e.set(flagMoved | flagSynced)
+			n.st.insertEntry(s, h, e, c)
 		}
-		n.st.insertEntry(s, h, e, c)
 		return
 	}
 	// A view holds this node's own hits that no owner has confirmed (see
@@ -429,26 +430,26 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 	// its own admissions in the restore: 1064 admitted of a bucket of 1000
 	// (TestCrashedOwnerViewHitsCountedOnce).
 	var own int64
-	if !e.has(flagOwned) {
-		if own = n.ownHits(key, e); own > 0 {
-			_ = e.b.Refund(n.bt(now), own)
+	if v, ok := r.(*cachedKey); ok {
+		if own = n.ownHits(key, v); own > 0 {
+			_ = v.b.Refund(n.bt(now), own)
+		}
+		if mine {
+			n.dropLease(s, key)
+			r = n.st.toOwned(s, v)
 		}
 	}
-	if mine && !e.has(flagOwned) {
-		n.dropLease(s, key)
-		e.makeOwned()
-	}
+	e := headOf(r)
 	err := e.b.Merge(n.bt(now), b)
 	if own > 0 {
 		_ = e.b.Drain(n.bt(now), own)
 	}
-	if err != nil && e.has(flagOwned) {
-		return // another algorithm: the live state wins
+	o, owned := r.(*ownedKey)
+	if !owned || err != nil {
+		return // a view; or another algorithm: the live state wins
 	}
-	if e.has(flagOwned) {
-		e.dem = max(e.dem, demand)
-		n.markChanged(s, key, e, -1)
-	}
+	o.dem = max(o.dem, demand)
+	n.markChanged(s, key, o, -1)
 }
 
 // onHandoffAck retires an acknowledged hand-off.

@@ -355,12 +355,11 @@ func remainingOn(n *Node, now time.Time, key string) int64 {
 	if e == nil {
 		return -1
 	}
-	d, _ := e.b.Clone().Take(now, 0)
+	d, _ := headOf(e).b.Clone().Take(now, 0)
 	return d.Remaining
 }
 
 func isOwned(n *Node, key string) bool {
 	s := n.st.shardOf(key)
-	e := n.st.lookup(s, key)
-	return e != nil && e.has(flagOwned)
+	return n.st.lookupOwned(s, key) != nil
 }

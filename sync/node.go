@@ -89,7 +89,7 @@ type Node struct {
 type view struct {
 	ring *ring.Ring // nil before the first SetMembers
 	// names is ring.Members(), sorted; index maps a name to its position,
-	// the member's index in an owned entry's interest (interest.go).
+	// the member's index in an owned key's interest (interest.go).
 	names []string
 	index map[string]int
 	// peers holds every member but this node. A peer keeps its identity
@@ -133,7 +133,7 @@ func (v *view) size() int {
 	return max(1, v.ring.Len())
 }
 
-// member returns name's index in an owned entry's interest, or -1.
+// member returns name's index in an owned key's interest, or -1.
 func (v *view) member(name string) int {
 	if i, ok := v.index[name]; ok {
 		return i
@@ -356,14 +356,14 @@ func (n *Node) peerRestarted(v *view, p *peer) {
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
 		var keys []string
-		for key, e := range s.m.all() {
-			if !e.has(flagOwned) && e.has(flagSynced) && v.owner(key) == p.name {
+		for key, e := range s.view.all() {
+			if e.has(flagSynced) && v.owner(key) == p.name {
 				keys = append(keys, key)
 			}
 		}
 		slices.Sort(keys)
 		for _, key := range keys {
-			e := n.st.lookup(s, key)
+			e := n.st.lookupCached(s, key)
 			e.set(flagMoved)
 			n.markDirty(s, key, e, p)
 		}

@@ -124,7 +124,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		}
 	}
 	e.touch(c, it.Demand, false)
-	e.u = c
+	e.lastFlush = c
 	n.addInterest(s, it.Key, e, m) // interest.go
 	if it.Hits > 0 {
 		_ = e.b.Drain(n.bt(now), it.Hits)
@@ -187,8 +187,8 @@ const ownActiveMin = 0.1
 // over-admission; a node whose traffic exceeds its share is not starved
 // while the bucket is far from empty (takeBudget's margin), and tokens the
 // others leave unspent raise everyone's next budget.
-func activeShare(e *entry, k int) float32 {
-	if e.f >= ownActiveMin {
+func activeShare(e *ownedKey, k int) float32 {
+	if e.ownDemand >= ownActiveMin {
 		k++
 	}
 	return 1 / float32(max(k, 1))
@@ -199,7 +199,7 @@ func activeShare(e *entry, k int) float32 {
 // available now, at least one token when any is available, at most what it
 // asked for. The tokens are drained at once, so the leases outstanding never
 // exceed what the bucket had.
-func (n *Node) grantLease(e *entry, now time.Time, it *peerv1.FlushItem) int64 {
+func (n *Node) grantLease(e *ownedKey, now time.Time, it *peerv1.FlushItem) int64 {
 	peek, err := e.b.Take(n.bt(now), 0)
 	if err != nil || peek.Remaining <= 0 {
 		return 0
@@ -255,7 +255,7 @@ func (n *Node) tickPushes(now time.Time, v *view, force bool) {
 				continue
 			}
 			e.clear(flagChanged)
-			e.n2 = 0 // published: the owner's early-push count starts again
+			e.ownAdmitted = 0 // published: the owner's early-push count starts again
 			var ks *peerv1.KeyState
 			l := e.b.Config()
 			small := n.smallForShares(&l, v.size())
@@ -291,7 +291,7 @@ func (n *Node) tickPushes(now time.Time, v *view, force bool) {
 // its capacity left (at least one hit): what the drift of cached mode
 // allows a view to be off by. Such a state is pushed to every node that
 // may hold a view of the key (interest.go).
-func (n *Node) nearlySpent(e *entry, now time.Time) bool {
+func (n *Node) nearlySpent(e *ownedKey, now time.Time) bool {
 	d, err := e.b.Take(n.bt(now), 0) // a peek, on cluster time
 	if err != nil {
 		return false

@@ -76,13 +76,13 @@ func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *chec
 	}
 	if e == nil {
 		var err error
-		if e, err = newEntry(l, n.bt(now), c); err != nil {
+		if e, err = newLocal(l, n.bt(now), c); err != nil {
 			resp.Err = err
 			return
 		}
 		from := held
 		if base := n.st.lookup(s, r.Key); base != nil {
-			from = base.b.Clone()
+			from = headOf(base).b.Clone()
 		}
 		if from != nil && from.Config().Algorithm == l.Algorithm {
 			if b, reconf, err := reconfigure(from, l, n.bt(now), r.Hits); err == nil {
@@ -90,9 +90,9 @@ func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *chec
 			}
 		}
 		n.st.insertInto(s, s.share, r.Key, e, c)
-	} else if resp.Reconfigured, resp.Err = configure(e, l, n.bt(now), r.Hits); resp.Err != nil {
+	} else if resp.Reconfigured, resp.Err = configure(&e.b, l, n.bt(now), r.Hits); resp.Err != nil {
 		return
 	}
-	e.meta = e.meta&flagMask | c<<flagBits
+	e.stamp(c)
 	resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 }

@@ -413,16 +413,14 @@ func (n *Node) deposed(now time.Time, old, nv *view) map[int]awaitFrom {
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
 		keys = keys[:0]
-		for key, e := range s.m.all() {
-			if e.has(flagOwned) {
-				if _, ok := marks[nv.ring.PartitionOf(key)]; ok {
-					keys = append(keys, key)
-				}
+		for key := range s.own.all() {
+			if _, ok := marks[nv.ring.PartitionOf(key)]; ok {
+				keys = append(keys, key)
 			}
 		}
 		slices.Sort(keys)
 		for _, key := range keys {
-			e := n.st.lookup(s, key)
+			e := n.st.lookupOwned(s, key)
 			if n.dur.kept == nil {
 				n.dur.kept = map[string]bucket.Bucket{}
 			}

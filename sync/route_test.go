@@ -20,13 +20,13 @@ func TestFlushRoutes(t *testing.T) {
 		key := keyOwnedBy(t, "b", "a", "b", "c")
 		return a, a.view, a.st.shardOf(key), key
 	}
-	list := func(t *testing.T, a *Node, v *view, s *shard, key string, hits int64) *entry {
+	list := func(t *testing.T, a *Node, v *view, s *shard, key string, hits int64) *cachedKey {
 		t.Helper()
-		e, _, _, err := a.cachedEntry(s, key, l, 1, t0, c)
-		if err != nil {
+		e, _, _, _, err := a.cachedEntry(s, key, l, 1, t0, c)
+		if err != nil || e == nil {
 			t.Fatal(err)
 		}
-		e.n1 += hits
+		e.pending += hits
 		a.markRouted(s, key, e, v.peers["b"], v)
 		return e
 	}
@@ -64,7 +64,7 @@ func TestFlushRoutes(t *testing.T) {
 	t.Run("owned", func(t *testing.T) {
 		a, v, s, key := setup(t)
 		e := list(t, a, v, s, key, 3)
-		e.makeOwned()
+		a.st.toOwned(s, e)
 		if f := flush(a, v, "c"); f != nil {
 			t.Errorf("flush to c: got %d items, want none", len(f.msg.Items))
 		}
@@ -76,11 +76,11 @@ func TestFlushRoutes(t *testing.T) {
 		// A peer value that is not v's (quorum.go's stand-ins for members
 		// lost to a partition) is not trusted as a route.
 		a, v, s, key := setup(t)
-		e, _, _, err := a.cachedEntry(s, key, l, 1, t0, c)
-		if err != nil {
+		e, _, _, _, err := a.cachedEntry(s, key, l, 1, t0, c)
+		if err != nil || e == nil {
 			t.Fatal(err)
 		}
-		e.n1 = 4
+		e.pending = 4
 		a.markRouted(s, key, e, &peer{name: "b"}, v)
 		f := flush(a, v, "b")
 		if f == nil || len(f.msg.Items) != 1 || f.msg.Items[0].Hits != 4 {
@@ -90,8 +90,7 @@ func TestFlushRoutes(t *testing.T) {
 	t.Run("replaced", func(t *testing.T) {
 		a, v, s, key := setup(t)
 		e := list(t, a, v, s, key, 3)
-		e.makeOwned()
-		a.st.removeEntry(s, key, e)
+		a.st.removeEntry(s, key, a.st.toOwned(s, e))
 		list(t, a, v, s, key, 5)
 		if got := listed(s); got != 2 {
 			t.Fatalf("%d keys listed, want the stale listing and the new one", got)

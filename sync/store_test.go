@@ -12,10 +12,21 @@ import (
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
-// TestEntrySize pins the per-key struct at one 48-byte allocation.
-func TestEntrySize(t *testing.T) {
-	if got := unsafe.Sizeof(entry{}); got != 48 {
-		t.Errorf("entry is %d bytes, want 48", got)
+// TestRecordSizes pins a record of the table and its bucket at one
+// allocation of 96 bytes, the same for both roles (so that a change of role
+// keeps the key's charge, recordCharge), and a local bucket at 64.
+func TestRecordSizes(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		size, want int64
+	}{
+		{"ownedAlloc", sizeClass(unsafe.Sizeof(ownedAlloc{})), 96},
+		{"cachedAlloc", sizeClass(unsafe.Sizeof(cachedAlloc{})), 96},
+		{"localAlloc", sizeClass(unsafe.Sizeof(localAlloc{})), 64},
+	} {
+		if c.size != c.want {
+			t.Errorf("%s takes %d bytes, want %d", c.name, c.size, c.want)
+		}
 	}
 }
 
@@ -108,8 +119,10 @@ func TestHotKeys(t *testing.T) {
 
 // TestBytesPerKey measures the memory of a node holding 1M keys (owned
 // token buckets, 12-byte keys), in bytes of live heap per key including the
-// key: at most 150. Run with -run TestBytesPerKey -v to see the figure
-// (BenchmarkKeyMemory reports resident memory too).
+// key: at most 160 (147 measured; 131 while the key was packed in the
+// record's allocation with unsafe, which did not pay in CPU, store.go). Run
+// with -run TestBytesPerKey -v to see the figure (BenchmarkKeyMemory
+// reports resident memory too).
 func TestBytesPerKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocates 1M keys")
@@ -140,8 +153,8 @@ func TestBytesPerKey(t *testing.T) {
 	// The store keeps its own copy of each key (16 bytes for 12).
 	per := float64(after.HeapAlloc-before.HeapAlloc) / keys
 	t.Logf("%d keys: %.0f bytes per key, key included", n.Metrics().Keys.Load(), per)
-	if per > 150 {
-		t.Errorf("%.0f bytes per key, want at most 150", per)
+	if per > 160 {
+		t.Errorf("%.0f bytes per key, want at most 160", per)
 	}
 	runtime.KeepAlive(n)
 	runtime.KeepAlive(names)

@@ -6,28 +6,27 @@ import (
 	"slices"
 )
 
-// table maps the keys of a shard's owned and cached entries to the
-// entries: an open-addressing hash table, linear probing over slots that
+// table maps the keys of a shard's owned records, or of its cached views
+// (record.go: R is ownedKey or cachedKey, one table for each), to the
+// records: an open-addressing hash table, linear probing over slots that
 // each hold a tag of its key's store hash (store.hash, seeded: linear
-// probing is only as good as its hash is unpredictable) and its entry.
-// Every entry in it is keyed (allocKeyed): the key is the entry's own copy,
-// in the entry's allocation, so the key compare reads memory the caller
-// reads next anyway. The tags and the entries are two arrays: a probe
-// walks the tags, 16 to a cache line, and reads an entry only where its
-// tag matches, where a Go map of strings reads a control word and a slot,
-// often two lines, and hashes the key again with a function of its own. A
-// slot is 12 bytes (a 4-byte tag and an 8-byte pointer), at most 3/4 of the
-// slots are used: half the bytes per key of the map's 24-byte slots (issue
-// 16: memory per key).
+// probing is only as good as its hash is unpredictable) and its record.
+// The key is the record's own (keyHead.key). The tags and the records are
+// two arrays: a probe walks the tags, 16 to a cache line, and reads a
+// record only where its tag matches, where a Go map of strings reads a
+// control word and a slot, often two lines, and hashes the key again with a
+// function of its own. A slot is 12 bytes (a 4-byte tag and an 8-byte
+// pointer), at most 3/4 of the slots are used: half the bytes per key of
+// the map's 24-byte slots (issue 16: memory per key).
 //
 // A removal shifts the entries that follow back (no tombstones), so that a
 // lookup never probes past an empty slot. The zero table is empty and
 // ready to use.
-type table struct {
+type table[R ownedKey | cachedKey] struct {
 	// tags holds the tag of each slot's key (tagOf), 0 for an empty slot;
-	// es the entries, at the same index (nil where the slot is empty).
+	// es the records, at the same index (nil where the slot is empty).
 	tags []uint32
-	es   []*entry
+	es   []*R
 	// n is the number of entries; shift is 32 - log2(len(tags)), so that
 	// tag>>shift is the home slot of a tag (its high bits).
 	n     int
@@ -43,10 +42,21 @@ func tagOf(h uint64) uint32 { return uint32(h>>32) | 1 }
 const tableMin = 8
 
 // len returns the number of entries.
-func (t *table) len() int { return t.n }
+func (t *table[R]) len() int { return t.n }
 
-// get returns the entry of key, whose store hash is h, or nil.
-func (t *table) get(h uint64, key string) *entry {
+// keyOf returns the key of r, the record's own copy.
+func keyOf[R ownedKey | cachedKey](r *R) string {
+	switch r := any(r).(type) {
+	case *ownedKey:
+		return r.key
+	case *cachedKey:
+		return r.key
+	}
+	return ""
+}
+
+// get returns the record of key, whose store hash is h, or nil.
+func (t *table[R]) get(h uint64, key string) *R {
 	if t.n == 0 {
 		return nil
 	}
@@ -58,21 +68,15 @@ func (t *table) get(h uint64, key string) *entry {
 			return nil
 		}
 		if g == tag {
-			if e := t.es[i]; e.keyIs(key) {
-				return e
+			if r := t.es[i]; keyOf(r) == key {
+				return r
 			}
 		}
 	}
 }
 
-// keyIs reports whether the key of e, a keyed entry, is key.
-func (e *entry) keyIs(key string) bool {
-	k, _ := e.key()
-	return k == key
-}
-
-// put adds e, a keyed entry whose key hashes to h and is not in t.
-func (t *table) put(h uint64, e *entry) {
+// put adds e, a record whose key hashes to h and is not in t.
+func (t *table[R]) put(h uint64, e *R) {
 	if (t.n+1)*4 > len(t.tags)*3 {
 		t.grow()
 	}
@@ -82,7 +86,7 @@ func (t *table) put(h uint64, e *entry) {
 
 // place puts e, whose tag is tag, in the first empty slot from its home
 // slot on.
-func (t *table) place(tag uint32, e *entry) {
+func (t *table[R]) place(tag uint32, e *R) {
 	mask := uint32(len(t.tags) - 1)
 	i := tag >> t.shift
 	for t.tags[i] != 0 {
@@ -93,10 +97,10 @@ func (t *table) place(tag uint32, e *entry) {
 
 // grow doubles the slots (or makes the first ones) and places the entries
 // again.
-func (t *table) grow() {
+func (t *table[R]) grow() {
 	oldTags, oldEs := t.tags, t.es
 	size := max(tableMin, 2*len(oldTags))
-	t.tags, t.es = make([]uint32, size), make([]*entry, size)
+	t.tags, t.es = make([]uint32, size), make([]*R, size)
 	t.shift = uint(32 - bits.TrailingZeros(uint(size)))
 	for i, g := range oldTags {
 		if g != 0 {
@@ -106,7 +110,7 @@ func (t *table) grow() {
 }
 
 // del removes e, whose key hashes to h, and reports whether it was in t.
-func (t *table) del(h uint64, e *entry) bool {
+func (t *table[R]) del(h uint64, e *R) bool {
 	if t.n == 0 {
 		return false
 	}
@@ -137,13 +141,13 @@ func (t *table) del(h uint64, e *entry) bool {
 	return true
 }
 
-// all iterates over the keys and entries of t, in slot order. The loop's
+// all iterates over the keys and records of t, in slot order. The loop's
 // body may remove the entry it is given (del), and must not otherwise add
 // or remove entries: the iteration starts after an empty slot, and a
 // removal only moves entries of the run after it back into the hole, so
 // the entry moved into the current slot is visited next and none twice.
-func (t *table) all() iter.Seq2[string, *entry] {
-	return func(yield func(string, *entry) bool) {
+func (t *table[R]) all() iter.Seq2[string, *R] {
+	return func(yield func(string, *R) bool) {
 		if t.n == 0 {
 			return
 		}
@@ -159,8 +163,7 @@ func (t *table) all() iter.Seq2[string, *entry] {
 				k++
 				continue
 			}
-			key, _ := e.key()
-			if !yield(key, e) {
+			if !yield(keyOf(e), e) {
 				return
 			}
 			if t.es[i] == e {
@@ -170,11 +173,15 @@ func (t *table) all() iter.Seq2[string, *entry] {
 	}
 }
 
-// sortedKeys returns the keys of s.m, sorted: for the passes whose
-// messages must not depend on where the keys sit in the table.
+// sortedKeys returns the keys of s's owned records and cached views,
+// sorted: for the passes whose messages must not depend on where the keys
+// sit in the tables.
 func (s *shard) sortedKeys() []string {
-	keys := make([]string, 0, s.m.len())
-	for k := range s.m.all() {
+	keys := make([]string, 0, s.own.len()+s.view.len())
+	for k := range s.own.all() {
+		keys = append(keys, k)
+	}
+	for k := range s.view.all() {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)

@@ -24,9 +24,9 @@ func TestTableAgainstMap(t *testing.T) {
 				// Deterministic per key: its home slot in the high bits.
 				return uint64(i%hashes)*0x9e3779b97f4a7c15 | 1
 			}
-			var tb table
-			ref := map[string]*entry{}
-			es := map[string]*entry{}
+			var tb table[cachedKey]
+			ref := map[string]*cachedKey{}
+			es := map[string]*cachedKey{}
 			for step := range 4000 {
 				i := rng.IntN(300)
 				key := fmt.Sprintf("k%d", i)
@@ -36,7 +36,7 @@ func TestTableAgainstMap(t *testing.T) {
 				h := hashOf(i)
 				switch op := rng.IntN(3); {
 				case op == 0 && ref[key] == nil:
-					e, _, _ := allocKeyed(key)
+					e := cachedWith(key, nil, 0)
 					tb.put(h, e)
 					ref[key], es[key] = e, e
 				case op == 1 && ref[key] != nil:
@@ -66,7 +66,7 @@ func TestTableAgainstMap(t *testing.T) {
 
 // checkAll checks that iterating over tb yields exactly ref's keys and
 // entries, once each.
-func checkAll(t *testing.T, tb *table, ref map[string]*entry) {
+func checkAll(t *testing.T, tb *table[cachedKey], ref map[string]*cachedKey) {
 	t.Helper()
 	seen := map[string]bool{}
 	for k, e := range tb.all() {
@@ -88,12 +88,12 @@ func checkAll(t *testing.T, tb *table, ref map[string]*entry) {
 // exactly the removed ones are gone, with colliding hashes.
 func TestTableDeleteWhileIterating(t *testing.T) {
 	for _, hashes := range []int{1, 5, 1 << 20} {
-		var tb table
-		hs := map[*entry]uint64{}
+		var tb table[cachedKey]
+		hs := map[*cachedKey]uint64{}
 		var keys []string
 		for i := range 200 {
 			key := fmt.Sprintf("key-%d", i)
-			e, _, _ := allocKeyed(key)
+			e := cachedWith(key, nil, 0)
 			h := uint64(i%hashes) * 0x9e3779b97f4a7c15
 			tb.put(h, e)
 			hs[e] = h
@@ -123,8 +123,8 @@ func TestTableDeleteWhileIterating(t *testing.T) {
 
 // TestTableEmpty checks the zero table.
 func TestTableEmpty(t *testing.T) {
-	var tb table
-	e, _, _ := allocKeyed("k")
+	var tb table[cachedKey]
+	e := cachedWith("k", nil, 0)
 	if tb.get(1, "k") != nil || tb.del(1, e) || tb.len() != 0 {
 		t.Fatal("zero table: not empty")
 	}
@@ -138,7 +138,7 @@ func TestTableEmpty(t *testing.T) {
 // while a store hashes a key the same way every time.
 func TestStoreHashSeeded(t *testing.T) {
 	a, b := newStore(1<<20, 0, new(Metrics)), newStore(1<<20, 0, new(Metrics))
-	var ta, tb table
+	var ta, tb table[cachedKey]
 	same := 0
 	for i := range 1000 {
 		key := fmt.Sprintf("key-%d", i)
@@ -148,8 +148,8 @@ func TestStoreHashSeeded(t *testing.T) {
 		if a.hash(key) == b.hash(key) {
 			same++
 		}
-		ea, _, _ := allocKeyed(key)
-		eb, _, _ := allocKeyed(key)
+		ea := cachedWith(key, nil, 0)
+		eb := cachedWith(key, nil, 0)
 		ta.put(a.hash(key), ea)
 		tb.put(b.hash(key), eb)
 	}
@@ -195,9 +195,9 @@ func TestTableSameXXHash(t *testing.T) {
 		// hashes is some tens of slots (expected O(log n)).
 		{"store hash", st.hash, 64},
 	} {
-		var tb table
+		var tb table[cachedKey]
 		for _, k := range keys {
-			e, _, _ := allocKeyed(k)
+			e := cachedWith(k, nil, 0)
 			tb.put(tc.hash(k), e)
 		}
 		for _, k := range keys {
@@ -215,7 +215,7 @@ func TestTableSameXXHash(t *testing.T) {
 
 // maxDisplacement returns the longest distance of an entry of t from its
 // home slot: the number of slots a lookup of it walks past.
-func maxDisplacement(t *table) int {
+func maxDisplacement(t *table[cachedKey]) int {
 	mask := uint32(len(t.tags) - 1)
 	d := 0
 	for j, g := range t.tags {
