@@ -42,6 +42,16 @@
 // mode spends tokens the owner drained from its bucket and granted; owner
 // mode forwards, batched. The protocol is in wire.go.
 //
+// Records (record.go): a key this node owns is an ownedKey, its
+// authoritative bucket with its interest, the owner's own admissions and
+// demand; a key owned elsewhere that this node checks is a cachedKey, its
+// view of the owner's state with the hits pending and in flight, its share
+// and the demand asked. Each role has its own table in the key's shard and
+// its own flags; a membership change or a promotion replaces the record by
+// one of the other role (toOwned, toCached). Local buckets (ModeLocal, the
+// local-share policy) are localKeys; a lease, a backup held for another
+// owner and a hand-off in flight are lease, heldBackup and handoffBatch.
+//
 // Reproducibility: given the same calls with the same times, a Node sends
 // the same messages in the same order. It never iterates a map to build a
 // message (keys are taken from slices or sorted) and draws no random
