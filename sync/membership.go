@@ -169,9 +169,10 @@ func (n *Node) applyMembers(now time.Time) {
 	n.askEcho(now, nv)          // confirm.go
 }
 
-// moveKeys hands off the owned keys that moved and converts the
-// records whose role changed (toCached, toOwned; see SetMembers). Keys are visited shard by
-// shard in sorted order, so the hand-off batches are reproducible.
+// moveKeys hands off the owned keys that moved and converts the records
+// whose role changed (toCached, toOwned; see SetMembers). Keys are visited
+// shard by shard in sorted order, so the hand-off batches are
+// reproducible.
 func (n *Node) moveKeys(now time.Time, old, nv *view) {
 	to := make([]int, len(old.names)) // an old member index -> its new one, or -1
 	for i, name := range old.names {
