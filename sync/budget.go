@@ -58,8 +58,8 @@ var heldBucketCharge = sizeClass(unsafe.Sizeof(bucket.Space{}))
 func sizeClass(n uintptr) int64 {
 	classes := [...]int64{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256,
 		288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048}
-	if n == 0 {
-		return 0
+	if n <= 32 {
+		return (int64(n) + 7) &^ 7 // 0, or the classes 8 to 32 (most keys: no loop)
 	}
 	for _, c := range classes {
 		if int64(n) <= c {
@@ -75,9 +75,11 @@ func sizeClass(n uintptr) int64 {
 // same size, so a change of role keeps the charge) and its key. It depends
 // only on the key's length, so the charge taken at insertion is the one
 // given back at removal.
-func recordCharge(keyLen int) int64 {
-	return slotCharge + sizeClass(unsafe.Sizeof(ownedAlloc{})) + sizeClass(uintptr(keyLen))
-}
+func recordCharge(keyLen int) int64 { return recordBase + sizeClass(uintptr(keyLen)) }
+
+// recordBase is recordCharge without the key (computed once: it is taken
+// at every insertion and removal).
+var recordBase = slotCharge + sizeClass(unsafe.Sizeof(ownedAlloc{}))
 
 // localCharge is recordCharge for a key in a shard's local or share map.
 func localCharge(keyLen int) int64 {

@@ -196,7 +196,7 @@ func newOwned(key string, l bucket.Limit, now time.Time, c uint32) (*ownedKey, e
 	if err != nil {
 		return nil, err
 	}
-	x.r.keyHead = keyHead{key: strings.Clone(key), b: b, meta: c << flagBits}
+	x.r.key, x.r.b, x.r.meta = strings.Clone(key), b, c<<flagBits
 	return &x.r, nil
 }
 
@@ -207,7 +207,7 @@ func newCached(key string, l bucket.Limit, now time.Time, c uint32) (*cachedKey,
 	if err != nil {
 		return nil, err
 	}
-	x.r.keyHead = keyHead{key: strings.Clone(key), b: b, meta: c << flagBits}
+	x.r.key, x.r.b, x.r.meta = strings.Clone(key), b, c<<flagBits
 	return &x.r, nil
 }
 
@@ -218,7 +218,7 @@ func newLocal(l bucket.Limit, now time.Time, c uint32) (*localKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	x.r = localKey{b: b, meta: c << flagBits}
+	x.r.b, x.r.meta = b, c<<flagBits
 	return &x.r, nil
 }
 
@@ -226,14 +226,14 @@ func newLocal(l bucket.Limit, now time.Time, c uint32) (*localKey, error) {
 // handed off or kept), which the record takes.
 func ownedWith(key string, b bucket.Bucket, c uint32) *ownedKey {
 	x := new(ownedAlloc)
-	x.r.keyHead = keyHead{key: strings.Clone(key), b: b, meta: c << flagBits}
+	x.r.key, x.r.b, x.r.meta = strings.Clone(key), b, c<<flagBits
 	return &x.r
 }
 
 // cachedWith is ownedWith for a cached view.
 func cachedWith(key string, b bucket.Bucket, c uint32) *cachedKey {
 	x := new(cachedAlloc)
-	x.r.keyHead = keyHead{key: strings.Clone(key), b: b, meta: c << flagBits}
+	x.r.key, x.r.b, x.r.meta = strings.Clone(key), b, c<<flagBits
 	return &x.r
 }
 
@@ -243,7 +243,7 @@ func cachedWith(key string, b bucket.Bucket, c uint32) *cachedKey {
 // node's demand as everyone's (the others' comes with their flushes).
 func (st *store) toOwned(s *shard, v *cachedKey) *ownedKey {
 	x := new(ownedAlloc)
-	x.r.keyHead = keyHead{key: v.key, b: bucket.MoveIn(&x.sp, v.b), meta: v.meta &^ flagMask, dem: v.dem}
+	x.r.key, x.r.b, x.r.meta, x.r.dem = v.key, bucket.MoveIn(&x.sp, v.b), v.meta&^flagMask, v.dem
 	x.r.ownDemand = v.dem
 	st.replace(s, v, &x.r)
 	return &x.r
@@ -256,7 +256,8 @@ func (st *store) toOwned(s *shard, v *cachedKey) *ownedKey {
 // another owner (flagMoved, and flagSynced: it holds an owner's state).
 func (st *store) toCached(s *shard, o *ownedKey) *cachedKey {
 	x := new(cachedAlloc)
-	x.r.keyHead = keyHead{key: o.key, b: bucket.MoveIn(&x.sp, o.b), meta: o.meta&^flagMask | uint32(flagMoved|flagSynced), dem: o.ownDemand}
+	x.r.key, x.r.b, x.r.dem = o.key, bucket.MoveIn(&x.sp, o.b), o.ownDemand
+	x.r.meta = o.meta&^flagMask | uint32(flagMoved|flagSynced)
 	st.replace(s, o, &x.r)
 	return &x.r
 }
