@@ -448,7 +448,7 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, res
 	if !cached && r.Limit.Algorithm != bucket.Concurrency {
 		covered = n.fenceSpent(now, v, r.Key, r.Hits, r.Limit)
 	}
-	n.markChangedBackup(s, r.Key, e, -1, !covered)
+	n.markChangedBackup(s, r.Key, e, -1, !covered || reconf) // a new limit is backed up
 	if !shared {
 		return false
 	}

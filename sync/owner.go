@@ -111,7 +111,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
 	}
 	s := n.st.shardOf(it.Key)
-	e, _, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c, n.cfg.Policy == check.PolicyFailClosed) // a flush carries no policy: the node's
+	e, reconf, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c, n.cfg.Policy == check.PolicyFailClosed) // a flush carries no policy: the node's
 	if err != nil {
 		n.metrics.Malformed.Add(1)
 		return &peerv1.KeyState{Key: it.Key}
@@ -172,8 +172,9 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 	if it.Hits > 0 || refund > 0 || granted > 0 || len(it.View) > 0 {
 		// A grant its fence covers, and a refund (the state only less
 		// consumed than the one backed up), need no backup of their own
-		// (fence.go, fenceSpent); drained hits and merged views do.
-		backup := it.Hits > 0 || len(it.View) > 0 || granted > 0 && !covered
+		// (fence.go, fenceSpent); drained hits, merged views and a new
+		// limit do.
+		backup := it.Hits > 0 || len(it.View) > 0 || granted > 0 && !covered || reconf
 		n.markChangedBackup(s, it.Key, e, m, backup)
 	}
 	state, _ := e.b.AppendBinary(slot.state[:0])
