@@ -101,7 +101,7 @@ func TestFenceBacksUpAhead(t *testing.T) {
 // reserve is still at least as consumed as the owner's. Before, every
 // such check's change was backed up at the next round: a key first seen
 // was backed up twice (its fence's backup, then the hit it admitted), and
-// here 20 checks spread over 20 rounds cost 21 backed-up states.
+// here 21 checks 1 s apart cost 22 backed-up states (1 now).
 func TestFencedDrainsNotBackedUpAgain(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b")
 	a, b := nw.nodes["a"], nw.nodes["b"]
@@ -336,5 +336,40 @@ func TestFenceHoldsAfterTargetFailed(t *testing.T) {
 				t.Errorf("without the hold: admitted %d, want over 100 (the case is not reproduced)", total)
 			}
 		})
+	}
+}
+
+// TestFencedGrantsNotBackedUpAgain: a lease grant within its key's
+// acknowledged fence needs no backup of its own either (owner.go,
+// applyFlushItem): the owner backs the key up when its fence asks, not at
+// every grant (before: 158 states backed up for 127 grants here, 1 now).
+func TestFencedGrantsNotBackedUpAgain(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a, b := nw.nodes["a"], nw.nodes["b"]
+	key := keyOwnedBy(t, "a", "a", "b")
+	l := perMinute(60000) // reserve 6000
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeLeased}
+	for range 200 {
+		nw.checkAnswered(b, req)
+		nw.run(100 * time.Millisecond)
+	}
+	grants := a.Metrics().LeasesGranted.Load()
+	backed := a.Metrics().BackupKeys.Load()
+	if grants < 5 {
+		t.Fatalf("%d leases granted, want several", grants)
+	}
+	if backed > 2 {
+		t.Errorf("%d states backed up for %d grants within the fence, want at most 2", backed, grants)
+	}
+	held := nw.nodes["b"].heldBucket(nw.now, key)
+	if held == nil {
+		t.Fatal("b holds no backup of the key")
+	}
+	d, err := held.Take(nw.now, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if real := remainingOn(a, nw.now, key); d.Remaining > real {
+		t.Errorf("b would start from %d left, more than the owner's %d", d.Remaining, real)
 	}
 }
