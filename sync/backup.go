@@ -22,8 +22,9 @@ import (
 //     locally, with no message, in the same membership change.
 //   - Cadence. Once per FlushInterval (on Tick), only the keys changed since
 //     their last backup (an owned entry marks itself when its state changes,
-//     markBackup), batched by MaxBatch, at most maxBackupFlights
-//     batches unacknowledged per target. A batch not acknowledged within
+//     markBackup; not when a fenced drain within its acknowledged bound
+//     changed it, fence.go, fenceSpent), batched by MaxBatch, at most
+//     maxBackupFlights batches unacknowledged per target. A batch not acknowledged within
 //     RequestTimeout is not sent again as it was: its keys are marked again,
 //     so the next round sends their current state. A fence that asks for a
 //     key's backup (fence.go: a check or a lease waits for it) brings the
