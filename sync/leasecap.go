@@ -106,36 +106,6 @@ func (n *Node) capLeased(s *shard, key string, b bucket.Bucket, now time.Time) {
 	}
 }
 
-// handOffGrants applies the cap to b, the owned bucket of key, up to now,
-// and returns the tokens of its grants that still hold it, which it
-// forgets: the key is handed off to its new owner with its state, and the
-// tokens go with it (KeyState.lease_granted, takeHandedGrants). A holder
-// spends them until their lease lapses whoever owns the key; the new owner,
-// not capped by them, let its bucket refill to the capacity on top of them
-// (fault checker, leased seed 105: n1 granted n2 8 tokens of a key of 50
-// at 10.81 s, handed the key to n3 back from a partition at 10.93 s, and
-// n3 started from 43 tokens where n1's cap held 42: +0.82 over the
-// envelope; TestHandedOffKeyKeepsLeaseCap).
-func (n *Node) handOffGrants(s *shard, key string, b bucket.Bucket, now time.Time) int64 {
-	n.capLeased(s, key, b, now)
-	var live int64
-	for _, g := range s.granted[key] {
-		live += g.held()
-	}
-	if live > 0 {
-		delete(s.granted, key)
-	}
-	return live
-}
-
-// takeHandedGrants holds the bucket of key, handed to this node, under the
-// cap of g tokens out on leases its previous owner granted (handOffGrants):
-// as a grant of this node's to no member, which lapses LeaseTTL after now
-// (the grants lapse LeaseTTL after they were made, before that).
-func (n *Node) takeHandedGrants(s *shard, key string, g int64, now time.Time) {
-	n.noteGrant(s, key, "", g, now)
-}
-
 // returnLive takes up to ret tokens of key that the member named to gave
 // back unspent as tokens of its grants still counted live here, the oldest
 // first, and returns how many: they are refunded when their grant expires

@@ -193,9 +193,8 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 				}
 				p, lost := nv.peers[owner], nv.lost[owner] != nil
 				if p != nil || lost {
-					g := n.handOffGrants(s, key, e.b, now) // leasecap.go
 					state, _ := e.b.AppendBinary(nil)
-					ks := &peerv1.KeyState{Key: key, State: state, Demand: e.dem, LeaseGranted: g}
+					ks := &peerv1.KeyState{Key: key, State: state, Demand: e.dem}
 					if p != nil {
 						out[p] = append(out[p], ks)
 					} else {
@@ -374,15 +373,12 @@ func (n *Node) onHandoff(now time.Time, v *view, p *peer, inc uint64, h *peerv1.
 		}
 		if b, ok := n.decodeState(ks); ok {
 			n.mergeState(now, v, ks.Key, b, ks.Demand)
-			if ks.LeaseGranted > 0 && v.owner(ks.Key) == n.cfg.Self {
-				n.takeHandedGrants(n.st.shardOf(ks.Key), ks.Key, ks.LeaseGranted, now) // leasecap.go
-			}
 			if q := v.peers[v.owner(ks.Key)]; q != nil && q != p && !q.gone {
 				if on == nil {
 					on = map[*peer][]*peerv1.KeyState{}
 				}
 				// A copy: the received message may share its buffers.
-				on[q] = append(on[q], &peerv1.KeyState{Key: strings.Clone(ks.Key), State: slices.Clone(ks.State), Demand: ks.Demand, LeaseGranted: max(0, ks.LeaseGranted)})
+				on[q] = append(on[q], &peerv1.KeyState{Key: strings.Clone(ks.Key), State: slices.Clone(ks.State), Demand: ks.Demand})
 			}
 		}
 	}
