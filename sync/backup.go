@@ -432,6 +432,13 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 				f.want = 0
 				marks[t] = append(marks[t], fenceMark{f: f, gen: f.gen, mark: f.promised})
 				at[t] = append(at[t], len(out[t]))
+				if h, ok := v.index[f.holdFrom]; ok && f.holdFrom != "" && h != t && room[h] >= 0 {
+					// fence.go, holdForOldTarget: the old target's
+					// acknowledgement raises the bound meanwhile.
+					marks[h] = append(marks[h], fenceMark{f: f, gen: f.gen, mark: f.promised})
+					at[h] = append(at[h], len(out[h]))
+					out[h] = append(out[h], ks)
+				}
 			}
 			if out[t] == nil {
 				out[t] = make([]*peerv1.KeyState, 0, min(share, room[t]))
@@ -561,9 +568,10 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
 	for _, m := range fl.marks {
-		if m.gen == m.f.gen && now.Before(m.f.holdUntil) {
+		if m.gen == m.f.gen && fenceHeld(now, m.f, p.name, fl.sentAt) {
 			// fence.go, resetFences: the target changed as the old one was
-			// reported failed; the next backup is asked for again.
+			// reported failed, or a joiner took the place of one still a
+			// member; the next backup is asked for again.
 			m.f.promised = m.f.bound
 			continue
 		}
