@@ -50,7 +50,7 @@ func TestDecodeItemsAsFromProto(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, ok := decodeItems(b, 1000)
+		got, ok := decodeItems(nil, b, 1000)
 		if !ok {
 			t.Fatalf("request %d: decodeItems did not take it", i)
 		}
@@ -77,7 +77,7 @@ func TestDecodeItemsLeaves(t *testing.T) {
 		{"a group", []byte{0x0b, 0x0c}},
 		{"seconds twice", []byte{0x0a, 0x06, 0x2a, 0x04, 0x08, 0x01, 0x08, 0x02}},
 	} {
-		if _, ok := decodeItems(c.b, 1); ok {
+		if _, ok := decodeItems(nil, c.b, 1); ok {
 			t.Errorf("%s: decodeItems took %x", c.what, c.b)
 		}
 	}
@@ -110,7 +110,7 @@ func FuzzDecodeItems(f *testing.F) {
 	f.Add([]byte{0x0a, 0x06, 0x2a, 0x04, 0x08, 0x01, 0x10, 0x02})
 	f.Add([]byte{0x0a, 0x05, 0x98, 0x01, 0x01, 0x18, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, ok := decodeItems(b, 1000)
+		got, ok := decodeItems(nil, b, 1000)
 		if !ok {
 			return
 		}
@@ -215,7 +215,7 @@ func BenchmarkCheckWire(b *testing.B) {
 	b.Run("wire", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			items, ok := decodeItems(raw, 1000)
+			items, ok := decodeItems(nil, raw, 1000)
 			if !ok || len(items) != 100 {
 				b.Fatal("not taken")
 			}
