@@ -281,3 +281,62 @@ func TestBackendInto(t *testing.T) {
 		}
 	}
 }
+
+// TestCallSlicesReused: calls through the gRPC handler one after another,
+// of more items, fewer, and with an invalid item, reuse one call's slices
+// (Server.calls) and each gets only its own answers; a call's slices are
+// put back with no key or answer left in them.
+func TestCallSlicesReused(t *testing.T) {
+	s, err := New(Config{Node: "n", MaxKeyLen: 100, MaxBatchItems: 10, MaxBodyBytes: 1 << 10}, &intoBackend{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := rateLimiterDesc.Methods[0].Handler
+	good := func(k string) *ringlimitv1.CheckItem { return item1("a", k, 5, ringlimitv1.Mode_MODE_LOCAL) }
+	bad := item1("a", "bad", -1, ringlimitv1.Mode_MODE_LOCAL)
+	for n, items := range [][]*ringlimitv1.CheckItem{
+		{good("k1"), good("k2"), good("k3")},
+		{bad, good("k4")},
+		{good("k5")},
+		{good("k6"), bad},
+	} {
+		raw, err := proto.Marshal(&ringlimitv1.CheckRequest{Items: items})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := handler(grpcAPI{s: s}, t.Context(), func(v any) error {
+			v.(*rawFrame).b = raw
+			return nil
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp ringlimitv1.CheckResponse
+		if err := proto.Unmarshal(out.(*rawFrame).b, &resp); err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Items) != len(items) {
+			t.Fatalf("call %d: %d answers for %d items", n, len(resp.Items), len(items))
+		}
+		for i, r := range resp.Items {
+			switch {
+			case items[i] == bad && (r.Status != ringlimitv1.Status_STATUS_ERROR || r.Owner != ""):
+				t.Errorf("call %d, invalid item %d: %v, owner %q", n, i, r.Status, r.Owner)
+			case items[i] != bad && (r.Status != ringlimitv1.Status_STATUS_UNDER_LIMIT || r.Error != "" || r.Owner != Key("a", items[i].UniqueKey)):
+				t.Errorf("call %d, item %d: %v %q, owner %q", n, i, r.Status, r.Error, r.Owner)
+			}
+		}
+	}
+	c := &callSlices{}
+	c.items = append(c.items, item{name: "a", uniqueKey: "k", err: errDecidedByRule})
+	c.answers(2)[1] = check.Response{Owner: "n2", Err: errDecidedByRule}
+	c.reqs = append(c.reqs, check.Request{Key: "a\x00k"})
+	c.idx = append(c.idx, 0)
+	s.putCall(c)
+	if len(c.items)+len(c.out)+len(c.reqs)+len(c.idx) != 0 {
+		t.Fatalf("put back with %d items, %d answers, %d requests, %d indexes", len(c.items), len(c.out), len(c.reqs), len(c.idx))
+	}
+	if c.items[:1][0] != (item{}) || c.out[:2][1].Owner != "" || c.out[:2][1].Err != nil || c.reqs[:1][0].Key != "" {
+		t.Fatal("put back holding a key or an answer")
+	}
+}
