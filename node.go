@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ringlimit/ringlimit/api"
@@ -281,7 +282,7 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("ringlimit: %w", err)
 	}
-	opts := n.grpcOptions()
+	opts := n.grpcOptions(api.Codec())
 	if n.tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tlsCfg.Clone())))
 	}
@@ -289,7 +290,7 @@ func (n *Node) build() error {
 	if err := n.registerGRPC(n.grpcSrv); err != nil {
 		return err
 	}
-	opts = n.grpcOptions()
+	opts = n.grpcOptions(peer.ServerCodec())
 	if n.mtls != nil {
 		opts = append(opts, grpc.Creds(n.mtls.ServerCredentials()))
 	}
@@ -331,11 +332,23 @@ const (
 	keepaliveTimeout = 20 * time.Second
 )
 
-// grpcOptions are the gRPC servers' limits and timeouts.
-func (n *Node) grpcOptions() []grpc.ServerOption {
+// grpcWindow is the gRPC servers' flow-control window, per stream and per
+// connection, in bytes. Setting it turns off gRPC's bandwidth-delay
+// estimator, which otherwise answers every data frame received while no
+// estimate is pending with a ping: two more frames, a write and a wake-up
+// each side, per call of a client that calls less often than it gets
+// // answers (c=1; docs/bench.md "The gRPC windows"). 4 MiB holds the largest
+// message by default (MaxRecvMsgBytes) and is below the 16 MiB the
+// estimator may grow a window to.
+const grpcWindow = 4 << 20
+
+// grpcOptions are the gRPC servers' limits and timeouts, and codec.
+func (n *Node) grpcOptions(codec encoding.CodecV2) []grpc.ServerOption {
 	c := n.cfg
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(api.Codec()),
+		grpc.ForceServerCodecV2(codec),
+		grpc.InitialWindowSize(grpcWindow),
+		grpc.InitialConnWindowSize(grpcWindow),
 		grpc.MaxRecvMsgSize(c.API.MaxRecvMsgBytes),
 		grpc.NumStreamWorkers(64),
 		grpc.MaxConcurrentStreams(c.API.MaxConcurrentStreams),
