@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ringlimit/ringlimit/api"
@@ -282,7 +281,7 @@ func (n *Node) build() error {
 	if err != nil {
 		return fmt.Errorf("ringlimit: %w", err)
 	}
-	opts := n.grpcOptions(api.Codec())
+	opts := n.grpcOptions()
 	if n.tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tlsCfg.Clone())))
 	}
@@ -290,7 +289,7 @@ func (n *Node) build() error {
 	if err := n.registerGRPC(n.grpcSrv); err != nil {
 		return err
 	}
-	opts = n.grpcOptions(peer.ServerCodec())
+	opts = n.grpcOptions()
 	if n.mtls != nil {
 		opts = append(opts, grpc.Creds(n.mtls.ServerCredentials()))
 	}
@@ -342,11 +341,11 @@ const (
 // estimator may grow a window to.
 const grpcWindow = 4 << 20
 
-// grpcOptions are the gRPC servers' limits and timeouts, and codec.
-func (n *Node) grpcOptions(codec encoding.CodecV2) []grpc.ServerOption {
+// grpcOptions are the gRPC servers' limits and timeouts.
+func (n *Node) grpcOptions() []grpc.ServerOption {
 	c := n.cfg
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(codec),
+		grpc.ForceServerCodecV2(api.Codec()),
 		grpc.InitialWindowSize(grpcWindow),
 		grpc.InitialConnWindowSize(grpcWindow),
 		grpc.MaxRecvMsgSize(c.API.MaxRecvMsgBytes),

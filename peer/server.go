@@ -49,17 +49,14 @@ func (s *server) Stream(st peerv1.Peer_StreamServer) error {
 	}
 	ctx := st.Context()
 	for {
-		// A deliverFrame rather than st.Recv's DeliverRequest: with
-		// ServerCodec it comes with its envelopes' sizes.
-		var f deliverFrame
-		err := st.RecvMsg(&f)
+		req, err := st.Recv()
 		if err == io.EOF {
 			return st.SendAndClose(&peerv1.DeliverResponse{})
 		}
 		if err != nil {
 			return err
 		}
-		if err := s.t.receiveSized(ctx, f.req.Envelopes, f.sizes); err != nil {
+		if err := s.t.receive(ctx, req.GetEnvelopes()); err != nil {
 			return err
 		}
 	}
@@ -75,12 +72,6 @@ func (s *server) Stream(st peerv1.Peer_StreamServer) error {
 // of more than MaxRecvEnvelopes envelopes fails with InvalidArgument; before
 // Start or after Close, batches fail with Unavailable.
 func (t *Transport) receive(ctx context.Context, envs []*peerv1.Envelope) error {
-	return t.receiveSized(ctx, envs, nil)
-}
-
-// receiveSized is receive for envelopes whose encoded sizes are known
-// (sizes[i] is envs[i]'s), or measured here when sizes is nil.
-func (t *Transport) receiveSized(ctx context.Context, envs []*peerv1.Envelope, sizes []int) error {
 	if len(envs) > t.cfg.MaxRecvEnvelopes {
 		return status.Errorf(codes.InvalidArgument, "peer: %d envelopes in one batch, at most %d", len(envs), t.cfg.MaxRecvEnvelopes)
 	}
@@ -93,13 +84,8 @@ func (t *Transport) receiveSized(ctx context.Context, envs []*peerv1.Envelope, s
 	now := t.clock.Now()
 	accepted := 0
 	sized, _ := h.(sizedHandler)
-	for i, env := range envs {
-		var size int // measured once: for MaxEnvelopeBytes and the driver's queue
-		if sizes != nil {
-			size = sizes[i]
-		} else {
-			size = proto.Size(env)
-		}
+	for _, env := range envs {
+		size := proto.Size(env) // measured once: for MaxEnvelopeBytes and the driver's queue
 		if reason := t.reject(ctx, members, env, size); reason != "" {
 			t.metrics.rejected.WithLabelValues(reason).Inc()
 			t.log.Debug("rejected an envelope", "reason", reason, "from", env.GetFrom(), "to", env.GetTo())

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -172,7 +171,6 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		// each side, per batch (docs/bench.md "The gRPC windows").
 		grpc.WithInitialWindowSize(linkWindow),
 		grpc.WithInitialConnWindowSize(linkWindow),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(linkCodec{proto: encoding.GetCodecV2("proto")})),
 	}, cfg.DialOptions...)
 	clock := cfg.Clock
 	if clock == nil {
