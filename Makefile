@@ -174,9 +174,9 @@ sim-check:
 ## statically into the image ringlimit:e2e (FROM scratch, ./Dockerfile) and
 ## runs kill -9, a 30s network cut, a rolling restart with SIGTERM, a split
 ## and a clock offset on containers, under load; then Debian's nginx
-## (installed if missing) in
-## front of a cluster (e2e/nginx), and the compose file and the Kubernetes
-## manifests' containers (deploy/) on the same image. Needs a reachable Docker
+## (installed if missing) in front of a cluster (e2e/nginx), and the compose
+## file (Debian's docker-compose installed if no Compose is there) and the
+## Kubernetes manifests' containers (deploy/) on the same image. Needs a reachable Docker
 ## daemon; about 9 minutes. E2EFLAGS adds flags to the fault scenarios' go
 ## test, e.g. E2EFLAGS='-run TestKill'.
 E2EFLAGS ?=
@@ -186,6 +186,8 @@ e2e:
 	$(GO) test -tags e2e -count=1 -v -timeout 25m $(E2EFLAGS) ./e2e/
 	@command -v nginx >/dev/null || (apt-get update -qq && apt-get install -y -qq nginx)
 	$(GO) test -tags e2e -count=1 -v -timeout 5m ./e2e/nginx/
+	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || \
+	  (apt-get update -qq && apt-get install -y -qq docker-compose)
 	RINGLIMIT_IMAGE=ringlimit:e2e $(GO) test -tags e2e -count=1 -v -timeout 10m ./deploy/
 
 ## e2e-fenced: issue #15 item 3's promise on containers, under silent

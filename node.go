@@ -331,11 +331,23 @@ const (
 	keepaliveTimeout = 20 * time.Second
 )
 
+// grpcWindow is the gRPC servers' flow-control window, per stream and per
+// connection, in bytes. Setting it turns off gRPC's bandwidth-delay
+// estimator, which otherwise answers every data frame received while no
+// estimate is pending with a ping: two more frames, a write and a wake-up
+// each side, per call of a client that calls less often than it gets
+// // answers (c=1; docs/bench.md "The gRPC windows"). 4 MiB holds the largest
+// message by default (MaxRecvMsgBytes) and is below the 16 MiB the
+// estimator may grow a window to.
+const grpcWindow = 4 << 20
+
 // grpcOptions are the gRPC servers' limits and timeouts.
 func (n *Node) grpcOptions() []grpc.ServerOption {
 	c := n.cfg
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(api.Codec()),
+		grpc.InitialWindowSize(grpcWindow),
+		grpc.InitialConnWindowSize(grpcWindow),
 		grpc.MaxRecvMsgSize(c.API.MaxRecvMsgBytes),
 		grpc.NumStreamWorkers(64),
 		grpc.MaxConcurrentStreams(c.API.MaxConcurrentStreams),

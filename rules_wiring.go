@@ -38,6 +38,7 @@ var ErrNoRules = errors.New("ringlimit: no rules file configured (Config.Rules.P
 // none.
 type ruleSet struct {
 	store *rules.Store // nil without RulesPath
+	none  rules.Set    // the empty set Rules returns without a rules file
 	nginx http.Handler // /v1/nginx/auth
 	log   *slog.Logger
 	m     *rulesMetrics
@@ -55,7 +56,7 @@ type ruleSet struct {
 // and middleware.RuleSource.
 func (s *ruleSet) Rules() *rules.Set {
 	if s.store == nil {
-		return &rules.Set{}
+		return &s.none // not allocated per call: a Set is immutable
 	}
 	return s.store.Rules()
 }

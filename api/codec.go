@@ -27,8 +27,13 @@ import (
 // decodes them itself: a malformed request gets InvalidArgument naming the
 // field when it can.
 
-// rawFrame is a received message, not decoded.
-type rawFrame struct{ b []byte }
+// rawFrame is a received message, not decoded, or one to send already
+// encoded; buf holds b as serverCodec.Marshal returns it, so that it needs
+// no allocation of its own.
+type rawFrame struct {
+	b   []byte
+	buf [1]mem.Buffer
+}
 
 // serverCodec is the codec of the node's gRPC servers: gRPC's protobuf
 // codec, except that a *rawFrame receives the message's bytes as they are.
@@ -43,7 +48,8 @@ func Codec() encoding.CodecV2 { return serverCodec{proto: encoding.GetCodecV2("p
 // in wire form (the Check handler's answers): sent as it is.
 func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if f, ok := v.(*rawFrame); ok {
-		return mem.BufferSlice{mem.SliceBuffer(f.b)}, nil
+		f.buf[0] = mem.SliceBuffer(f.b)
+		return f.buf[:], nil
 	}
 	return c.proto.Marshal(v)
 }
@@ -80,8 +86,11 @@ var rateLimiterDesc = func() grpc.ServiceDesc {
 		if err := dec(&f); err != nil {
 			return nil, err
 		}
-		if items, ok := decodeItems(f.b, a.s.cfg.MaxBatchItems); ok {
-			return a.s.checkWire(ctx, items, a.s.cfg.GRPCRulesOnly, start)
+		c := a.s.getCall()
+		defer a.s.putCall(c)
+		if items, ok := decodeItems(c.items[:0], f.b, a.s.cfg.MaxBatchItems); ok {
+			c.items = items
+			return a.s.checkWire(ctx, c, a.s.cfg.GRPCRulesOnly, start)
 		}
 		in := new(ringlimitv1.CheckRequest)
 		if err := decodeRequest(f.b, in); err != nil {

@@ -44,11 +44,13 @@ func (s *Server) checkProto(ctx context.Context, req *ringlimitv1.CheckRequest, 
 	return resp, nil
 }
 
-// checkWire is checkProto for items decoded from the wire (decodeItems),
-// answered in wire form (appendResponse) from a call that began at start.
-func (s *Server) checkWire(ctx context.Context, items []item, rulesOnly bool, start time.Time) (*rawFrame, error) {
-	out := make([]check.Response, len(items))
-	if err := s.decide(ctx, items, out, rulesOnly); err != nil {
+// checkWire is checkProto for items decoded from the wire (decodeItems)
+// into c.items, answered in wire form (appendResponse) from a call that
+// began at start. The caller puts c back (putCall).
+func (s *Server) checkWire(ctx context.Context, c *callSlices, rulesOnly bool, start time.Time) (*rawFrame, error) {
+	items := c.items
+	out := c.answers(len(items))
+	if err := s.decideWith(ctx, c, items, out, rulesOnly); err != nil {
 		return nil, err
 	}
 	// About 40 bytes per answer; append grows it if need be.

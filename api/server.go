@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -18,7 +19,9 @@ import (
 // call as a whole, a gRPC status error (Unavailable while shutting down,
 // DeadlineExceeded or Canceled when the context ends first); the Server
 // passes it on, as an HTTP status over HTTP. It must be safe for
-// concurrent use. envoy.Checker and middleware.Checker have the same shape.
+// concurrent use, and must not keep reqs once Check returns (the Server
+// reuses it for another call). envoy.Checker and middleware.Checker have
+// the same shape.
 type Backend interface {
 	Check(ctx context.Context, reqs []check.Request) ([]check.Response, error)
 }
@@ -27,7 +30,7 @@ type Backend interface {
 // caller gives (len(out) == len(reqs)) instead of allocating them. The
 // Server uses CheckInto when every item of a call is valid, which saves an
 // allocation and a copy of the answers per call. On an error out's content
-// is unspecified.
+// is unspecified. CheckInto must not keep reqs or out once it returns.
 type BackendInto interface {
 	Backend
 	CheckInto(ctx context.Context, reqs []check.Request, out []check.Response) error
@@ -104,6 +107,54 @@ type Server struct {
 	cfg Config
 	b   Backend
 	obs Observer
+	// calls holds *callSlices for reuse (getCall, putCall).
+	calls sync.Pool
+}
+
+// callSlices are the slices of one call that do not outlive it: its items,
+// answers, the requests sent to the Backend and their items' indexes. They
+// are reused from call to call (Server.calls): 416 bytes an item, 42 KB of
+// a 100-check call, which the collector would otherwise sweep after each.
+type callSlices struct {
+	items []item
+	out   []check.Response
+	reqs  []check.Request
+	idx   []int
+}
+
+// maxPooledItems bounds the items of the slices kept for reuse: a call of
+// more items allocates its own.
+const maxPooledItems = 1024
+
+// getCall returns slices for a call, empty.
+func (s *Server) getCall() *callSlices {
+	if c, ok := s.calls.Get().(*callSlices); ok {
+		return c
+	}
+	return new(callSlices)
+}
+
+// putCall keeps c for another call, with the strings and errors its slices
+// held cleared, unless they grew beyond maxPooledItems.
+func (s *Server) putCall(c *callSlices) {
+	if cap(c.items) > maxPooledItems || cap(c.out) > maxPooledItems || cap(c.reqs) > maxPooledItems {
+		return
+	}
+	clear(c.items[:cap(c.items)])
+	clear(c.out[:cap(c.out)])
+	clear(c.reqs[:cap(c.reqs)])
+	c.items, c.out, c.reqs, c.idx = c.items[:0], c.out[:0], c.reqs[:0], c.idx[:0]
+	s.calls.Put(c)
+}
+
+// answers returns c.out resized to n zero answers.
+func (c *callSlices) answers(n int) []check.Response {
+	if cap(c.out) < n {
+		c.out = make([]check.Response, n)
+	}
+	c.out = c.out[:n]
+	clear(c.out)
+	return c.out
 }
 
 // New returns a Server of cfg over b, reporting to obs (nil: to no one).
@@ -146,9 +197,17 @@ func (s *Server) checkBatch(items int) error {
 // items go to the Backend in one batch. Invalid items are answered with
 // their FieldError and do not reach it.
 func (s *Server) decide(ctx context.Context, items []item, out []check.Response, rulesOnly bool) error {
+	c := s.getCall()
+	defer s.putCall(c)
+	return s.decideWith(ctx, c, items, out, rulesOnly)
+}
+
+// decideWith is decide, with the requests and indexes in c's slices.
+func (s *Server) decideWith(ctx context.Context, c *callSlices, items []item, out []check.Response, rulesOnly bool) error {
 	ruled := s.resolveRules(items, rulesOnly)
-	idx := make([]int, 0, len(items)) // idx[j] is the item of reqs[j]
-	reqs := make([]check.Request, 0, len(items))
+	idx := c.idx[:0] // idx[j] is the item of reqs[j]
+	reqs := c.reqs[:0]
+	defer func() { c.idx, c.reqs = idx, reqs }() // keep what append grew
 	for i := range items {
 		r, err := items[i].request(s.cfg.MaxKeyLen)
 		if err != nil {

@@ -71,8 +71,9 @@ var itemWireTypes = [...]protowire.Type{
 // fromProto(proto.Unmarshal(b)) would, or reports false when b is not one
 // it takes (see above); maxItems bounds the items it decodes (beyond, it
 // reports false: checkProto refuses the call). Strings share one copy of b
-// (the core keeps none of them but the lease ids, which are copied).
-func decodeItems(b []byte, maxItems int) ([]item, bool) {
+// (the core keeps none of them but the lease ids, which are copied). The
+// items are appended to dst (empty), whose array is reused if large enough.
+func decodeItems(dst []item, b []byte, maxItems int) ([]item, bool) {
 	n := 0
 	for rest := b; len(rest) > 0; {
 		num, typ, l := consumeTag(rest)
@@ -95,7 +96,10 @@ func decodeItems(b []byte, maxItems int) ([]item, bool) {
 		return nil, false
 	}
 	s := string(b) // every string of the request, sliced from one copy
-	items := make([]item, 0, n)
+	items := dst[:0]
+	if cap(items) < n {
+		items = make([]item, 0, n)
+	}
 	for off := 0; off < len(b); {
 		num, typ, l := consumeTag(b[off:])
 		off += l

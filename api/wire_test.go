@@ -50,7 +50,7 @@ func TestDecodeItemsAsFromProto(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, ok := decodeItems(b, 1000)
+		got, ok := decodeItems(nil, b, 1000)
 		if !ok {
 			t.Fatalf("request %d: decodeItems did not take it", i)
 		}
@@ -77,7 +77,7 @@ func TestDecodeItemsLeaves(t *testing.T) {
 		{"a group", []byte{0x0b, 0x0c}},
 		{"seconds twice", []byte{0x0a, 0x06, 0x2a, 0x04, 0x08, 0x01, 0x08, 0x02}},
 	} {
-		if _, ok := decodeItems(c.b, 1); ok {
+		if _, ok := decodeItems(nil, c.b, 1); ok {
 			t.Errorf("%s: decodeItems took %x", c.what, c.b)
 		}
 	}
@@ -110,7 +110,7 @@ func FuzzDecodeItems(f *testing.F) {
 	f.Add([]byte{0x0a, 0x06, 0x2a, 0x04, 0x08, 0x01, 0x10, 0x02})
 	f.Add([]byte{0x0a, 0x05, 0x98, 0x01, 0x01, 0x18, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, ok := decodeItems(b, 1000)
+		got, ok := decodeItems(nil, b, 1000)
 		if !ok {
 			return
 		}
@@ -215,7 +215,7 @@ func BenchmarkCheckWire(b *testing.B) {
 	b.Run("wire", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			items, ok := decodeItems(raw, 1000)
+			items, ok := decodeItems(nil, raw, 1000)
 			if !ok || len(items) != 100 {
 				b.Fatal("not taken")
 			}
@@ -279,5 +279,64 @@ func TestBackendInto(t *testing.T) {
 				t.Errorf("item %d answered %v, owner %q", i, r.Status, r.Owner)
 			}
 		}
+	}
+}
+
+// TestCallSlicesReused: calls through the gRPC handler one after another,
+// of more items, fewer, and with an invalid item, reuse one call's slices
+// (Server.calls) and each gets only its own answers; a call's slices are
+// put back with no key or answer left in them.
+func TestCallSlicesReused(t *testing.T) {
+	s, err := New(Config{Node: "n", MaxKeyLen: 100, MaxBatchItems: 10, MaxBodyBytes: 1 << 10}, &intoBackend{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := rateLimiterDesc.Methods[0].Handler
+	good := func(k string) *ringlimitv1.CheckItem { return item1("a", k, 5, ringlimitv1.Mode_MODE_LOCAL) }
+	bad := item1("a", "bad", -1, ringlimitv1.Mode_MODE_LOCAL)
+	for n, items := range [][]*ringlimitv1.CheckItem{
+		{good("k1"), good("k2"), good("k3")},
+		{bad, good("k4")},
+		{good("k5")},
+		{good("k6"), bad},
+	} {
+		raw, err := proto.Marshal(&ringlimitv1.CheckRequest{Items: items})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := handler(grpcAPI{s: s}, t.Context(), func(v any) error {
+			v.(*rawFrame).b = raw
+			return nil
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp ringlimitv1.CheckResponse
+		if err := proto.Unmarshal(out.(*rawFrame).b, &resp); err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Items) != len(items) {
+			t.Fatalf("call %d: %d answers for %d items", n, len(resp.Items), len(items))
+		}
+		for i, r := range resp.Items {
+			switch {
+			case items[i] == bad && (r.Status != ringlimitv1.Status_STATUS_ERROR || r.Owner != ""):
+				t.Errorf("call %d, invalid item %d: %v, owner %q", n, i, r.Status, r.Owner)
+			case items[i] != bad && (r.Status != ringlimitv1.Status_STATUS_UNDER_LIMIT || r.Error != "" || r.Owner != Key("a", items[i].UniqueKey)):
+				t.Errorf("call %d, item %d: %v %q, owner %q", n, i, r.Status, r.Error, r.Owner)
+			}
+		}
+	}
+	c := &callSlices{}
+	c.items = append(c.items, item{name: "a", uniqueKey: "k", err: errDecidedByRule})
+	c.answers(2)[1] = check.Response{Owner: "n2", Err: errDecidedByRule}
+	c.reqs = append(c.reqs, check.Request{Key: "a\x00k"})
+	c.idx = append(c.idx, 0)
+	s.putCall(c)
+	if len(c.items)+len(c.out)+len(c.reqs)+len(c.idx) != 0 {
+		t.Fatalf("put back with %d items, %d answers, %d requests, %d indexes", len(c.items), len(c.out), len(c.reqs), len(c.idx))
+	}
+	if c.items[:1][0] != (item{}) || c.out[:2][1].Owner != "" || c.out[:2][1].Err != nil || c.reqs[:1][0].Key != "" {
+		t.Fatal("put back holding a key or an answer")
 	}
 }

@@ -109,7 +109,8 @@ func TestComposeCluster(t *testing.T) {
 	}
 }
 
-// composeCommand returns the Compose command line, or skips the test.
+// composeCommand returns the Compose command line, or fails the test (make
+// e2e installs Debian's docker-compose when no Compose is there).
 func composeCommand(t *testing.T) []string {
 	t.Helper()
 	requireDocker(t)
@@ -119,6 +120,6 @@ func composeCommand(t *testing.T) []string {
 	if _, err := exec.LookPath("docker-compose"); err == nil {
 		return []string{"docker-compose"}
 	}
-	t.Skip("neither docker compose nor docker-compose is installed")
+	t.Fatal("neither docker compose nor docker-compose is installed (make e2e installs docker-compose)")
 	return nil
 }

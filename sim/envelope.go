@@ -7,9 +7,15 @@ import (
 )
 
 // admission is one admitted request as the fault checker sees it: the
-// instant its node answered it, in nanoseconds since the start, and its
-// hits.
-type admission struct{ at, hits int64 }
+// instant its node answered it, in nanoseconds since the start, its hits,
+// and how long before the answer the request reached its node (wait): it
+// was decided somewhere in [at - wait, at]. An answer can wait far longer
+// than the envelope's lag after its decision: an owner answers a forward
+// once every check in it is decided, so a check decided at once waits for
+// another one held on its fence, its lease or a relay (up to
+// RequestTimeout/2 or more; the fault checker's leased seed 361: two
+// checks decided at 17.014 s answered at 17.270 s).
+type admission struct{ at, hits, wait int64 }
 
 // admissionLog keeps every admission of a run, per key, for the envelope
 // check. The cluster fills it in settle (step.go), node by node, so a key's
@@ -27,7 +33,7 @@ func (l *admissionLog) add(d *decision) {
 	if d.err || !d.allowed {
 		return
 	}
-	l.keys[d.key] = append(l.keys[d.key], admission{at: d.at, hits: d.hits})
+	l.keys[d.key] = append(l.keys[d.key], admission{at: d.at, hits: d.hits, wait: max(0, d.at-d.arrived)})
 }
 
 // sorted sorts every key's admissions by instant (stable: the order of
@@ -93,6 +99,9 @@ func (e envelope) worst(key int, adm []admission) Excess {
 	if len(adm) == 0 {
 		return x
 	}
+	if slices.ContainsFunc(adm, func(a admission) bool { return a.wait > 0 }) {
+		return worstWith(key, adm, func(from, to int64) float64 { return e.bound(to - from) })
+	}
 	var sum int64 // hits before admission j
 	best, bestFrom := int64(0), 0
 	var top int64
@@ -128,18 +137,27 @@ func spanHits(adm []admission, from, to int64) int64 {
 
 // worstWith returns the span of adm whose admissions exceed bound(from, to)
 // by the most, trying every pair of admissions (the fault checker's keys
-// admit a few hundred hits a run).
+// admit a few hundred hits a run). A span runs from the arrival of one
+// request (at - wait) to the answer of another, and counts the admissions
+// decided within it for certain: those whose request arrived at or after
+// its start and whose answer came at or before its end. With no wait that
+// is every answer from the first to the last.
 func worstWith(key int, adm []admission, bound func(from, to int64) float64) Excess {
 	x := Excess{Key: key, Over: -bound(0, 0)}
 	first := true
 	for i := range adm {
+		from := adm[i].at - adm[i].wait
 		var n int64
-		for j := i; j < len(adm); j++ {
-			n += adm[j].hits
-			b := bound(adm[i].at, adm[j].at)
+		for j := range adm {
+			a := adm[j]
+			if a.at-a.wait < from {
+				continue
+			}
+			n += a.hits
+			b := bound(from, a.at)
 			if over := float64(n) - b; first || over > x.Over {
 				first = false
-				x = Excess{Key: key, From: Duration(adm[i].at), To: Duration(adm[j].at), Admitted: n, Bound: b, Over: over}
+				x = Excess{Key: key, From: Duration(from), To: Duration(a.at), Admitted: n, Bound: b, Over: over}
 			}
 		}
 	}

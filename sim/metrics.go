@@ -89,6 +89,9 @@ type decision struct {
 	win, key int32
 	hits     int64
 	at       int64 // the instant the node answered
+	// arrived is the instant the request reached its node (trace.go: an
+	// answer can wait on others, e.g. the rest of its forward's batch).
+	arrived int64
 
 	err      bool // the node answered with an error
 	degraded bool
@@ -100,7 +103,7 @@ type decision struct {
 
 // newDecision records the answer r to request p, given at instant at.
 func newDecision(p *pending, r *check.Response, at int64) decision {
-	return decision{win: p.win, key: p.key, hits: p.hits, at: at, err: r.Err != nil, degraded: r.Degraded, allowed: r.Allowed,
+	return decision{arrived: p.at, win: p.win, key: p.key, hits: p.hits, at: at, err: r.Err != nil, degraded: r.Degraded, allowed: r.Allowed,
 		remaining: r.Remaining, owner: r.Owner}
 }
 

@@ -11,7 +11,8 @@ import (
 // leave, each view change with the node's live and failed members, its
 // quorum and the key's owner on its ring, and each answer for the key that
 // admitted or was decided by the partition policy, with the owner the
-// answering node named and the tokens it reported left. Instants are
+// answering node named, the tokens it reported left and when the request
+// reached the node. Instants are
 // seconds since the start: a node's own time for its view changes, the
 // answer's for answers.
 type tracer struct {
@@ -83,7 +84,7 @@ func (c *Cluster) traceDecision(s *simNode, d *decision) {
 	if d.err {
 		verdict = "error"
 	}
-	fmt.Fprintf(c.tr.w, "%9.4f %s k%d %s %d%s (owner %s, %d left)\n", seconds(d.at), s.name, d.key, verdict, d.hits, policy, d.owner, d.remaining)
+	fmt.Fprintf(c.tr.w, "%9.4f %s k%d %s %d%s (owner %s, %d left; arrived %.4f)\n", seconds(d.at), s.name, d.key, verdict, d.hits, policy, d.owner, d.remaining, seconds(d.arrived))
 }
 
 // names joins ns with commas, "-" for none.

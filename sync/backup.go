@@ -22,8 +22,9 @@ import (
 //     locally, with no message, in the same membership change.
 //   - Cadence. Once per FlushInterval (on Tick), only the keys changed since
 //     their last backup (an owned key is marked when its state changes,
-//     markBackup), batched by MaxBatch, at most maxBackupFlights
-//     batches unacknowledged per target. A batch not acknowledged within
+//     markBackup; not when a fenced drain within its acknowledged bound
+//     changed it, fence.go, fenceSpent), batched by MaxBatch, at most
+//     maxBackupFlights batches unacknowledged per target. A batch not acknowledged within
 //     RequestTimeout is not sent again as it was: its keys are marked again,
 //     so the next round sends their current state. A fence that asks for a
 //     key's backup (fence.go: a check or a lease waits for it) brings the
@@ -421,6 +422,13 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 				f.want = 0
 				marks[t] = append(marks[t], fenceMark{f: f, gen: f.gen, mark: f.promised})
 				at[t] = append(at[t], len(out[t]))
+				if h, ok := v.index[f.holdFrom]; ok && f.holdFrom != "" && h != t && room[h] >= 0 {
+					// fence.go, holdForOldTarget: the old target's
+					// acknowledgement raises the bound meanwhile.
+					marks[h] = append(marks[h], fenceMark{f: f, gen: f.gen, mark: f.promised})
+					at[h] = append(at[h], len(out[h]))
+					out[h] = append(out[h], ks)
+				}
 			}
 			if out[t] == nil {
 				out[t] = make([]*peerv1.KeyState, 0, min(share, room[t]))
@@ -550,9 +558,10 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
 	for _, m := range fl.marks {
-		if m.gen == m.f.gen && now.Before(m.f.holdUntil) {
+		if m.gen == m.f.gen && fenceHeld(now, m.f, p.name, fl.sentAt) {
 			// fence.go, resetFences: the target changed as the old one was
-			// reported failed; the next backup is asked for again.
+			// reported failed, or a joiner took the place of one still a
+			// member; the next backup is asked for again.
 			m.f.promised = m.f.bound
 			continue
 		}

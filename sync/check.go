@@ -440,10 +440,13 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, res
 	if resp.Err != nil || !resp.Allowed || r.Hits == 0 {
 		return false
 	}
-	n.markChanged(s, r.Key, e, -1)
+	// fence.go: an owner or leased decision within what the key's backup
+	// target holds (its fence's mark) needs no backup of its own.
+	covered := false
 	if !cached && r.Limit.Algorithm != bucket.Concurrency {
-		n.fenceSpent(now, v, r.Key, r.Hits, r.Limit) // fence.go
+		covered = n.fenceSpent(now, v, r.Key, r.Hits, r.Limit)
 	}
+	n.markChangedBackup(s, r.Key, e, -1, !covered || reconf) // a new limit is backed up
 	if !shared {
 		return false
 	}
@@ -457,7 +460,15 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, res
 // node but except (a member index, or -1) now holds a stale copy, to be
 // pushed.
 func (n *Node) markChanged(s *shard, key string, e *ownedKey, except int) {
-	markBackup(s, e) // backup.go: the next backup round sends it
+	n.markChangedBackup(s, key, e, except, true)
+}
+
+// markChangedBackup is markChanged, marking the key for the next backup
+// round only when backup is set (see takeOwned).
+func (n *Node) markChangedBackup(s *shard, key string, e *ownedKey, except int, backup bool) {
+	if backup {
+		markBackup(s, e) // backup.go: the next backup round sends it
+	}
 	if !n.markStale(s, key, e, except) {
 		return
 	}

@@ -95,6 +95,50 @@ func TestFenceBacksUpAhead(t *testing.T) {
 	}
 }
 
+// TestFencedDrainsNotBackedUpAgain: once a key's fence is acknowledged,
+// owner-mode checks within its bound change the key's state without a
+// backup of their own (fence.go, fenceSpent): the holder's state less its
+// reserve is still at least as consumed as the owner's. Before, every
+// such check's change was backed up at the next round: a key first seen
+// was backed up twice (its fence's backup, then the hit it admitted), and
+// here 21 checks 1 s apart cost 22 backed-up states (1 now).
+func TestFencedDrainsNotBackedUpAgain(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a, b := nw.nodes["a"], nw.nodes["b"]
+	key := keyOwnedBy(t, "a", "a", "b")
+	l := perMinute(6000) // reserve 600: 20 hits stay far from half of it
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
+	if r := nw.checkAnswered(a, req); !r.Allowed {
+		t.Fatalf("first check: %+v, want admitted", r)
+	}
+	nw.run(time.Second)
+	first := a.Metrics().BackupKeys.Load()
+	if first != 1 {
+		t.Fatalf("after the first check: %d states backed up, want 1 (its fence's)", first)
+	}
+	for i := range 20 {
+		if r := nw.checkAnswered(a, req); !r.Allowed {
+			t.Fatalf("check %d: %+v, want admitted", i+2, r)
+		}
+		nw.run(time.Second)
+	}
+	if got := a.Metrics().BackupKeys.Load(); got != first {
+		t.Errorf("after 20 more checks within the bound: %d states backed up, want %d", got, first)
+	}
+	// What the holder would start from covers what the owner spent.
+	held := b.heldBucket(nw.now, key)
+	if held == nil {
+		t.Fatal("b holds no backup of the key")
+	}
+	d, err := held.Take(nw.now, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if real := remainingOn(a, nw.now, key); d.Remaining > real {
+		t.Errorf("b would start from %d left, more than the owner's %d", d.Remaining, real)
+	}
+}
+
 // TestOrphanedPartitionGoesByPolicy: a key's owner and its backup target
 // are cut off together (here the minority side of a 3|2 partition of 5).
 // The majority's new owner holds no state of the key and nothing tells it
@@ -292,5 +336,40 @@ func TestFenceHoldsAfterTargetFailed(t *testing.T) {
 				t.Errorf("without the hold: admitted %d, want over 100 (the case is not reproduced)", total)
 			}
 		})
+	}
+}
+
+// TestFencedGrantsNotBackedUpAgain: a lease grant within its key's
+// acknowledged fence needs no backup of its own either (owner.go,
+// applyFlushItem): the owner backs the key up when its fence asks, not at
+// every grant (before: 158 states backed up for 127 grants here, 1 now).
+func TestFencedGrantsNotBackedUpAgain(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a, b := nw.nodes["a"], nw.nodes["b"]
+	key := keyOwnedBy(t, "a", "a", "b")
+	l := perMinute(60000) // reserve 6000
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeLeased}
+	for range 200 {
+		nw.checkAnswered(b, req)
+		nw.run(100 * time.Millisecond)
+	}
+	grants := a.Metrics().LeasesGranted.Load()
+	backed := a.Metrics().BackupKeys.Load()
+	if grants < 5 {
+		t.Fatalf("%d leases granted, want several", grants)
+	}
+	if backed > 2 {
+		t.Errorf("%d states backed up for %d grants within the fence, want at most 2", backed, grants)
+	}
+	held := nw.nodes["b"].heldBucket(nw.now, key)
+	if held == nil {
+		t.Fatal("b holds no backup of the key")
+	}
+	d, err := held.Take(nw.now, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if real := remainingOn(a, nw.now, key); d.Remaining > real {
+		t.Errorf("b would start from %d left, more than the owner's %d", d.Remaining, real)
 	}
 }

@@ -111,7 +111,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
 	}
 	s := n.st.shardOf(it.Key)
-	e, _, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c, n.cfg.Policy == check.PolicyFailClosed) // a flush carries no policy: the node's
+	e, reconf, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c, n.cfg.Policy == check.PolicyFailClosed) // a flush carries no policy: the node's
 	if err != nil {
 		n.metrics.Malformed.Add(1)
 		return &peerv1.KeyState{Key: it.Key}
@@ -155,8 +155,11 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		n.metrics.LeaseTokensRefused.Add(it.LeaseReturn - refund)
 	}
 	var granted int64
+	// covered: the grant, if any, is within its fence's acknowledged bound
+	// (fence.go).
+	covered := true
 	if it.LeaseWant > 0 && len(v.lost) == 0 && !v.orphaned(it.Key) && !v.takingOver(it.Key) { // a minority side grants nothing, nor an orphaned key (quorum.go), nor one taken over not OwnerLeaseTTL since its confirmation (confirm.go)
-		granted = n.grantLease(e, now, it)
+		granted, covered = n.grantLease(e, now, it)
 		p.recordGrant(it.Key, granted, now, n.grantMemory())
 		n.noteGrant(s, it.Key, p.name, granted, now) // leasecap.go
 		if granted > 0 {
@@ -167,7 +170,12 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		}
 	}
 	if it.Hits > 0 || refund > 0 || granted > 0 || len(it.View) > 0 {
-		n.markChanged(s, it.Key, e, m)
+		// A grant its fence covers, and a refund (the state only less
+		// consumed than the one backed up), need no backup of their own
+		// (fence.go, fenceSpent); drained hits, merged views and a new
+		// limit do.
+		backup := it.Hits > 0 || len(it.View) > 0 || granted > 0 && !covered || reconf
+		n.markChangedBackup(s, it.Key, e, m, backup)
 	}
 	state, _ := e.b.AppendBinary(slot.state[:0])
 	ks := &slot.ks
@@ -198,31 +206,32 @@ func activeShare(e *ownedKey, k int) float32 {
 // share of the demand (its rate over the owner's total) times the tokens
 // available now, at least one token when any is available, at most what it
 // asked for. The tokens are drained at once, so the leases outstanding never
-// exceed what the bucket had.
-func (n *Node) grantLease(e *ownedKey, now time.Time, it *peerv1.FlushItem) int64 {
+// exceed what the bucket had. covered reports whether the key's fence
+// covers the grant (fenceSpent): it needs no backup of its own.
+func (n *Node) grantLease(e *ownedKey, now time.Time, it *peerv1.FlushItem) (g int64, covered bool) {
 	peek, err := e.b.Take(n.bt(now), 0)
 	if err != nil || peek.Remaining <= 0 {
-		return 0
+		return 0, false
 	}
 	share := 1.0
 	if e.dem > 0 {
 		share = math.Min(1, float64(it.Rate)/float64(e.dem))
 	}
-	g := int64(share * float64(peek.Remaining))
+	g = int64(share * float64(peek.Remaining))
 	g = min(max(g, 1), it.LeaseWant, peek.Remaining)
 	if room := n.fenceRoom(now, n.view, it.Key, e.b.Config(), g); room >= 0 {
 		g = min(g, room) // fence.go: within what the backup target knows
 	}
 	if g <= 0 {
-		return 0
+		return 0, false
 	}
 	if err := e.b.Drain(n.bt(now), g); err != nil {
-		return 0
+		return 0, false
 	}
-	n.fenceSpent(now, n.view, it.Key, g, e.b.Config())
+	covered = n.fenceSpent(now, n.view, it.Key, g, e.b.Config())
 	n.metrics.LeasesGranted.Add(1)
 	n.metrics.LeaseTokensGranted.Add(g)
-	return g
+	return g, covered
 }
 
 // tickPushes sends, once per FlushInterval, the fresh state of every
