@@ -560,9 +560,10 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
 	for _, m := range fl.marks {
-		if m.gen == m.f.gen && now.Before(m.f.holdUntil) {
+		if m.gen == m.f.gen && (now.Before(m.f.holdUntil) || !n.echoedSince(m.f)) {
 			// fence.go, resetFences: the target changed as the old one was
-			// reported failed; the next backup is asked for again.
+			// reported failed (FenceHold, and a majority's echoes since);
+			// the next backup is asked for again.
 			m.f.promised = m.f.bound
 			continue
 		}
