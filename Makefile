@@ -203,8 +203,11 @@ e2e:
 e2e-fenced:
 	@docker version --format '{{.Server.Version}}' >/dev/null 2>&1 || \
 	  { echo "e2e-fenced: FAIL: the Docker daemon is unreachable (docker version)" >&2; exit 1; }
+	@[ "$$(id -u)" = 0 ] || \
+	  { echo "e2e-fenced: FAIL: not root; the silent partitions enter the containers' network namespaces (nsenter) and add iptables rules there" >&2; exit 1; }
 	@{ command -v iptables >/dev/null && command -v nsenter >/dev/null; } || (apt-get update -qq && apt-get install -y -qq iptables util-linux)
-	@[ "$$(id -u)" = 0 ] || echo "e2e-fenced: not root: the silent partitions (nsenter, iptables) will fail" >&2
+	@{ command -v iptables >/dev/null && command -v nsenter >/dev/null; } || \
+	  { echo "e2e-fenced: FAIL: iptables or nsenter still missing after apt-get install iptables util-linux" >&2; exit 1; }
 	$(GO) test -tags 'e2e fenced' -count=1 -v -timeout 25m -run TestSilent ./e2e/
 
 ## flood: issue 16's key flood on containers (e2e/keyflood_test.go, build
