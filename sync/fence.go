@@ -167,7 +167,7 @@ func (n *Node) dropFence(key string) {
 // acknowledgements after the 1 s hold, admitted beyond the old target's
 // mark until its ownership lease lapsed, and the majority's new owner, the
 // old target, started from its backup with only the reserve drained:
-// +10.95 and +12.95 tokens over the envelope in leased mode, 2 of 15
+// +10.95 and +12.95 tokens over the envelope in leased mode, 2 of 16
 // loaded runs (TestFenceHoldNeedsMajorityEcho). So the hold also waits
 // for the echoes, as a takeover's confirmation does (confirm.go): the
 // echo requests sent at the change name the members this node counts

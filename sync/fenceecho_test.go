@@ -9,7 +9,7 @@ import (
 
 // TestFenceHoldNeedsMajorityEcho reproduces e2e's TestSilentSplit under
 // load (make e2e-fenced, leased mode +10.95 and +12.95 tokens over the
-// envelope in 2 of 15 loaded runs, session 13): 5 nodes split silently
+// envelope in 2 of 16 loaded runs, session 13): 5 nodes split silently
 // {n1,n2} | {n3,n4,n5}; n1 owns the key, n3 holds its backups. n1 sees n3
 // fail 200 ms after the cut and learns it is a minority only at 3.5 s,
 // longer than FenceHold (shortened here to 300 ms, so that it ends within
