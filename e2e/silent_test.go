@@ -235,6 +235,43 @@ func overAdmissions(recs []callRec, items []*ringlimitv1.CheckItem, fam, key str
 	return out
 }
 
+// timeline returns key's admissions in family fam per 500 ms of send
+// time, each as "hh:mm:ss.s n1=3 n4=2": who decided how many, when.
+func timeline(recs []callRec, items []*ringlimitv1.CheckItem, fam, key string) string {
+	type slot struct {
+		at time.Time
+		by map[string]int
+	}
+	var slots []*slot
+	for k := range recs { // sorted by start
+		r := &recs[k]
+		at := r.start.Truncate(500 * time.Millisecond)
+		for j, res := range r.res {
+			if items[j].Name != fam || items[j].UniqueKey != key || res.Status != ringlimitv1.Status_STATUS_UNDER_LIMIT {
+				continue
+			}
+			if len(slots) == 0 || !slots[len(slots)-1].at.Equal(at) {
+				slots = append(slots, &slot{at: at, by: map[string]int{}})
+			}
+			slots[len(slots)-1].by[res.GetOwner()]++
+		}
+	}
+	var b strings.Builder
+	for _, s := range slots {
+		fmt.Fprintf(&b, "\n  %s", s.at.Format("15:04:05.0"))
+		for _, o := range slices.Sorted(func(yield func(string) bool) {
+			for o := range s.by {
+				if !yield(o) {
+					return
+				}
+			}
+		}) {
+			fmt.Fprintf(&b, " %s=%d", o, s.by[o])
+		}
+	}
+	return b.String()
+}
+
 // silentFault is the fault a silent scenario injects: how the groups are
 // cut, for how long, and how often.
 type silentFault struct {
@@ -300,10 +337,18 @@ func silentScenario(t *testing.T, name string, n int, groups [][]int, f silentFa
 	recs := l.stop()
 	end := time.Now()
 	nfail, ex := failures(c, recs, anytime)
+	if degraded := degradedIn(recs, cutAt, healAt); degraded == 0 {
+		// A cut that nothing noticed measured nothing: the rules did not
+		// take (a wrong address, a netfilter that ignores them).
+		t.Errorf("no answer to a call sent during the fault was degraded: the fault had no effect")
+	} else {
+		t.Logf("%d answers to calls sent during the fault were degraded (decided by the policy)", degraded)
+	}
 
 	var figs []envelopeFig
 	phases := []phase{{"before", start, cutAt}, {"fault", cutAt, healAt}, {"after", healAt, end}}
 	ideal := map[string][]phaseFig{}
+	over := false
 	for _, fam := range fams {
 		fig := envelopeOf(recs, items, fam, cutAt, healAt)
 		figs = append(figs, fig)
@@ -314,7 +359,13 @@ func silentScenario(t *testing.T, name string, n int, groups [][]int, f silentFa
 			for _, line := range overAdmissions(recs, items, fam, fig.WorstKey) {
 				t.Logf("%s: beyond the envelope: %s", fig.WorstKey, line)
 			}
+			t.Logf("%s: admissions by decider, per 500 ms by send time (cut %s, heal %s): %s", fig.WorstKey,
+				cutAt.Format("15:04:05.000"), healAt.Format("15:04:05.000"), timeline(recs, items, fam, fig.WorstKey))
+			over = true
 		}
+	}
+	if over {
+		c.dumpNodes(t) // the nodes' view of it: without their logs, a failure cannot be traced
 	}
 	var gs [][]string
 	for _, g := range groups {
@@ -331,7 +382,9 @@ func silentScenario(t *testing.T, name string, n int, groups [][]int, f silentFa
 	logFigs(t, ideal, int(envLimit/envPeriod.Seconds()))
 	if stuck := lockedOut(ideal); len(stuck) > 0 {
 		t.Errorf("after the heal, %v admitted less than half the ideal over %v: the keys did not come back", stuck, end.Sub(healAt).Round(time.Millisecond))
-		c.dumpNodes(t)
+		if !over {
+			c.dumpNodes(t)
+		}
 	}
 	emit(t, name, map[string]any{
 		"nodes": n, "groups": gs, "one_way": f.oneWay, "every_s": f.every.Seconds(), "fault_s": healAt.Sub(cutAt).Seconds(),
@@ -364,6 +417,24 @@ func TestSilentOneWay(t *testing.T) {
 // back for 1 s, and again, for 12 s (a flapping link).
 func TestSilentFlap(t *testing.T) {
 	silentScenario(t, "silent-flap", 3, [][]int{{2}, {0, 1}}, silentFault{cutFor: 12 * time.Second, every: time.Second})
+}
+
+// degradedIn counts the answers of recs, to calls sent in [from, to), that
+// a node decided by the partition policy (degraded).
+func degradedIn(recs []callRec, from, to time.Time) int {
+	n := 0
+	for k := range recs {
+		r := &recs[k]
+		if r.start.Before(from) || !r.start.Before(to) {
+			continue
+		}
+		for _, res := range r.res {
+			if res.GetDegraded() {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // lockedOut returns the families of ideal that admitted less than half of
@@ -405,6 +476,6 @@ func (c *cluster) dumpNodes(t *testing.T) {
 			}
 			t.Logf("n%d %s:\n%s", i+1, path, body)
 		}
-		t.Logf("n%d log:\n%s", i+1, dockerLogs(ctx, n.container, 80))
+		t.Logf("n%d log:\n%s", i+1, dockerLogs(ctx, n.container, 300))
 	}
 }

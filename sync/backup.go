@@ -558,10 +558,11 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
 	for _, m := range fl.marks {
-		if m.gen == m.f.gen && fenceHeld(now, m.f, p.name, fl.sentAt) {
+		if m.gen == m.f.gen && (fenceHeld(now, m.f, p.name, fl.sentAt) || !n.echoedSince(m.f)) {
 			// fence.go, resetFences: the target changed as the old one was
-			// reported failed, or a joiner took the place of one still a
-			// member; the next backup is asked for again.
+			// reported failed (FenceHold, and a majority's echoes since),
+			// or a joiner took the place of one still a member; the next
+			// backup is asked for again.
 			m.f.promised = m.f.bound
 			continue
 		}
