@@ -44,33 +44,12 @@ func TestSilentSplitTakeoverUnconfirmed(t *testing.T) {
 	first := runOwnerLoad(t, nw, []string{"n2", "n4"}, key, l, 20*5*time.Millisecond, nil)
 	nw.run(time.Second) // backups go out
 	minority, majority := []string{"n1", "n2"}, []string{"n3", "n4", "n5"}
-	for _, m := range minority {
-		for _, o := range majority {
-			nw.cut[[2]string{m, o}] = true
-			nw.cut[[2]string{o, m}] = true
-		}
-	}
+	nw.cutBetween(minority, majority)
 	// 1.0 s after the cut n1 and n2 see n3 fail, n4 and n5 still live; 1.5 s
 	// after it the majority sees n1 and n2 fail; 2.0 s after it n1 and
 	// n2 see every member of the other side fail.
 	var n2Owner, n2Degraded int
-	events := map[time.Duration]func(){
-		time.Second: func() {
-			for _, m := range minority {
-				nw.nodes[m].SetMembership(nw.now, without(all, "n3"), []string{"n3"})
-			}
-		},
-		1500 * time.Millisecond: func() {
-			for _, m := range majority {
-				nw.nodes[m].SetMembership(nw.now, majority, minority)
-			}
-		},
-		2 * time.Second: func() {
-			for _, m := range minority {
-				nw.nodes[m].SetMembership(nw.now, minority, majority)
-			}
-		},
-	}
+	events := silentSplitViews(nw, all, minority, majority, time.Second, 2*time.Second)
 	// Between 1.0 s and 2.0 s, n2's checks of the key: owner or policy?
 	for at := time.Second; at < 2*time.Second; at += 50 * time.Millisecond {
 		at := at
@@ -241,12 +220,7 @@ func TestSilentSplitLeasedTakeoverUnconfirmed(t *testing.T) {
 	t.Logf("before the cut: %v", by)
 	clear(by)
 	minority, majority := []string{"n1", "n2"}, []string{"n3", "n4", "n5"}
-	for _, m := range minority {
-		for _, o := range majority {
-			nw.cut[[2]string{m, o}] = true
-			nw.cut[[2]string{o, m}] = true
-		}
-	}
+	nw.cutBetween(minority, majority)
 	n2 := nw.nodes["n2"]
 	var grants int64
 	minorityAfter := 0 // admitted by n1 and n2 from the change on

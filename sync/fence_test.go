@@ -126,17 +126,7 @@ func TestFencedDrainsNotBackedUpAgain(t *testing.T) {
 		t.Errorf("after 20 more checks within the bound: %d states backed up, want %d", got, first)
 	}
 	// What the holder would start from covers what the owner spent.
-	held := b.heldBucket(nw.now, key)
-	if held == nil {
-		t.Fatal("b holds no backup of the key")
-	}
-	d, err := held.Take(nw.now, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if real := remainingOn(a, nw.now, key); d.Remaining > real {
-		t.Errorf("b would start from %d left, more than the owner's %d", d.Remaining, real)
-	}
+	requireBackupCovers(t, nw, b, a, key)
 }
 
 // TestOrphanedPartitionGoesByPolicy: a key's owner and its backup target
@@ -303,12 +293,7 @@ func TestFenceHoldsAfterTargetFailed(t *testing.T) {
 			majority := without(all, minority...)
 			l := perHour(100)
 			first := runOwnerLoad(t, nw, []string{majority[0]}, key, l, 40*5*time.Millisecond, nil)
-			for _, m := range minority {
-				for _, o := range majority {
-					nw.cut[[2]string{m, o}] = true
-					nw.cut[[2]string{o, m}] = true
-				}
-			}
+			nw.cutBetween(minority, majority)
 			// a and s see tg fail first; the majority sees a and s fail.
 			for _, m := range minority {
 				nw.nodes[m].SetMembership(nw.now, without(all, tg), []string{tg})
@@ -361,15 +346,22 @@ func TestFencedGrantsNotBackedUpAgain(t *testing.T) {
 	if backed > 2 {
 		t.Errorf("%d states backed up for %d grants within the fence, want at most 2", backed, grants)
 	}
-	held := nw.nodes["b"].heldBucket(nw.now, key)
+	requireBackupCovers(t, nw, nw.nodes["b"], a, key)
+}
+
+// requireBackupCovers fails t unless holder holds a backup of key from
+// which it would start with no more tokens left than the owner has now.
+func requireBackupCovers(t *testing.T, nw *testNet, holder, owner *Node, key string) {
+	t.Helper()
+	held := holder.heldBucket(nw.now, key)
 	if held == nil {
-		t.Fatal("b holds no backup of the key")
+		t.Fatalf("%s holds no backup of the key", holder.cfg.Self)
 	}
 	d, err := held.Take(nw.now, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if real := remainingOn(a, nw.now, key); d.Remaining > real {
-		t.Errorf("b would start from %d left, more than the owner's %d", d.Remaining, real)
+	if real := remainingOn(owner, nw.now, key); d.Remaining > real {
+		t.Errorf("%s would start from %d left, more than the owner's %d", holder.cfg.Self, d.Remaining, real)
 	}
 }

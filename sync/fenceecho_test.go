@@ -36,29 +36,8 @@ func TestFenceHoldNeedsMajorityEcho(t *testing.T) {
 			req := check.Request{Key: key, Hits: 1, Limit: perHour(1000), Mode: mode}
 			first := runRequestLoad(t, nw, []string{"n2", "n4"}, req, time.Second, nil)
 			minority, majority := []string{"n1", "n2"}, []string{"n3", "n4", "n5"}
-			for _, m := range minority {
-				for _, o := range majority {
-					nw.cut[[2]string{m, o}] = true
-					nw.cut[[2]string{o, m}] = true
-				}
-			}
-			events := map[time.Duration]func(){
-				200 * time.Millisecond: func() {
-					for _, m := range minority {
-						nw.nodes[m].SetMembership(nw.now, without(all, "n3"), []string{"n3"})
-					}
-				},
-				1500 * time.Millisecond: func() {
-					for _, m := range majority {
-						nw.nodes[m].SetMembership(nw.now, majority, minority)
-					}
-				},
-				3500 * time.Millisecond: func() {
-					for _, m := range minority {
-						nw.nodes[m].SetMembership(nw.now, minority, majority)
-					}
-				},
-			}
+			nw.cutBetween(minority, majority)
+			events := silentSplitViews(nw, all, minority, majority, 200*time.Millisecond, 3500*time.Millisecond)
 			cut := runRequestLoad(t, nw, []string{"n2", "n4"}, req, 6*time.Second, events)
 			total := first.admitted + cut.admitted
 			t.Logf("admitted %d before the cut, %d after it (by the client's node %v, %d degraded)",

@@ -38,12 +38,7 @@ func TestJoinedTargetOnCutOffSideRaisesNothing(t *testing.T) {
 	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
 	first := runRequestLoad(t, nw, []string{"a"}, req, 40*5*time.Millisecond, nil)
 	// The cut, then e's join, seen on a's side only.
-	for _, m := range []string{"a", "e"} {
-		for _, o := range majority {
-			nw.cut[[2]string{m, o}] = true
-			nw.cut[[2]string{o, m}] = true
-		}
-	}
+	nw.cutBetween([]string{"a", "e"}, majority)
 	nw.add("e", tweak)
 	nw.names = append(nw.names, "e")
 	nw.failNode(all, nil, "a", "e")

@@ -49,6 +49,17 @@ type testNet struct {
 	skew map[string]time.Duration
 }
 
+// cutBetween cuts every link between a member of a and a member of b, both
+// ways: a silent partition (nothing is delivered, nothing is reported).
+func (nw *testNet) cutBetween(a, b []string) {
+	for _, m := range a {
+		for _, o := range b {
+			nw.cut[[2]string{m, o}] = true
+			nw.cut[[2]string{o, m}] = true
+		}
+	}
+}
+
 // nowOf returns the network's time on node name's clock.
 func (nw *testNet) nowOf(name string) time.Time { return nw.now.Add(nw.skew[name]) }
 

@@ -25,6 +25,31 @@ func leaseSplitKey(t *testing.T, all []string) string {
 	}
 }
 
+// silentSplitViews returns the membership changes of the silent split
+// minority | majority of all as its members come to see it, by the time
+// since the cut: at n3Fails the minority sees n3 fail (the others of the
+// majority still live in its view), at 1.5 s the majority sees the minority
+// fail, and at minoritySees the minority sees the whole majority fail.
+func silentSplitViews(nw *testNet, all, minority, majority []string, n3Fails, minoritySees time.Duration) map[time.Duration]func() {
+	return map[time.Duration]func(){
+		n3Fails: func() {
+			for _, m := range minority {
+				nw.nodes[m].SetMembership(nw.now, without(all, "n3"), []string{"n3"})
+			}
+		},
+		1500 * time.Millisecond: func() {
+			for _, m := range majority {
+				nw.nodes[m].SetMembership(nw.now, majority, minority)
+			}
+		},
+		minoritySees: func() {
+			for _, m := range minority {
+				nw.nodes[m].SetMembership(nw.now, minority, majority)
+			}
+		},
+	}
+}
+
 // TestSilentSplitCutOffOwnerStops reproduces the residual failure of e2e's
 // TestSilentSplit (make e2e-fenced, 2 runs of 7 at +18 to +22 over the
 // envelope): 5 nodes split silently {n1,n2} | {n3,n4,n5}; n1 owns the key,
@@ -47,29 +72,8 @@ func TestSilentSplitCutOffOwnerStops(t *testing.T) {
 	first := runOwnerLoad(t, nw, []string{"n2", "n4"}, key, l, 10*5*time.Millisecond, nil)
 	nw.run(time.Second) // backups go out
 	minority, majority := []string{"n1", "n2"}, []string{"n3", "n4", "n5"}
-	for _, m := range minority {
-		for _, o := range majority {
-			nw.cut[[2]string{m, o}] = true
-			nw.cut[[2]string{o, m}] = true
-		}
-	}
-	events := map[time.Duration]func(){
-		time.Second: func() {
-			for _, m := range minority {
-				nw.nodes[m].SetMembership(nw.now, without(all, "n3"), []string{"n3"})
-			}
-		},
-		1500 * time.Millisecond: func() {
-			for _, m := range majority {
-				nw.nodes[m].SetMembership(nw.now, majority, minority)
-			}
-		},
-		3500 * time.Millisecond: func() {
-			for _, m := range minority {
-				nw.nodes[m].SetMembership(nw.now, minority, majority)
-			}
-		},
-	}
+	nw.cutBetween(minority, majority)
+	events := silentSplitViews(nw, all, minority, majority, time.Second, 3500*time.Millisecond)
 	cut := runOwnerLoad(t, nw, []string{"n2", "n4"}, key, l, 5*time.Second, events)
 	total := first.admitted + cut.admitted
 	t.Logf("admitted %d before the cut, %d after it (by the client's node %v, %d degraded)",

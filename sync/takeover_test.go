@@ -55,12 +55,7 @@ func TestMajorityTakeoverHolderOnMinority(t *testing.T) {
 				nw := newTestNet(t, localShareNode, all...)
 				req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: mode, Policy: check.PolicyFailClosed}
 				first := runRequestLoad(t, nw, all, req, 40*5*time.Millisecond, nil)
-				for _, m := range minority {
-					for _, o := range majority {
-						nw.cut[[2]string{m, o}] = true
-						nw.cut[[2]string{o, m}] = true
-					}
-				}
+				nw.cutBetween(minority, majority)
 				events := map[time.Duration]func(){
 					time.Second:             func() { nw.failNode(without(all, order[0]...), order[0], majority...) },
 					1500 * time.Millisecond: func() { nw.failNode(without(all, order[1]...), order[1], majority...) },
