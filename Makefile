@@ -195,14 +195,15 @@ e2e:
 ## network namespaces, entered with nsenter from the host): owner and
 ## leased mode, fail-closed, keep every key within the token bucket's
 ## envelope through a 3|2 split, an isolation, a one-way cut and a flapping
-## link, and a healed cluster decides its keys again. Session 13, the CPUs loaded (load average 5 to
-## 30 on 2 cores): the 3|2 split left the envelope in 2 of 16 runs (leased,
-## +10.95 and +12.95: FenceHold's timing assumption, broken by load) until
-## the fence hold waited for a majority's echoes too (sync/fence.go), and
-## kept it in 51 runs of 51 since, the other scenarios in 3 of 3
-## (docs/reliability.md, "Open faults"). CI runs it after make e2e
-## (.ci/run). Needs root (nsenter, iptables; it fails without them, and
-## installs Debian's iptables and util-linux when missing); about 4 minutes.
+## link, and a healed cluster decides its keys again. Session 13, the CPUs
+## loaded (load average 5 to 30 on 2 cores): the 3|2 split left the
+## envelope in 2 of 16 runs (leased, +10.95 and +12.95: FenceHold's timing
+## assumption, broken by load) until the fence hold waited for a majority's
+## echoes too (sync/fence.go), and kept it in 51 runs of 51 since, the
+## other scenarios in 3 of 3 (docs/reliability.md, "Open faults"). CI runs
+## it after make e2e (.ci/run). Needs root (nsenter, iptables; it fails
+## without them, and installs Debian's iptables and util-linux when
+## missing); about 4 minutes.
 e2e-fenced:
 	@docker version --format '{{.Server.Version}}' >/dev/null 2>&1 || \
 	  { echo "e2e-fenced: FAIL: the Docker daemon is unreachable (docker version)" >&2; exit 1; }
