@@ -39,7 +39,9 @@ import (
 // The same holds for a partition this node took over from a failed member
 // (confirm.go), for a request of policy fail-closed in owner or leased mode
 // (the request's policy, forwarded with the check: ForwardItem.fail_closed;
-// a flush carries none and follows the node's default): it decides it only OwnerLeaseTTL (and a sixteenth) after a
+// a flush item names it when leased checks of policy fail-closed are
+// behind it, FlushItem.fail_closed, and otherwise follows the node's
+// default): it decides it only OwnerLeaseTTL (and a sixteenth) after a
 // majority confirmed, by which time the old owner's lease has lapsed. A key
 // of it with no hand-off, backup or kept state here starts drained as of
 // that instant (takeoverStart), and a cached view that became the owned
