@@ -29,6 +29,11 @@ type lease struct {
 	// flight; zero: the last grant was empty, so asks wait for the scheduled
 	// flush instead of going at once.
 	want, asking, zero bool
+	// closed: a check of policy fail-closed was decided on the lease (or
+	// forwarded for want of it) since the lease was made here; its flush
+	// items say so (FlushItem.fail_closed), so that the owner bounds a key
+	// it took over by that policy, not its own default (lostkey.go).
+	closed bool
 }
 
 // expire moves expired tokens to ret.
@@ -136,6 +141,7 @@ func (l *lease) fill(it *peerv1.FlushItem, now time.Time, ttl time.Duration) {
 		it.LeaseSpent += l.spentNext
 	}
 	l.spentCur, l.spentNext = 0, 0
+	it.FailClosed = l.closed
 	if l.want {
 		// Ask for what this node's demand spends in a lease's life.
 		perSec := float64(it.Rate) / demandTau.Seconds()
@@ -234,6 +240,9 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *check.
 			l.want = true // urgent unless the last grant was empty
 		}
 		forward = !down
+	}
+	if pol == check.PolicyFailClosed {
+		l.closed = true
 	}
 	urgent := l.want && !l.zero
 	full := n.markRouted(s, r.Key, e, p, v)

@@ -39,7 +39,9 @@ import (
 // The same holds for a partition this node took over from a failed member
 // (confirm.go), for a request of policy fail-closed in owner or leased mode
 // (the request's policy, forwarded with the check: ForwardItem.fail_closed;
-// a flush carries none and follows the node's default): it decides it only OwnerLeaseTTL (and a sixteenth) after a
+// a flush item names it when leased checks of policy fail-closed are
+// behind it, FlushItem.fail_closed, and otherwise follows the node's
+// default): it decides it only OwnerLeaseTTL (and a sixteenth) after a
 // majority confirmed, by which time the old owner's lease has lapsed. A key
 // of it with no hand-off, backup or kept state here starts drained as of
 // that instant (takeoverStart), and a cached view that became the owned
@@ -83,6 +85,12 @@ func (n *Node) startDrained(key string, l bucket.Limit, now time.Time, closed bo
 func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c uint32, closed bool) (*ownedKey, error) {
 	at, drained := n.startDrained(key, l, now, closed)
 	if !drained {
+		if n.view != nil && n.view.unconfirmed(key) {
+			// A flush applied while the takeover is unconfirmed (no check
+			// is decided then): the bound is the first decision's after
+			// the confirmation, as for a promoted view (boundPromoted).
+			n.markPromoted(key)
+		}
 		return newOwned(key, l, now, c)
 	}
 	e, err := newOwned(key, l, at, c)
@@ -180,9 +188,14 @@ func (n *Node) markPromoted(key string) {
 // with no state at now (startDrained): the view's tokens were the old
 // owner's to spend too, so the state keeps the more consumed of the two.
 // A promoted key is bounded once, at its first decision, whatever its
-// policy.
+// policy; a flush applied while the takeover is unconfirmed is not that
+// decision (no instant to bound from yet, takeoverStart): before, such a
+// flush took the key out of the bound under any policy, and leased
+// fail-closed checks spent the stale view again once the wait was over
+// (TestTakeoverBoundsFlushWhileUnconfirmed: 150 admitted of a key of 100,
+// now 100).
 func (n *Node) boundPromoted(key string, e *ownedKey, l bucket.Limit, now time.Time, closed bool) {
-	if !n.promoted[key] {
+	if !n.promoted[key] || n.view != nil && n.view.unconfirmed(key) {
 		return
 	}
 	delete(n.promoted, key)

@@ -111,7 +111,15 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
 	}
 	s := n.st.shardOf(it.Key)
-	e, reconf, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c, n.cfg.Policy == check.PolicyFailClosed) // a flush carries no policy: the node's
+	// lostkey.go: the item's policy when it names fail-closed (a leased
+	// check of that policy behind it, FlushItem.fail_closed), else the
+	// node's default. Before, always the default: under local-share, a
+	// lease request arriving first at a key taken over from a failed member
+	// took a stale promoted view out of the takeover's bound, and leased
+	// fail-closed checks spent it again (TestTakeoverBoundsFirstFlush: 150
+	// admitted of a key of 100).
+	closed := it.FailClosed || n.cfg.Policy == check.PolicyFailClosed
+	e, reconf, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c, closed)
 	if err != nil {
 		n.metrics.Malformed.Add(1)
 		return &peerv1.KeyState{Key: it.Key}

@@ -755,7 +755,13 @@ type FlushItem struct {
 	// lease_spent is the tokens of the sender's leases it spent since its
 	// previous flush: the owner counts them out of the grants still live,
 	// whose cap on its bucket they then no longer hold (sync/leasecap.go).
-	LeaseSpent    int64 `protobuf:"varint,9,opt,name=lease_spent,json=leaseSpent,proto3" json:"lease_spent,omitempty"`
+	LeaseSpent int64 `protobuf:"varint,9,opt,name=lease_spent,json=leaseSpent,proto3" json:"lease_spent,omitempty"`
+	// fail_closed: a check of partition policy fail-closed in leased mode
+	// is behind the item (its lease_want). A key its receiver takes over from
+	// a failed member is bounded at its first decision by the takeover's
+	// drained start then (sync/lostkey.go), as for ForwardItem.fail_closed;
+	// unset, the receiver's default policy decides, as before.
+	FailClosed    bool `protobuf:"varint,10,opt,name=fail_closed,json=failClosed,proto3" json:"fail_closed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -851,6 +857,13 @@ func (x *FlushItem) GetLeaseSpent() int64 {
 		return x.LeaseSpent
 	}
 	return 0
+}
+
+func (x *FlushItem) GetFailClosed() bool {
+	if x != nil {
+		return x.FailClosed
+	}
+	return false
 }
 
 // FlushAck answers a Flush with the authoritative state of each key.
@@ -1732,7 +1745,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x11cold_factor_milli\x18\x15 \x01(\rR\x0fcoldFactorMilli\"M\n" +
 	"\x05Flush\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x122\n" +
-	"\x05items\x18\x02 \x03(\v2\x1c.ringlimit.peer.v1.FlushItemR\x05items\"\x84\x02\n" +
+	"\x05items\x18\x02 \x03(\v2\x1c.ringlimit.peer.v1.FlushItemR\x05items\"\xa5\x02\n" +
 	"\tFlushItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -1744,7 +1757,10 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"lease_want\x18\a \x01(\x03R\tleaseWant\x12!\n" +
 	"\flease_return\x18\b \x01(\x03R\vleaseReturn\x12\x1f\n" +
 	"\vlease_spent\x18\t \x01(\x03R\n" +
-	"leaseSpent\"|\n" +
+	"leaseSpent\x12\x1f\n" +
+	"\vfail_closed\x18\n" +
+	" \x01(\bR\n" +
+	"failClosed\"|\n" +
 	"\bFlushAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12+\n" +
 	"\x11flush_incarnation\x18\x02 \x01(\x04R\x10flushIncarnation\x121\n" +
