@@ -18,7 +18,8 @@ import (
 //
 //   - Strict (owner and leased mode with policy fail-closed): the token
 //     bucket's envelope, capacity + rate × span, for every key and every
-//     span of answers, under any fault.
+//     span of decisions (each admission at the instant a bucket took its
+//     tokens), under any fault.
 //   - Allowance (cached mode with the default policy, local-share): the
 //     envelope plus the drift bound D of consistency.md once, plus one
 //     envelope of the span and one D per fault whose window overlaps the
@@ -227,13 +228,13 @@ func runCheck(spec CheckSpec, m CheckMode, s Schedule, w io.Writer, key int) (*C
 	p := r.Phase("all")
 	res := &CheckResult{Mode: m.String(), Schedule: s, Admitted: p.Admitted, Ideal: p.Ideal,
 		Degraded: p.Degraded, Anomalies: r.Anomalies}
-	// A decision and the answer the checker logs are at most one link
-	// (an owner's reply), one interleave window (the reply applied late)
-	// and one tick (a reply sent with the next batch) apart: the span of
-	// decisions may be that much longer than the span of answers.
-	lag := int64(sc.Network.Latency+sc.Network.Jitter) + int64(spec.Interleave) + int64(cfg.TickInterval)
+	// The log holds each admission at the instant its bucket took the
+	// tokens (Cluster.admitted), not at its answer: the envelope needs no
+	// lag for the answer's way back. With LeaseSlack, a token may be
+	// drained up to LeaseTTL before it is spent.
+	var lag int64
 	if m.LeaseSlack {
-		lag += int64(cfg.LeaseTTL)
+		lag = int64(cfg.LeaseTTL)
 	}
 	env := newEnvelope(c.limit, lag)
 	var bound func(from, to int64) float64
@@ -296,8 +297,12 @@ func (spec CheckSpec) allowance(sc Scenario, s Schedule, cfg rlsync.Config, env 
 		}
 	}
 	rate := float64(env.limit) / float64(env.period) // hits per nanosecond
+	// δ, the round trip: each way one link, one interleave window (a
+	// message applied late) and one tick (a reply sent with the next
+	// batch); with LeaseSlack, LeaseTTL more each way.
+	oneWay := int64(sc.Network.Latency+sc.Network.Jitter) + int64(spec.Interleave) + int64(cfg.TickInterval) + env.lag
 	d := cfg.SyncFraction*float64(env.capacity) +
-		rate*float64(cfg.FlushInterval+time.Duration(2*env.lag)) +
+		rate*float64(cfg.FlushInterval+time.Duration(2*oneWay)) +
 		float64(members)*float64(sc.Workload.MaxHits)
 	wins := s.windows(sc, cfg)
 	return func(from, to int64) float64 {

@@ -50,29 +50,6 @@ func TestEnvelopeWorst(t *testing.T) {
 	}
 }
 
-// TestEnvelopeHeldAnswer: a span counts an admission only once its
-// request had arrived (the fault checker's leased seed 361, +0.02 before).
-// A key of 10 per second, burst 10: 2 hits decided at 0 and answered at
-// 300 ms (held with the rest of their forward), 8 decided and answered at
-// 10 ms, 3 at 300 ms. By answers alone, [10 ms, 300 ms] admitted 13 for
-// 12.9; the bucket decided 10 at 0 to 10 ms and 3 at 300 ms: 13 for 13.
-func TestEnvelopeHeldAnswer(t *testing.T) {
-	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: time.Second}
-	env := newEnvelope(l, 0)
-	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
-	adm := []admission{{at: ms(10), hits: 8}, {at: ms(300), hits: 2, wait: ms(300)}, {at: ms(300), hits: 3}}
-	byAnswer := slices.Clone(adm)
-	for i := range byAnswer {
-		byAnswer[i].wait = 0
-	}
-	if x := env.worst(0, byAnswer); math.Abs(x.Over-0.1) > 1e-9 {
-		t.Errorf("by answers: %+.3f over in %v..%v, want +0.100", x.Over, x.From, x.To)
-	}
-	if x := env.worst(0, adm); math.Abs(x.Over) > 1e-9 {
-		t.Errorf("with the held answer's wait: %+.3f over in %v..%v (%d admitted), want 0", x.Over, x.From, x.To, x.Admitted)
-	}
-}
-
 // TestEnvelopeWorstMatchesEveryPair: the one-pass envelope check finds the
 // same largest excess as trying every pair of admissions.
 func TestEnvelopeWorstMatchesEveryPair(t *testing.T) {

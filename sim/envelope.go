@@ -1,24 +1,26 @@
 package sim
 
 import (
+	"fmt"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
 )
 
-// admission is one admitted request as the fault checker sees it: the
-// instant its node answered it, in nanoseconds since the start, its hits,
-// and how long before the answer the request reached its node (wait): it
-// was decided somewhere in [at - wait, at]. An answer can wait far longer
-// than the envelope's lag after its decision: an owner answers a forward
-// once every check in it is decided, so a check decided at once waits for
-// another one held on its fence, its lease or a relay (up to
-// RequestTimeout/2 or more; the fault checker's leased seed 361: two
+// admission is one admission as the fault checker sees it: the instant
+// the deciding node's bucket took its tokens, in nanoseconds since the
+// start (sync.Config.Admitted), and its hits. The instant is the
+// decision's, not the answer's: an answer can wait far longer than a link
+// after its decision (an owner answers a forward once every check in it is
+// decided, so a check decided at once waits for another one held on its
+// fence, its lease or a relay; the fault checker's leased seed 361: two
 // checks decided at 17.014 s answered at 17.270 s).
-type admission struct{ at, hits, wait int64 }
+type admission struct{ at, hits int64 }
 
 // admissionLog keeps every admission of a run, per key, for the envelope
-// check. The cluster fills it in settle (step.go), node by node, so a key's
+// check. The nodes fill it as they decide (Cluster.admitted), so a key's
 // admissions are sorted by instant only once the run is over (sorted).
 type admissionLog struct {
 	keys [][]admission
@@ -28,12 +30,23 @@ func newAdmissionLog(keys int) *admissionLog {
 	return &admissionLog{keys: make([][]admission, keys)}
 }
 
-// add logs d when it admitted.
-func (l *admissionLog) add(d *decision) {
-	if d.err || !d.allowed {
+// add logs an admission of hits of key at instant at.
+func (l *admissionLog) add(key int, hits, at int64) {
+	l.keys[key] = append(l.keys[key], admission{at: at, hits: hits})
+}
+
+// admitted logs, when the cluster keeps an admission log, that node s's
+// bucket admitted hits of key at at (on s's clock).
+func (c *Cluster) admitted(s *simNode, key string, hits int64, at time.Time) {
+	if c.adm == nil {
 		return
 	}
-	l.keys[d.key] = append(l.keys[d.key], admission{at: d.at, hits: d.hits, wait: max(0, d.at-d.arrived)})
+	k, err := strconv.Atoi(key[1:]) // workload.go names key i "ki"
+	if err != nil || k < 0 || k >= len(c.adm.keys) {
+		c.err = fmt.Errorf("sim: admission of unknown key %q", key)
+		return
+	}
+	c.adm.add(k, hits, int64(at.Sub(c.epoch))-s.skew)
 }
 
 // sorted sorts every key's admissions by instant (stable: the order of
@@ -54,13 +67,13 @@ func (l *admissionLog) sorted() [][]admission {
 }
 
 // Excess is the worst span of one key against its bound: the span
-// [From, To] of answers in which the key's admissions exceeded their bound
+// [From, To] of decisions in which the key's admissions exceeded their bound
 // by the most (or came closest to it, Over then being zero or negative).
 type Excess struct {
 	// Key is the key's index in the workload ("k3" is 3).
 	Key int `json:"key"`
 	// From and To bound the span, from the start of the run: the instants
-	// of the first and the last answer in it.
+	// of the first and the last admission in it.
 	From Duration `json:"from"`
 	To   Duration `json:"to"`
 	// Admitted is the hits admitted in the span; Bound what the bound
@@ -72,10 +85,10 @@ type Excess struct {
 }
 
 // envelope is the token bucket's envelope of one limit: over any span of
-// length t, at most capacity + rate x (t + lag), where lag allows for the
-// time between a decision and the answer the checker sees (an owner's
-// answer crosses one link). It works in units of hits x period so that
-// the arithmetic is exact.
+// length t, at most capacity + rate x (t + lag), where lag widens every
+// span (CheckMode.LeaseSlack; zero otherwise: the admissions are logged at
+// their decisions). It works in units of hits x period so that the
+// arithmetic is exact.
 type envelope struct {
 	capacity, limit, period, lag int64
 }
@@ -99,9 +112,6 @@ func (e envelope) worst(key int, adm []admission) Excess {
 	if len(adm) == 0 {
 		return x
 	}
-	if slices.ContainsFunc(adm, func(a admission) bool { return a.wait > 0 }) {
-		return worstWith(key, adm, func(from, to int64) float64 { return e.bound(to - from) })
-	}
 	var sum int64 // hits before admission j
 	best, bestFrom := int64(0), 0
 	var top int64
@@ -120,7 +130,11 @@ func (e envelope) worst(key int, adm []admission) Excess {
 	}
 	x.Admitted = spanHits(adm, int64(x.From), int64(x.To))
 	x.Bound = e.bound(int64(x.To - x.From))
-	x.Over = float64(x.Admitted) - x.Bound
+	// Over from integers, so that its sign is exact: a span that meets
+	// the envelope exactly (the bucket's own, logged at its decisions) is
+	// not over by a rounding.
+	over := (x.Admitted-e.capacity)*e.period - e.limit*(int64(x.To-x.From)+e.lag)
+	x.Over = float64(over) / float64(e.period)
 	return x
 }
 
@@ -135,24 +149,16 @@ func spanHits(adm []admission, from, to int64) int64 {
 	return n
 }
 
-// worstWith returns the span of adm whose admissions exceed bound(from, to)
-// by the most, trying every pair of admissions (the fault checker's keys
-// admit a few hundred hits a run). A span runs from the arrival of one
-// request (at - wait) to the answer of another, and counts the admissions
-// decided within it for certain: those whose request arrived at or after
-// its start and whose answer came at or before its end. With no wait that
-// is every answer from the first to the last.
+// worstWith returns the span of adm (sorted by instant) whose admissions
+// exceed bound(from, to) by the most, trying every pair of admissions (the
+// fault checker's keys admit a few hundred hits a run).
 func worstWith(key int, adm []admission, bound func(from, to int64) float64) Excess {
 	x := Excess{Key: key, Over: -bound(0, 0)}
 	first := true
 	for i := range adm {
-		from := adm[i].at - adm[i].wait
+		from := adm[i].at
 		var n int64
-		for j := range adm {
-			a := adm[j]
-			if a.at-a.wait < from {
-				continue
-			}
+		for _, a := range adm[i:] {
 			n += a.hits
 			b := bound(from, a.at)
 			if over := float64(n) - b; first || over > x.Over {

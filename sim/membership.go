@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/ringlimit/ringlimit/ring"
 	rlsync "github.com/ringlimit/ringlimit/sync"
@@ -102,6 +103,7 @@ func (c *Cluster) startNode(i int32) error {
 		return err
 	}
 	cfg.Incarnation = c.rngMem.Uint64()
+	cfg.Admitted = func(key string, hits int64, at time.Time) { c.admitted(s, key, hits, at) }
 	// A node started after the cluster's first nodes (a restart, or a
 	// join through seeds) starts into a cluster that ran before it.
 	cfg.Joining = s.gen > 0 || c.now > 0

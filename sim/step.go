@@ -248,9 +248,6 @@ func (c *Cluster) settle() {
 		for i := range s.decisions {
 			c.met.decided(int(s.idx), &s.decisions[i])
 			c.traceDecision(s, &s.decisions[i]) // trace.go
-			if c.adm != nil {
-				c.adm.add(&s.decisions[i])
-			}
 		}
 		s.decisions = s.decisions[:0]
 	}

@@ -53,6 +53,7 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *check.
 		// hit goes with the hand-off.
 		o.touch(c, r.Hits, true)
 		resp.Decision, resp.Err = take(o.b, n.bt(now), r)
+		n.admitted(now, r, resp)
 		return
 	}
 	e.touch(c, r.Hits)
@@ -68,6 +69,7 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *check.
 	} else {
 		resp.Decision, resp.Err = n.takeBudget(e.b, e.has(flagSynced), n.bt(now), r, share, e.pending+e.inFlight, members, t)
 	}
+	n.admitted(now, r, resp)
 	if resp.Err == nil && resp.Allowed {
 		e.pending += r.Hits
 	}

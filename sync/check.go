@@ -331,6 +331,13 @@ func (n *Node) record(resp *check.Response) {
 	}
 }
 
+// admitted tells cfg.Admitted, if set, that resp admitted r at now.
+func (n *Node) admitted(now time.Time, r *check.Request, resp *check.Response) {
+	if n.cfg.Admitted != nil && resp.Err == nil && resp.Allowed && r.Hits > 0 && !r.Release {
+		n.cfg.Admitted(r.Key, r.Hits, now)
+	}
+}
+
 // take applies r to b: Take, or for a Concurrency lease Acquire / Release.
 func take(b bucket.Bucket, now time.Time, r *check.Request) (bucket.Decision, error) {
 	if r.Limit.Algorithm == bucket.Concurrency && (r.Lease != "" || r.Release) {
@@ -362,6 +369,7 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *check.Request, resp *chec
 	}
 	e.stamp(c)
 	resp.Decision, resp.Err = take(e.b, n.bt(now), r)
+	n.admitted(now, r, resp)
 }
 
 // ownedEntry returns the owned record of key, creating a fresh one or
@@ -437,6 +445,7 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, res
 	} else {
 		resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 	}
+	n.admitted(now, r, resp)
 	if resp.Err != nil || !resp.Allowed || r.Hits == 0 {
 		return false
 	}

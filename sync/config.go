@@ -164,6 +164,18 @@ type Config struct {
 	// a clock that is wrong. docs/consistency.md ("Clocks") states its
 	// effect.
 	MaxClockOffset time.Duration
+
+	// Admitted, if not nil, is called each time a bucket of this node
+	// admits a check of hits > 0, at the instant it takes the tokens: as
+	// the key's owner (for its own clients or a forwarded check), from a
+	// lease it holds, from its cached view, or by the partition policy.
+	// at is the instant the driver passed to the input (Check, Tick,
+	// Deliver, ...) that decided it. It is for the simulator and tests,
+	// which check admissions against the bucket's envelope at the instant
+	// they were decided rather than answered (an answer may wait for the
+	// rest of its forward); nil in production. It runs inside the node's
+	// input, so it must not block nor call the node.
+	Admitted func(key string, hits int64, at time.Time)
 }
 
 // DefaultConfig returns the defaults documented on each field. Self is empty

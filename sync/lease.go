@@ -180,6 +180,7 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *check.
 	if o != nil {
 		o.touch(c, r.Hits, true)
 		resp.Decision, resp.Err = take(o.b, n.bt(now), r)
+		n.admitted(now, r, resp)
 		return false
 	}
 	e.touch(c, r.Hits)
@@ -224,6 +225,7 @@ func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *check.
 		forward = !down
 	case l.spend(t, r.Hits):
 		resp.Decision = bucket.Decision{Allowed: true, Limit: capacity, Remaining: l.avail()}
+		n.admitted(now, r, resp)
 		if l.needsRenewal(t, n.cfg.LeaseTTL) {
 			l.want = true
 		}

@@ -35,6 +35,7 @@ func (n *Node) degrade(now time.Time, c uint32, v *view, r *check.Request, resp 
 	default:
 		n.decideShare(now, c, v, r, resp)
 	}
+	n.admitted(now, r, resp)
 	if resp.Err == nil && resp.Allowed {
 		n.charge(r) // charge.go: drained into the key's bucket later
 	}
