@@ -291,3 +291,60 @@ func TestLeaseReportsSpendsOfLiveGrantsOnly(t *testing.T) {
 		t.Errorf("reported %d spent of a grant about to expire, want 0", it3.LeaseSpent)
 	}
 }
+
+// TestLateReturnAfterFullBucket: a lease's tokens given back long after
+// the grant, when the owner's bucket has been full since (the fault
+// checker's leased seed 758: a holder's lease outlived by a 3.9 s
+// isolation of the owner, its 6 unspent tokens returned on the next
+// flush), are not refunded: a full bucket would have dropped them. b owns
+// a key of 50 per 5 s; a is granted a lease, b's bucket refills to full
+// over 6 s, a is granted a second lease, b admits 10 of its own, and a
+// gives back both grants. The second grant's tokens are refunded at its
+// expiry (leasecap.go); the first's never. The owner's book of a's grants
+// kept the bound of the latest grant only (recordGrant replaced the
+// entry): the first grant's tokens were refunded at once, 5 above the
+// bucket's envelope.
+func TestLateReturnAfterFullBucket(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a, b := nw.nodes["a"], nw.nodes["b"]
+	key := keyOwnedBy(t, "b", "a", "b")
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 50, Period: 5 * time.Second}
+	seq := uint64(0)
+	flush := func(it *peerv1.FlushItem) {
+		seq++
+		it.Key, it.Limit = key, limitToWire(l)
+		b.Step(nw.now, &peerv1.Envelope{From: "a", To: "b", Incarnation: a.cfg.Incarnation,
+			Body: &peerv1.Envelope_Flush{Flush: &peerv1.Flush{Seq: seq, Items: []*peerv1.FlushItem{it}}}})
+	}
+	own := func(n int) {
+		for range n {
+			if r := nw.checkAnswered(b, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}); !r.Allowed {
+				t.Fatalf("owner's check rejected: %+v", r)
+			}
+		}
+	}
+	nw.run(time.Second) // b holds its owner lease (ownerlease.go)
+	own(1)              // the key warm at b, its backup at a acknowledged
+	nw.run(100 * time.Millisecond)
+	before := remainingOn(b, nw.now, key)
+	flush(&peerv1.FlushItem{LeaseWant: 20, Demand: 1, Rate: 1})
+	g1 := before - remainingOn(b, nw.now, key)
+	nw.run(6 * time.Second)
+	if got := remainingOn(b, nw.now, key); got != 50 {
+		t.Fatalf("after 6 s: remaining %d, want 50 (full)", got)
+	}
+	own(1)
+	nw.run(100 * time.Millisecond)
+	before = remainingOn(b, nw.now, key)
+	flush(&peerv1.FlushItem{LeaseWant: 20, Demand: 1, Rate: 1})
+	g2 := before - remainingOn(b, nw.now, key)
+	if g1 <= 0 || g2 <= 1 {
+		t.Fatalf("granted %d then %d, want both > 1", g1, g2)
+	}
+	own(10)
+	want := remainingOn(b, nw.now, key)
+	flush(&peerv1.FlushItem{LeaseReturn: g1 + g2})
+	if got := remainingOn(b, nw.now, key); got != want {
+		t.Errorf("after %d then %d granted, 10 admitted and both given back: remaining %d, want %d (the first grant's tokens dropped by the full bucket)", g1, g2, got, want)
+	}
+}
