@@ -332,14 +332,13 @@ type grantBook struct {
 // when the last grant was made (Unix ns).
 type grantEntry struct {
 	tokens, at int64
-	// When hasPeak, level is what the key's token bucket at the owner held
-	// right after the latest grant, at levelAt (Unix ns), and peak the most
-	// it can have held from the first grant of the book to levelAt: between
-	// two grants it held at most the level after the first plus the refill
-	// since (see notePeak, refundable).
-	peak, level float64
-	levelAt     int64
-	hasPeak     bool
+	// peak, when hasPeak, bounds what the key's token bucket at the owner
+	// can have held since these grants: after each grant it held level
+	// tokens and refills rate per nanosecond, so at t it holds at most
+	// level + rate x (t - grant time); peak is the highest level - rate x
+	// grant time (see refundable).
+	peak    float64
+	hasPeak bool
 }
 
 // notePeak records that right after a grant to p on key at now, the key's
@@ -350,14 +349,11 @@ func (p *peer) notePeak(key string, level, rate float64, now time.Time) {
 	if !ok {
 		return
 	}
-	t := now.UnixNano()
-	if !ge.hasPeak {
-		ge.peak = level
-	} else {
-		ge.peak = max(ge.peak, ge.level+rate*float64(t-ge.levelAt), level)
+	v := level - rate*float64(now.UnixNano())
+	if !ge.hasPeak || v > ge.peak {
+		ge.peak, ge.hasPeak = v, true
+		p.grants.m[key] = ge
 	}
-	ge.level, ge.levelAt, ge.hasPeak = level, t, true
-	p.grants.m[key] = ge
 }
 
 // refundable returns how many lease tokens of key that p gives back the
@@ -367,9 +363,9 @@ func (p *peer) notePeak(key string, level, rate float64, now time.Time) {
 // outstanding grant's tokens in it) would have dropped the refill beyond
 // its capacity, and so the tokens. So the tokens are refunded only up to
 // capacity - the most the bucket can have held since the oldest
-// outstanding grant on the key (the highest of every peer's book: its
-// peak, or its latest level plus the refill since) - the tokens granted to
-// the other peers and not yet returned. Other algorithms are not limited here.
+// outstanding grant on the key (the highest peak of every peer's book,
+// plus the refill since) - the tokens granted to the other peers and not
+// returned yet. Other algorithms are not limited here.
 func (n *Node) refundable(v *view, p *peer, key string, b bucket.Bucket, now time.Time) int64 {
 	l := b.Config()
 	if l.Algorithm != bucket.TokenBucket || l.Period <= 0 {
@@ -377,7 +373,6 @@ func (n *Node) refundable(v *view, p *peer, key string, b bucket.Bucket, now tim
 	}
 	mem := int64(n.grantMemory())
 	t := now.UnixNano()
-	rate := float64(l.Limit) / float64(l.Period.Nanoseconds())
 	var (
 		peak   float64
 		seen   bool
@@ -391,11 +386,8 @@ func (n *Node) refundable(v *view, p *peer, key string, b bucket.Bucket, now tim
 		if q != p {
 			others += ge.tokens
 		}
-		if ge.hasPeak {
-			m := max(ge.peak, ge.level+rate*float64(t-ge.levelAt))
-			if !seen || m > peak {
-				peak, seen = m, true
-			}
+		if ge.hasPeak && (!seen || ge.peak > peak) {
+			peak, seen = ge.peak, true
 		}
 	}
 	look(p)
@@ -407,7 +399,7 @@ func (n *Node) refundable(v *view, p *peer, key string, b bucket.Bucket, now tim
 	if !seen {
 		return math.MaxInt64
 	}
-	most := peak
+	most := peak + float64(l.Limit)/float64(l.Period.Nanoseconds())*float64(t)
 	return max(0, l.Capacity()-int64(math.Ceil(most))-others)
 }
 
@@ -430,12 +422,7 @@ func (p *peer) recordGrant(key string, g int64, now time.Time, memory time.Durat
 	}
 	t := now.UnixNano()
 	if ge, ok := b.m[key]; ok {
-		// The bound of the bucket stays (notePeak): it covers the time
-		// since the oldest grant in the book, whose tokens may yet come
-		// back (refundable). Replaced, it covered the latest grant only:
-		// the fault checker's leased seed 758 (TestLateReturnAfterFullBucket).
-		ge.tokens, ge.at = ge.tokens+g, t
-		b.m[key] = ge
+		b.m[key] = grantEntry{tokens: ge.tokens + g, at: t}
 	} else {
 		b.m[strings.Clone(key)] = grantEntry{tokens: g, at: t} // key may point into a message
 	}
