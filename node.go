@@ -336,7 +336,7 @@ const (
 // estimator, which otherwise answers every data frame received while no
 // estimate is pending with a ping: two more frames, a write and a wake-up
 // each side, per call of a client that calls less often than it gets
-// // answers (c=1; docs/bench.md "The gRPC windows"). 4 MiB holds the largest
+// answers (c=1; docs/bench.md "The gRPC windows"). 4 MiB holds the largest
 // message by default (MaxRecvMsgBytes) and is below the 16 MiB the
 // estimator may grow a window to.
 const grpcWindow = 4 << 20

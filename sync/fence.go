@@ -299,6 +299,8 @@ func (n *Node) holdForOldTarget(now time.Time, f *fence, was string) {
 
 // fenceHeld reports whether an acknowledgement from the peer from, of a
 // backup of f's key sent at sent, raises nothing at now (see resetFences).
+// The old target's acknowledgement of a backup sent at or after holdEnd
+// also ends f's hold for it (holdForOldTarget): holdFrom is cleared.
 func fenceHeld(now time.Time, f *fence, from string, sent time.Time) bool {
 	switch {
 	case now.Before(f.holdUntil):

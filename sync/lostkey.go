@@ -172,8 +172,9 @@ func (n *Node) markPromoted(key string) {
 	if v == nil || v.ring == nil {
 		return
 	}
-	if c := v.confirm; c == nil || c.parts == nil || !c.parts[v.ring.PartitionOf(key)] {
-		if _, ok := n.taken[v.ring.PartitionOf(key)]; !ok {
+	id := v.ring.PartitionOf(key)
+	if c := v.confirm; c == nil || c.parts == nil || !c.parts[id] {
+		if _, ok := n.taken[id]; !ok {
 			return
 		}
 	}
