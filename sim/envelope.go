@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -41,8 +42,9 @@ func (c *Cluster) admitted(s *simNode, key string, hits int64, at time.Time) {
 	if c.adm == nil {
 		return
 	}
-	k, err := strconv.Atoi(key[1:]) // workload.go names key i "ki"
-	if err != nil || k < 0 || k >= len(c.adm.keys) {
+	name, ok := strings.CutPrefix(key, "k") // workload.go names key i "ki"
+	k, err := strconv.Atoi(name)
+	if !ok || err != nil || k < 0 || k >= len(c.adm.keys) {
 		c.err = fmt.Errorf("sim: admission of unknown key %q", key)
 		return
 	}
