@@ -371,6 +371,9 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 	} else {
 		at = make([][]int, len(v.names))
 	}
+	// asks holds, per member, the targets the keys backed up to it under a
+	// join hold are held for (fence.go, holdForOldTarget); nil when none.
+	var asks [][]string
 	var targets []int32
 	if succ != nil {
 		targets = n.targetsOf(v, succ)
@@ -426,6 +429,12 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 					// fence.go, holdForOldTarget: the old target's
 					// acknowledgement raises the bound meanwhile.
 					marks[h] = append(marks[h], fenceMark{f: f, gen: f.gen, mark: f.promised})
+					if asks == nil {
+						asks = make([][]string, len(v.names))
+					}
+					if !slices.Contains(asks[h], f.holdFor) {
+						asks[h] = append(asks[h], f.holdFor) // its acknowledgement says whether h knows it
+					}
 					at[h] = append(at[h], len(out[h]))
 					out[h] = append(out[h], ks)
 				}
@@ -440,6 +449,10 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 	}
 	for i, name := range v.names {
 		items, ms, idx := out[i], marks[i], at[i]
+		var ask []string
+		if asks != nil {
+			ask = asks[i]
+		}
 		if len(items) == 0 {
 			continue
 		}
@@ -463,7 +476,7 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 				d.earlyOut++
 			}
 			bp.out = append(bp.out, fl)
-			n.send(name, backupBody{&peerv1.Backup{Seq: bp.seq, Items: items[:k:k]}})
+			n.send(name, backupBody{&peerv1.Backup{Seq: bp.seq, Items: items[:k:k], AskMembers: ask}})
 			n.metrics.BackupsSent.Add(1)
 			n.metrics.BackupKeys.Add(int64(k))
 			items, sent = items[k:], sent+k
@@ -558,7 +571,7 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
 	for _, m := range fl.marks {
-		if m.gen == m.f.gen && (fenceHeld(now, m.f, p.name, fl.sentAt) || !n.echoedSince(m.f)) {
+		if m.gen == m.f.gen && (fenceHeld(now, m.f, p.name, ack.KnownMembers) || !n.echoedSince(m.f)) {
 			// fence.go, resetFences: the target changed as the old one was
 			// reported failed (FenceHold, and a majority's echoes since),
 			// or a joiner took the place of one still a member; the next
@@ -633,7 +646,13 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 		n.metrics.BackupsRefused.Add(1)
 		return
 	}
-	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc}})
+	var known []string
+	for _, m := range b.AskMembers {
+		if _, ok := v.index[m]; ok { // fence.go, holdForOldTarget
+			known = append(known, m)
+		}
+	}
+	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc, KnownMembers: known}})
 }
 
 // holdBackup keeps the state ks that p backed up with this node,

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"slices"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -81,10 +82,10 @@ type fence struct {
 	// holdFrom, when set, is the key's backup target before a member
 	// joined in its place (or came back), still a member: the key's
 	// backups go to it too, its acknowledgements raise the bound and the
-	// target's raise nothing, until it acknowledges one sent at or after
-	// holdEnd (resetFences, holdForOldTarget).
-	holdFrom string
-	holdEnd  time.Time
+	// target's raise nothing, until one of them shows that holdFrom has
+	// holdFor, the key's target now, on its ring (resetFences,
+	// holdForOldTarget).
+	holdFrom, holdFor string
 	// holdEcho: with holdUntil, this node's clock reading (Unix ns) when
 	// the old target was reported failed; acknowledgements raise nothing
 	// until a majority of the baseline has echoed a reading taken at or
@@ -207,14 +208,17 @@ func (n *Node) resetFences(now time.Time, old, v *view) {
 		if h := f.holdFrom; h != "" {
 			switch {
 			case v.ring.Has(h) && h != is:
+				if is != "" {
+					f.holdFor = is // h must know the target it has now
+				}
 				continue // still held: h's acknowledged bound stands
 			case !v.ring.Has(h):
 				_, failed = n.quorum.failed[h]
 				was = h
 			}
-			f.holdFrom = ""
+			f.holdFrom, f.holdFor = "", ""
 		} else if was != "" && is != "" && was != is && v.ring.Has(was) && !old.ring.Has(is) {
-			n.holdForOldTarget(now, f, was)
+			holdForOldTarget(f, was, is)
 			continue
 		}
 		f.bound, f.promised = f.spent, f.spent
@@ -275,33 +279,43 @@ func joined(old, v *view) bool {
 }
 
 // holdForOldTarget keeps f's bound, which its backup target was, was
-// acknowledged, after a member joined (or came back) and became the key's
-// target in its place, was still a member. Until the members see the
-// joiner, was is the key's owner on their rings without this node: the
-// member that takes the key over from its backup if this node is cut off.
-// A member joining on the owner's side of a silent cut is never seen by
-// the other side, whose majority then took the key over from was's stale
-// backup while the owner spent on the joiner's acknowledgements until its
-// ownership lease lapsed (fault checker, owner seed 726: 7 nodes, n7
-// restarted, seen back by n3 and n5 only, after a cut of {n3, n5, n7}
-// from the rest; +7.92 over the envelope;
-// TestJoinedTargetOnCutOffSideRaisesNothing). So the key's backups go to
-// was as well (backupRound), the new target's acknowledgements raise
-// nothing, and was's raise the bound, until was acknowledges a backup sent
-// FenceHold after the change: reachable then, it had the spread of gossip
-// to learn of the joiner, which is the owner on its ring without this
-// node from then on. A healthy join costs the moved keys' backups to two
-// members for FenceHold. Should was fail meanwhile, the target's
+// acknowledged, after a member, is, joined (or came back) and became the
+// key's target in its place, was still a member. Until was knows of is,
+// was is the key's owner on its ring without this node: the member that
+// takes the key over from its backup if this node is cut off, and from
+// what it holds, its own backup. A member joining on the owner's side of a
+// silent cut is never seen by the other side, whose majority then took
+// the key over from was's stale backup while the owner spent on the
+// joiner's acknowledgements until its ownership lease lapsed (fault
+// checker, owner seed 726: 7 nodes, n7 restarted, seen back by n3 and n5
+// only, after a cut of {n3, n5, n7} from the rest; +7.92 over the
+// envelope; TestJoinedTargetOnCutOffSideRaisesNothing). So the key's
+// backups go to was as well (backupRound), the new target's
+// acknowledgements raise nothing, and was's raise the bound, until an
+// acknowledgement of was shows that is is on was's ring: the backups to
+// was name the targets they are held for (Backup.ask_members) and was
+// answers with those it has (BackupAck.known_members). From then on was
+// takes the key over only if is is gone from its ring too: the owner and
+// its target both lost, the fence's stated limit. No timing is assumed:
+// the hold used to end at was's acknowledgement of a backup sent
+// FenceHold after the change, assuming gossip had told was of is by then;
+// when it had not (slow or lost gossip, load), the cut that followed let
+// was take the key over from a backup FenceHold old, and admit again what
+// the owner had spent since (TestJoinHoldEndsOnlyOnceOldTargetKnowsJoiner:
+// 124 admitted on a key of 100). A healthy join costs the moved keys'
+// backups to two members until was has heard of the joiner: one round
+// trip once it has. Should was fail meanwhile, the target's
 // acknowledgements count FenceHold later, as for a target reported failed.
-func (n *Node) holdForOldTarget(now time.Time, f *fence, was string) {
-	f.holdFrom, f.holdEnd = was, now.Add(n.cfg.FenceHold)
+func holdForOldTarget(f *fence, was, is string) {
+	f.holdFrom, f.holdFor = was, is
 }
 
-// fenceHeld reports whether an acknowledgement from the peer from, of a
-// backup of f's key sent at sent, raises nothing at now (see resetFences).
-// The old target's acknowledgement of a backup sent at or after holdEnd
-// also ends f's hold for it (holdForOldTarget): holdFrom is cleared.
-func fenceHeld(now time.Time, f *fence, from string, sent time.Time) bool {
+// fenceHeld reports whether an acknowledgement from the peer from, which
+// has the members known on its ring (of those the backup asked about), of
+// a backup of f's key raises nothing at now (see resetFences). The old
+// target's acknowledgement that shows it knows the key's target ends f's
+// hold for it (holdForOldTarget): holdFrom is cleared.
+func fenceHeld(now time.Time, f *fence, from string, known []string) bool {
 	switch {
 	case now.Before(f.holdUntil):
 		return true
@@ -310,8 +324,8 @@ func fenceHeld(now time.Time, f *fence, from string, sent time.Time) bool {
 	case from != f.holdFrom:
 		return true
 	}
-	if !sent.Before(f.holdEnd) {
-		f.holdFrom = ""
+	if slices.Contains(known, f.holdFor) {
+		f.holdFrom, f.holdFor = "", ""
 	}
 	return false
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/check"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
 // TestJoinHoldEndsOnlyOnceOldTargetKnowsJoiner: the join hold without its
@@ -54,5 +55,60 @@ func TestJoinHoldEndsOnlyOnceOldTargetKnowsJoiner(t *testing.T) {
 		key, tg, first.admitted, second.admitted, taken.admitted, taken.byNode)
 	if total := first.admitted + second.admitted + taken.admitted; total > 100 {
 		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
+	}
+}
+
+// TestJoinHoldEndsWhenOldTargetLearnsJoiner: the join hold of
+// TestJoinHoldEndsOnlyOnceOldTargetKnowsJoiner, all links up, lasts while
+// the old target tg has not heard of e, however long (here three times
+// FenceHold), and ends at tg's first acknowledgement after it has: then
+// e's acknowledgements raise a's bound, and a's backups of the key go to
+// e only.
+func TestJoinHoldEndsWhenOldTargetLearnsJoiner(t *testing.T) {
+	before := []string{"a", "b", "c", "d"}
+	all := append(before[:4:4], "e")
+	var key, tg string
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if ownerOn(t, k, before...) == "a" && ownerOn(t, k, all...) == "a" && ownerOn(t, k, without(all, "a")...) == "e" {
+			key, tg = k, ownerOn(t, k, without(before, "a")...)
+		}
+	}
+	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
+	nw := newTestNet(t, tweak, before...)
+	req := check.Request{Key: key, Hits: 1, Limit: perHour(1000), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
+	runRequestLoad(t, nw, []string{"a"}, req, 20*5*time.Millisecond, nil)
+	a := nw.nodes["a"]
+	nw.add("e", tweak)
+	nw.names = append(nw.names, "e")
+	nw.setMembers(all, "a", "e")
+	step := func(name string, d time.Duration, wantFrom string) {
+		t.Helper()
+		res := runRequestLoad(t, nw, []string{"a"}, req, d, nil)
+		f := a.fenceOf(key)
+		if f == nil {
+			t.Fatalf("%s: a has no fence of %s", name, key)
+		}
+		t.Logf("%s: admitted %d of %d; spent %d, bound %d, held for %q", name, res.admitted, res.checks, f.spent, f.bound, f.holdFrom)
+		if f.holdFrom != wantFrom {
+			t.Errorf("%s: a's fence held for %q, want %q", name, f.holdFrom, wantFrom)
+		}
+		if res.admitted != res.checks {
+			t.Errorf("%s: admitted %d of %d checks, want all", name, res.admitted, res.checks)
+		}
+	}
+	step("3 FenceHold after the join, tg not told", 3*a.cfg.FenceHold, tg)
+	nw.setMembers(all, without(before, "a")...)
+	step("tg told", 200*time.Millisecond, "")
+	to := map[string]int{}
+	nw.drop = func(from, dst string, env *peerv1.Envelope) bool {
+		if _, ok := env.Body.(*peerv1.Envelope_Backup); ok && from == "a" {
+			to[dst]++
+		}
+		return false
+	}
+	step("after", 150*5*time.Millisecond, "")
+	if to["e"] == 0 || to[tg] != 0 {
+		t.Errorf("after the hold a sent backups %v, want some to e, none to %s", to, tg)
 	}
 }

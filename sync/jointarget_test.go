@@ -16,9 +16,9 @@ import (
 // acknowledgements raised a's fence: a spent the key on them until its
 // ownership lease lapsed, while the majority, seeing a fail and no e, took
 // the key over from tg's backup, which knew nothing of it. Now e's
-// acknowledgements raise nothing until tg, still a member, has echoed a
-// reading of a's clock taken FenceHold after the join (fence.go,
-// holdForOldTarget): a decides the key within what tg acknowledged. Owner
+// acknowledgements raise nothing until an acknowledgement of tg, still a
+// member, shows that tg knows e (fence.go, holdForOldTarget), which never
+// comes across the cut: a decides the key within what tg acknowledged. Owner
 // mode, requests fail-closed, a key of 100 an hour: 150 admitted in all
 // on main (40 before the cut, 60 by a after it, 50 by the majority), 100
 // now (10 by a: the reserve tg drains; 50 by the majority).

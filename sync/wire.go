@@ -25,9 +25,12 @@ import (
 //	Handoff{seq, items}  -> states of keys whose owner changed; with
 //	                        leaving, the sender's leave (leave.go)
 //	HandoffAck{seq}      <- merged
-//	Backup{seq, items}   -> an owner's changed states, to the member that
-//	                        takes its keys over if it fails (backup.go)
-//	BackupAck{seq}       <- kept
+//	Backup{seq, items,   -> an owner's changed states, to the member that
+//	  ask_members}          takes its keys over if it fails (backup.go);
+//	                        under a join hold, to the old target too,
+//	                        naming the joiners (fence.go)
+//	BackupAck{seq,       <- kept; which of ask_members are on the
+//	  known_members}        receiver's ring
 //	ClockProbe{}         <> nothing but the envelope's clock fields, to a
 //	                        peer sent nothing else for a second (clock.go)
 //	ClockProbe{echo,     -> after taking over a failed member's partitions,

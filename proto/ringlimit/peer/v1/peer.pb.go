@@ -1586,8 +1586,13 @@ type Backup struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// seq numbers the sender's backups to this receiver, from 1 per
 	// incarnation; the acknowledgement echoes it.
-	Seq           uint64      `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Items         []*KeyState `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	Seq   uint64      `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Items []*KeyState `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	// ask_members names members the sender asks the receiver about: the
+	// backup targets that joined in the receiver's place for keys backed up
+	// to it under a join hold (sync/fence.go, holdForOldTarget). The
+	// acknowledgement answers which of them the receiver's ring holds.
+	AskMembers    []string `protobuf:"bytes,3,rep,name=ask_members,json=askMembers,proto3" json:"ask_members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1636,13 +1641,23 @@ func (x *Backup) GetItems() []*KeyState {
 	return nil
 }
 
+func (x *Backup) GetAskMembers() []string {
+	if x != nil {
+		return x.AskMembers
+	}
+	return nil
+}
+
 // BackupAck acknowledges a Backup.
 type BackupAck struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Seq               uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	BackupIncarnation uint64                 `protobuf:"varint,2,opt,name=backup_incarnation,json=backupIncarnation,proto3" json:"backup_incarnation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// known_members are those of the Backup's ask_members on the receiver's
+	// ring when it took the Backup in.
+	KnownMembers  []string `protobuf:"bytes,3,rep,name=known_members,json=knownMembers,proto3" json:"known_members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BackupAck) Reset() {
@@ -1687,6 +1702,13 @@ func (x *BackupAck) GetBackupIncarnation() uint64 {
 		return x.BackupIncarnation
 	}
 	return 0
+}
+
+func (x *BackupAck) GetKnownMembers() []string {
+	if x != nil {
+		return x.KnownMembers
+	}
+	return nil
 }
 
 var File_ringlimit_peer_v1_peer_proto protoreflect.FileDescriptor
@@ -1814,13 +1836,16 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"HandoffAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12/\n" +
-	"\x13handoff_incarnation\x18\x02 \x01(\x04R\x12handoffIncarnation\"M\n" +
+	"\x13handoff_incarnation\x18\x02 \x01(\x04R\x12handoffIncarnation\"n\n" +
 	"\x06Backup\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
-	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\"L\n" +
+	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\x12\x1f\n" +
+	"\vask_members\x18\x03 \x03(\tR\n" +
+	"askMembers\"q\n" +
 	"\tBackupAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12-\n" +
-	"\x12backup_incarnation\x18\x02 \x01(\x04R\x11backupIncarnation*j\n" +
+	"\x12backup_incarnation\x18\x02 \x01(\x04R\x11backupIncarnation\x12#\n" +
+	"\rknown_members\x18\x03 \x03(\tR\fknownMembers*j\n" +
 	"\tErrorCode\x12\x13\n" +
 	"\x0fERROR_CODE_NONE\x10\x00\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_OWNER\x10\x01\x12\x16\n" +
