@@ -112,3 +112,43 @@ func TestJoinHoldEndsWhenOldTargetLearnsJoiner(t *testing.T) {
 		t.Errorf("after the hold a sent backups %v, want some to e, none to %s", to, tg)
 	}
 }
+
+// TestJoinHoldEndedJoinerCutOffWithOwner: once the hold has ended (tg
+// knows e), a silent cut that puts e with a, {a, e} | {b, c, d}, loses
+// the key's owner and its target at once: the majority, which knows e,
+// sees both fail, and tg, the key's owner on their ring without a and e,
+// holds a copy older than what a spent on e's acknowledgements. The key
+// is orphaned there (orphanedPartitions) and goes by the policy: nothing
+// is admitted twice. Owner mode, fail-closed, a key of 100 an hour.
+func TestJoinHoldEndedJoinerCutOffWithOwner(t *testing.T) {
+	before := []string{"a", "b", "c", "d"}
+	all := append(before[:4:4], "e")
+	majority := []string{"b", "c", "d"}
+	var key, tg string
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if ownerOn(t, k, before...) == "a" && ownerOn(t, k, all...) == "a" && ownerOn(t, k, without(all, "a")...) == "e" {
+			key, tg = k, ownerOn(t, k, majority...)
+		}
+	}
+	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
+	nw := newTestNet(t, tweak, before...)
+	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
+	first := runRequestLoad(t, nw, []string{"a"}, req, 30*5*time.Millisecond, nil)
+	nw.add("e", tweak)
+	nw.names = append(nw.names, "e")
+	nw.setMembers(all, all...)
+	second := runRequestLoad(t, nw, []string{"a"}, req, 40*5*time.Millisecond, nil)
+	if f := nw.nodes["a"].fenceOf(key); f == nil || f.holdFrom != "" {
+		t.Fatalf("a's fence of %s: %+v, want no hold", key, f)
+	}
+	nw.cutBetween([]string{"a", "e"}, majority)
+	nw.run(500 * time.Millisecond)
+	nw.failNode(majority, []string{"a", "e"}, majority...)
+	taken := runRequestLoad(t, nw, majority, req, 4*time.Second, nil)
+	t.Logf("%s: target %s, then e; admitted %d before the join, %d by a after it, %d by the majority (%v, %d degraded)",
+		key, tg, first.admitted, second.admitted, taken.admitted, taken.byNode, taken.degraded)
+	if total := first.admitted + second.admitted + taken.admitted; total > 100 {
+		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
+	}
+}
