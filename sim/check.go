@@ -113,6 +113,11 @@ type CheckSpec struct {
 	// allows the bound's documented effect (clockAllowance), so a larger
 	// MaxOffset tests that the checker sees what the bound does not cover.
 	MaxOffset time.Duration
+	// Notify is how long gossip takes to tell a member of a join, a
+	// graceful leave or a healed link (Membership.Notify); zero keeps the
+	// simulator's default (200 ms). A larger one tests what waits on the
+	// members learning of a joiner (sync's join hold, HandoffWait).
+	Notify time.Duration
 }
 
 // DefaultCheckSpec returns the fault checker's defaults: 3 to 7 nodes, 20 s
@@ -143,8 +148,8 @@ func (s CheckSpec) Validate() error {
 		return fmt.Errorf("%w: check max faults %d: want at least 1", ErrScenario, s.MaxFaults)
 	case s.Keys < 1 || s.Rate <= 0:
 		return fmt.Errorf("%w: check keys %d and rate %v must be positive", ErrScenario, s.Keys, s.Rate)
-	case s.Interleave < 0 || s.MaxOffset < 0:
-		return fmt.Errorf("%w: check interleave and max offset must not be negative", ErrScenario)
+	case s.Interleave < 0 || s.MaxOffset < 0 || s.Notify < 0:
+		return fmt.Errorf("%w: check interleave, max offset and notify must not be negative", ErrScenario)
 	}
 	l := s.Limit
 	if l.Algorithm == "" {

@@ -203,7 +203,7 @@ func (s Schedule) Scenario(spec CheckSpec, m CheckMode) (Scenario, error) {
 		Limit:       spec.Limit,
 		Workload:    Workload{Rate: spec.Rate, Keys: spec.Keys, Dist: "uniform"},
 		Network:     Network{Silent: s.Silent},
-		Membership:  Membership{Detect: s.Detect},
+		Membership:  Membership{Detect: s.Detect, Notify: Duration(spec.Notify)},
 		Sync:        SyncSpec{Policy: m.Policy},
 	}
 	for _, f := range s.Faults {

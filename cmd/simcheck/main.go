@@ -13,6 +13,7 @@
 //	go run ./cmd/simcheck -mode owner/fail-closed -seed 19 -n 1
 //	go run ./cmd/simcheck -schedule failing.json -mode leased/fail-closed
 //	go run ./cmd/simcheck -schedule failing.json -mode owner/fail-closed -shrink 0 -trace k2
+//	go run ./cmd/simcheck -notify 2.5s -n 300       # gossip of joins slower than FenceHold and HandoffWait
 //
 // It exits 1 when a schedule failed, 2 on a usage or run error.
 package main
@@ -52,7 +53,7 @@ type config struct {
 	modes, schedule, format, trace string
 	seed                           uint64
 	n, parallel, shrink            int
-	duration, maxOffset            time.Duration
+	duration, maxOffset, notify    time.Duration
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
@@ -67,6 +68,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.duration, "duration", 0, "simulated traffic time of each schedule (default 20s)")
 	fs.DurationVar(&c.maxOffset, "max-offset", sim.DefaultCheckSpec().MaxOffset,
 		"largest clock offset a schedule gives a node, either way (default: the nodes' bound, sync.Config.MaxClockOffset; 0 draws none; beyond the bound the check sees its effect)")
+	fs.DurationVar(&c.notify, "notify", 0, "how long gossip takes to tell a member of a join, a graceful leave or a healed link (default: the simulator's, 200ms)")
 	fs.StringVar(&c.schedule, "schedule", "", "check the schedule in this JSON file (as a failure prints it) instead of drawing seeds")
 	fs.StringVar(&c.format, "format", "text", "output: text, or json (every result)")
 	fs.StringVar(&c.trace, "trace", "", "write the story of this key (k0, k1, ...) to stderr: each node's views and the key's owner in them, starts, stops, leaves, and every admission or policy decision of the key with its owner and the tokens left; one mode, and -schedule or -n 1")
@@ -80,8 +82,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-n %d: want at least 1", c.n)
 	case c.format != "text" && c.format != "json":
 		return c, fmt.Errorf("-format %q: want text or json", c.format)
-	case c.shrink < 0 || c.parallel < 0 || c.duration < 0 || c.maxOffset < 0:
-		return c, errors.New("-shrink, -parallel, -duration and -max-offset must not be negative")
+	case c.shrink < 0 || c.parallel < 0 || c.duration < 0 || c.maxOffset < 0 || c.notify < 0:
+		return c, errors.New("-shrink, -parallel, -duration, -max-offset and -notify must not be negative")
 	case c.trace != "" && c.schedule == "" && c.n != 1:
 		return c, fmt.Errorf("-trace %s: one schedule at a time (-schedule, or -n 1)", c.trace)
 	}
@@ -107,6 +109,7 @@ func run(args []string, stdout, stderr io.Writer, tty bool) (int, error) {
 		spec.Duration = c.duration
 	}
 	spec.MaxOffset = c.maxOffset
+	spec.Notify = c.notify
 	var results []*sim.CheckResult
 	var scheds []sim.Schedule
 	if c.schedule != "" || c.trace != "" {
@@ -175,6 +178,9 @@ func run(args []string, stdout, stderr io.Writer, tty bool) (int, error) {
 	if c.format == "text" {
 		fmt.Fprintf(stdout, "fault checker: %d to %d nodes, %v each, %d keys of %d per %v, %.0f requests/s, interleave %v, clock offsets within ±%v\n",
 			spec.MinNodes, spec.MaxNodes, spec.Duration, spec.Keys, spec.Limit.Limit, spec.Limit.Period, spec.Rate, spec.Interleave, spec.MaxOffset)
+		if spec.Notify > 0 {
+			fmt.Fprintf(stdout, "gossip tells a join, a leave or a heal in %v\n", spec.Notify)
+		}
 		if err := sim.WriteCheckSummary(stdout, sim.Summarize(modes, results)); err != nil {
 			return 2, err
 		}
