@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -115,12 +116,20 @@ func TestJoinHoldEndsWhenOldTargetLearnsJoiner(t *testing.T) {
 
 // TestJoinHoldEndedJoinerCutOffWithOwner: once the hold has ended (tg
 // knows e), a silent cut that puts e with a, {a, e} | {b, c, d}, loses
-// the key's owner and its target at once: the majority, which knows e,
-// sees both fail, and tg, the key's owner on their ring without a and e,
-// holds a copy older than what a spent on e's acknowledgements. The key
-// is orphaned there (orphanedPartitions) and goes by the policy: nothing
-// is admitted twice. Owner mode, fail-closed, a key of 100 an hour.
+// the key's owner and its target at once. tg, the key's owner on the
+// majority's rings without a (and e), holds a copy older than what a
+// spent on e's acknowledgements; seeing both fail, it orphans the key
+// (orphanedPartitions), which then goes by the policy: nothing is admitted
+// twice. So when the other members of the majority never learnt of e
+// (they see a fail, and tg as the key's owner, which answers their checks
+// by the policy). Owner mode, fail-closed, a key of 100 an hour.
 func TestJoinHoldEndedJoinerCutOffWithOwner(t *testing.T) {
+	for _, told := range []string{"all", "tg only"} {
+		t.Run(told, func(t *testing.T) { joinerCutOffWithOwner(t, told == "all") })
+	}
+}
+
+func joinerCutOffWithOwner(t *testing.T, allTold bool) {
 	before := []string{"a", "b", "c", "d"}
 	all := append(before[:4:4], "e")
 	majority := []string{"b", "c", "d"}
@@ -137,14 +146,25 @@ func TestJoinHoldEndedJoinerCutOffWithOwner(t *testing.T) {
 	first := runRequestLoad(t, nw, []string{"a"}, req, 30*5*time.Millisecond, nil)
 	nw.add("e", tweak)
 	nw.names = append(nw.names, "e")
-	nw.setMembers(all, all...)
+	told := []string{"a", "e", tg}
+	if allTold {
+		told = all
+	}
+	nw.setMembers(all, told...)
+	nw.run(2 * nw.nodes["a"].cfg.FenceHold) // main's hold: FenceHold
 	second := runRequestLoad(t, nw, []string{"a"}, req, 40*5*time.Millisecond, nil)
 	if f := nw.nodes["a"].fenceOf(key); f == nil || f.holdFrom != "" {
 		t.Fatalf("a's fence of %s: %+v, want no hold", key, f)
 	}
 	nw.cutBetween([]string{"a", "e"}, majority)
 	nw.run(500 * time.Millisecond)
-	nw.failNode(majority, []string{"a", "e"}, majority...)
+	for _, m := range majority {
+		if slices.Contains(told, m) {
+			nw.failNode(majority, []string{"a", "e"}, m)
+		} else {
+			nw.failNode(majority, []string{"a"}, m)
+		}
+	}
 	taken := runRequestLoad(t, nw, majority, req, 4*time.Second, nil)
 	t.Logf("%s: target %s, then e; admitted %d before the join, %d by a after it, %d by the majority (%v, %d degraded)",
 		key, tg, first.admitted, second.admitted, taken.admitted, taken.byNode, taken.degraded)
