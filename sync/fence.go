@@ -303,8 +303,8 @@ func joined(old, v *view) bool {
 // was take the key over from a backup FenceHold old, and admit again what
 // the owner had spent since (TestJoinHoldEndsOnlyOnceOldTargetKnowsJoiner:
 // 124 admitted on a key of 100). A healthy join costs the moved keys'
-// backups to two members until was has heard of the joiner: one round
-// trip once it has. Should was fail meanwhile, the target's
+// backups to two members until was, having heard of the joiner,
+// acknowledges one of them. Should was fail meanwhile, the target's
 // acknowledgements count FenceHold later, as for a target reported failed.
 func holdForOldTarget(f *fence, was, is string) {
 	f.holdFrom, f.holdFor = was, is
