@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -384,5 +386,37 @@ func TestThousands(t *testing.T) {
 		if got := thousands(v); got != want {
 			t.Errorf("thousands(%v) = %q, want %q", v, got, want)
 		}
+	}
+}
+
+func TestSlotsOfKillOnly(t *testing.T) {
+	names := func(cfg *config) string {
+		var n []string
+		for _, s := range slotsOf(cfg) {
+			n = append(n, s.name)
+		}
+		return strings.Join(n, " ")
+	}
+	for _, tc := range []struct {
+		only     string
+		killOnly bool
+		want     string
+	}{
+		{"", false, "baseline ringlimit ringlimit-1 gubernator lyft-1 lyft-3"},
+		{"", true, "ringlimit gubernator"},
+		{"^ringlimit$", true, "ringlimit"},
+		{"^ringlimit", false, "ringlimit ringlimit-1"},
+		{"lyft", true, ""},
+	} {
+		cfg := &config{killOnly: tc.killOnly}
+		if tc.only != "" {
+			cfg.only = regexp.MustCompile(tc.only)
+		}
+		if got := names(cfg); got != tc.want {
+			t.Errorf("-only %q, -kill-only %v: slots %q, want %q", tc.only, tc.killOnly, got, tc.want)
+		}
+	}
+	if _, err := parseFlags([]string{"-no-kill", "-kill-only"}, io.Discard); err == nil {
+		t.Error("-no-kill -kill-only: no error, want one")
 	}
 }

@@ -172,6 +172,9 @@ func compare(ctx context.Context, cfg *config, log io.Writer) (*report, error) {
 		return nil, err
 	}
 	slots := slotsOf(cfg)
+	if len(slots) == 0 {
+		return rep, errors.New("--only (and --kill-only) select no system")
+	}
 	for r := range cfg.rounds {
 		// Each round starts at another system, so that a slow stretch of
 		// the machine does not always fall on the same one.
