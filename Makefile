@@ -248,7 +248,8 @@ conformance:
 ## product's go.mod gains nothing). Prints medians, ratios and load
 ## averages; writes compare.json. Installs Debian's redis-server when
 ## missing. About 20 minutes with the defaults (3 rounds of 10 s);
-## COMPARE_FLAGS adds flags (-rounds, -duration, -only, -no-kill, ...).
+## COMPARE_FLAGS adds flags (-rounds, -duration, -only, -no-kill,
+## -kill-only, ...).
 ## docs/bench.md ("Beside Gubernator and Lyft") and docs/comparison.md.
 COMPARE_FLAGS ?=
 NODE_PKG      := $(firstword $(wildcard cmd/ringlimit-node cmd/node))

@@ -16,10 +16,16 @@ import (
 
 // answer is one call of one hit on the hot key to one node.
 type answer struct {
-	admitted  bool
-	bad       bool  // no decision: the call failed, or the item carries an error or was decided by a partition policy
+	failed    bool  // no decision: the call failed, or the item carries an error
+	degraded  bool  // decided by the partition policy, the owner unreachable (ringlimit's degraded flag)
+	admitted  bool  // allowed: by the limiter, or by the partition policy when degraded
 	remaining int64 // as the answer reports it
 }
+
+// bad reports whether the limiter itself did not decide the call: it
+// failed, or the partition policy decided it. The outage of an owner kill
+// lasts until the last bad answer.
+func (a answer) bad() bool { return a.failed || a.degraded }
 
 // nodeCaller asks node i for hits on the hot key. owner returns the index of
 // the node that owns the key.
@@ -50,10 +56,26 @@ func (r *ringlimitNode) check(ctx context.Context, node int, hits int64) (*ringl
 func (r *ringlimitNode) call(ctx context.Context, node int, hits int64) answer {
 	resp, err := r.check(ctx, node, hits)
 	if err != nil || len(resp.GetItems()) != 1 {
-		return answer{bad: true}
+		return answer{failed: true}
 	}
-	o := ringlimitOutcome(resp)
-	return answer{admitted: o.admitted == 1, bad: o.itemErrors+o.degraded > 0, remaining: resp.Items[0].GetRemaining()}
+	return ringlimitAnswer(resp.Items[0])
+}
+
+// ringlimitAnswer reads one item's answer. A degraded item is an answer of
+// the partition policy (proto: "the owner could not be reached and the
+// partition policy decided"); its status says whether the policy allowed
+// it, and what it allowed counts against the key's bucket as any other
+// admission.
+func ringlimitAnswer(it *ringlimitv1.CheckResult) answer {
+	a := answer{degraded: it.GetDegraded(), remaining: it.GetRemaining()}
+	switch it.GetStatus() {
+	case ringlimitv1.Status_STATUS_UNDER_LIMIT:
+		a.admitted = true
+	case ringlimitv1.Status_STATUS_OVER_LIMIT:
+	default: // an error, or a status this tool does not know
+		a.failed = true
+	}
+	return a
 }
 
 func (r *ringlimitNode) owner(ctx context.Context) (int, error) {
@@ -99,7 +121,7 @@ func (g *gubernatorNode) get(ctx context.Context, node int, hits int64) (*gubern
 func (g *gubernatorNode) call(ctx context.Context, node int, hits int64) answer {
 	r, err := g.get(ctx, node, hits)
 	if err != nil || r.GetError() != "" {
-		return answer{bad: true}
+		return answer{failed: true}
 	}
 	return answer{admitted: r.GetStatus() == gubernator.Status_UNDER_LIMIT, remaining: r.GetRemaining()}
 }
@@ -142,22 +164,30 @@ type killSpec struct {
 	timeout  time.Duration // of each call
 }
 
-// killResult is what an owner kill showed.
+// killResult is what an owner kill showed. Every admitted answer falls in
+// exactly one of AdmittedBefore, AdmittedDegraded and AdmittedAfter, and
+// Admitted is their sum.
 type killResult struct {
-	Owner        string  `json:"owner"`
-	Recovered    bool    `json:"recovered"`      // good answers for settle before the run ended
-	OutageSec    float64 `json:"outage_s"`       // from the kill to the end of the last bad answer (0: none)
-	BadAnswers   int     `json:"bad_answers"`    // after the kill
-	State        string  `json:"state"`          // "kept" (one bucket in all), "reset" (over, from the first good answer), "reset later" (over, though the first good answer looked kept) or "unknown"
-	RemainingAt  int64   `json:"remaining_at"`   // remaining in the first good answer after the outage
-	ExpectedAt   int64   `json:"expected_at"`    // limit minus the hits admitted before that answer
-	Admitted     int64   `json:"admitted"`       // over the whole run
-	Excess       int64   `json:"excess"`         // admitted beyond one bucket (limit), at least 0
-	Calls        int     `json:"calls"`          // made
-	Skipped      int     `json:"skipped"`        // not sent: 32 calls were already in flight
-	RunSec       float64 `json:"run_s"`          // whole run
-	AfterKillSec float64 `json:"after_kill_s"`   // run time after the kill
-	Note         string  `json:"note,omitempty"` // why the run ended early, if it did
+	Owner            string  `json:"owner"`
+	Recovered        bool    `json:"recovered"`            // good answers for settle before the run ended
+	OutageSec        float64 `json:"outage_s"`             // from the kill to the end of the last bad answer (0: none): the time until answered again
+	BadAnswers       int     `json:"bad_answers"`          // after the kill: failed or degraded
+	Failed           int     `json:"failed"`               // after the kill: the call failed, or the item carries an error
+	AdmittedBefore   int64   `json:"admitted_before_kill"` // admitted, not degraded, answered before the kill
+	AdmittedDegraded int64   `json:"admitted_degraded"`    // degraded answers that allowed the hit: admitted by the partition policy
+	DeniedDegraded   int64   `json:"denied_degraded"`      // degraded answers that denied it
+	AdmittedAfter    int64   `json:"admitted_after_kill"`  // admitted, not degraded, answered after the kill: by the new owner (owner mode) or a survivor's cached view (cached mode)
+	State            string  `json:"state"`                // "kept" (one bucket in all), "reset" (over, from the first good answer), "reset later" (over, though the first good answer looked kept) or "unknown"
+	RemainingAt      int64   `json:"remaining_at"`         // remaining in the first good answer after the outage
+	ExpectedAt       int64   `json:"expected_at"`          // limit minus the hits admitted (degraded ones included) before that answer
+	Admitted         int64   `json:"admitted"`             // over the whole run, degraded admissions included
+	Bucket           int64   `json:"bucket"`               // what one bucket admits over the run: limit + refill over RunSec
+	Excess           int64   `json:"excess"`               // Admitted beyond Bucket, at least 0
+	Calls            int     `json:"calls"`                // made
+	Skipped          int     `json:"skipped"`              // not sent: 32 calls were already in flight
+	RunSec           float64 `json:"run_s"`                // whole run
+	AfterKillSec     float64 `json:"after_kill_s"`         // run time after the kill
+	Note             string  `json:"note,omitempty"`       // why the run ended early, if it did
 }
 
 // callRecord is one call of a kill run.
@@ -241,7 +271,7 @@ func runKill(ctx context.Context, c *cluster, nc nodeCaller, spec killSpec) (kil
 			if a.admitted {
 				admitted++
 			}
-			if a.bad && !killedAt.IsZero() && t1.After(lastBad) { // answers may end out of order
+			if a.bad() && !killedAt.IsZero() && t1.After(lastBad) { // answers may end out of order
 				lastBad = t1
 			}
 			if killedAt.IsZero() && admitted >= spec.killAt {
@@ -253,54 +283,82 @@ func runKill(ctx context.Context, c *cluster, nc nodeCaller, spec killSpec) (kil
 		})
 	}
 	wg.Wait()
-	end := time.Now()
+	tallyKill(&res, spec, recs, start, killedAt, lastBad, time.Now())
+	return res, nil
+}
+
+// oneBucket returns what one token bucket of limit per period admits over
+// span: its capacity (limit) and its refill over span, rounded down.
+func oneBucket(limit int64, period, span time.Duration) int64 {
+	return limit + int64(float64(limit)*span.Seconds()/period.Seconds())
+}
+
+// tallyKill fills res from the calls of a run that started at start and
+// ended at end, with the owner killed at killedAt (zero: never) and the
+// last bad answer ending at lastBad. It sorts recs by end.
+func tallyKill(res *killResult, spec killSpec, recs []callRecord, start, killedAt, lastBad, end time.Time) {
 	res.RunSec = end.Sub(start).Seconds()
 	res.Calls = len(recs)
-	res.Admitted = admitted
-	res.Excess = max(admitted-spec.limit, 0)
+	slices.SortFunc(recs, func(a, b callRecord) int { return a.end.Compare(b.end) })
+	after := func(r callRecord) bool { return !killedAt.IsZero() && r.end.After(killedAt) }
+	for _, r := range recs {
+		switch {
+		case r.degraded && r.admitted:
+			res.AdmittedDegraded++
+		case r.degraded:
+			res.DeniedDegraded++
+		case r.admitted && after(r):
+			res.AdmittedAfter++
+		case r.admitted:
+			res.AdmittedBefore++
+		}
+		if after(r) && r.bad() {
+			res.BadAnswers++
+			if r.failed {
+				res.Failed++
+			}
+		}
+	}
+	res.Admitted = res.AdmittedBefore + res.AdmittedDegraded + res.AdmittedAfter
+	res.Bucket = oneBucket(spec.limit, spec.period, end.Sub(start))
+	res.Excess = max(res.Admitted-res.Bucket, 0)
+	res.State = "unknown"
 	if killedAt.IsZero() {
-		res.State = "unknown"
-		return res, nil
+		return
 	}
 	res.AfterKillSec = end.Sub(killedAt).Seconds()
 	res.OutageSec = lastBad.Sub(killedAt).Seconds()
-	res.State = "unknown"
-	slices.SortFunc(recs, func(a, b callRecord) int { return a.end.Compare(b.end) })
-	for _, r := range recs {
-		if r.end.After(killedAt) && r.bad {
-			res.BadAnswers++
-		}
-	}
 	// The first good answer to a call started after the last bad answer:
-	// does it remember the hits admitted before the kill?
+	// does it remember the hits admitted before it, the partition
+	// policy's among them (the new owner is charged with those)?
 	for _, r := range recs {
-		if r.start.After(lastBad) && !r.bad {
-			var before int64 // admitted by the answers received before this call
-			for _, o := range recs {
-				if o.admitted && o.end.Before(r.start) {
-					before++
-				}
-			}
-			res.RemainingAt = r.remaining
-			res.ExpectedAt = max(spec.limit-before, 0)
-			// An owner that kept the state answers about limit - before
-			// (minus what calls in flight took); a fresh bucket answers
-			// about limit.
-			// Kept: no more than one bucket admitted in all (a cached
-			// view may answer a stale remaining, so the first answer
-			// alone does not decide). Otherwise the first answer tells a
-			// fresh bucket from a state forgotten later.
-			tol := max(spec.limit/20, 10)
-			switch {
-			case res.Excess <= tol:
-				res.State = "kept"
-			case res.RemainingAt > res.ExpectedAt+tol:
-				res.State = "reset"
-			default:
-				res.State = "reset later"
-			}
-			break
+		if !r.start.After(lastBad) || r.bad() {
+			continue
 		}
+		var before int64 // admitted by the answers received before this call
+		for _, o := range recs {
+			if o.admitted && o.end.Before(r.start) {
+				before++
+			}
+		}
+		res.RemainingAt = r.remaining
+		res.ExpectedAt = max(spec.limit-before, 0)
+		// An owner that kept the state answers about limit - before
+		// (minus what calls in flight took); a fresh bucket answers
+		// about limit.
+		// Kept: no more than one bucket admitted in all (a cached
+		// view may answer a stale remaining, so the first answer
+		// alone does not decide). Otherwise the first answer tells a
+		// fresh bucket from a state forgotten later.
+		tol := max(spec.limit/20, 10)
+		switch {
+		case res.Excess <= tol:
+			res.State = "kept"
+		case res.RemainingAt > res.ExpectedAt+tol:
+			res.State = "reset"
+		default:
+			res.State = "reset later"
+		}
+		return
 	}
-	return res, nil
 }

@@ -38,6 +38,7 @@ type config struct {
 	hotCalls    int64         // calls of one hit in the hot-key run
 	killWait    time.Duration // longest wait for an owner kill to heal
 	noKill      bool
+	killOnly    bool           // run the owner kills alone: no warm-up, throughput or hot-key runs
 	only        *regexp.Regexp // systems to run (by slot name); nil: all
 	gomaxprocs  int
 	redisPool   int
@@ -112,6 +113,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.Int64Var(&cfg.hotCalls, "hot-calls", 3000, "calls of one hit on the hot key (limit 1000 per hour) in the accuracy runs")
 	fs.DurationVar(&cfg.killWait, "kill-wait", 60*time.Second, "owner kill: longest wait, after the kill, for the system to answer again")
 	fs.BoolVar(&cfg.noKill, "no-kill", false, "skip the owner kill runs")
+	fs.BoolVar(&cfg.killOnly, "kill-only", false, "run only the owner kill runs (of the systems that have them: ringlimit, gubernator)")
 	fs.StringVar(&only, "only", "", "run only the systems whose slot name matches this regular expression (baseline, ringlimit, ringlimit-1, gubernator, lyft-1, lyft-3)")
 	fs.IntVar(&cfg.gomaxprocs, "gomaxprocs", 1, "GOMAXPROCS of every server process")
 	fs.IntVar(&cfg.redisPool, "redis-pool", 10, "REDIS_POOL_SIZE of Lyft's service (its default is 10)")
@@ -130,6 +132,8 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case cfg.rounds < 1, cfg.keys < 1, cfg.gomaxprocs < 1, cfg.redisPool < 1:
 		return nil, errors.New("--rounds, --keys, --gomaxprocs and --redis-pool must be at least 1")
+	case cfg.noKill && cfg.killOnly:
+		return nil, errors.New("--no-kill and --kill-only exclude each other")
 	case cfg.duration <= 0 || cfg.maxCalls < 1 || cfg.hotCalls < 1 || cfg.killWait <= 0 || cfg.callTimeout <= 0:
 		return nil, errors.New("--duration, --max-calls, --hot-calls, --kill-wait and --call-timeout must be positive: every run is bounded")
 	}
@@ -168,6 +172,9 @@ func compare(ctx context.Context, cfg *config, log io.Writer) (*report, error) {
 		return nil, err
 	}
 	slots := slotsOf(cfg)
+	if len(slots) == 0 {
+		return rep, errors.New("--only (and --kill-only) select no system")
+	}
 	for r := range cfg.rounds {
 		// Each round starts at another system, so that a slow stretch of
 		// the machine does not always fall on the same one.
@@ -185,29 +192,27 @@ func compare(ctx context.Context, cfg *config, log io.Writer) (*report, error) {
 // slot is one system's turn in a round: it starts the system, runs its
 // workloads and stops every process it started.
 type slot struct {
-	name string
-	run  func(ctx context.Context, cfg *config, round int, rep *report, log io.Writer) error
+	name  string
+	run   func(ctx context.Context, cfg *config, round int, rep *report, log io.Writer) error
+	kills bool // whether it runs owner kills
 }
 
 func slotsOf(cfg *config) []slot {
 	all := []slot{
-		{"baseline", runBaselineSlot},
-		{"ringlimit", runRinglimitSlot},
-		{"ringlimit-1", runRinglimit1Slot},
-		{"gubernator", runGubernatorSlot},
+		{"baseline", runBaselineSlot, false},
+		{"ringlimit", runRinglimitSlot, true},
+		{"ringlimit-1", runRinglimit1Slot, false},
+		{"gubernator", runGubernatorSlot, true},
 		{"lyft-1", func(ctx context.Context, cfg *config, round int, rep *report, log io.Writer) error {
 			return runLyftSlot(ctx, cfg, round, rep, 1)
-		}},
+		}, false},
 		{"lyft-3", func(ctx context.Context, cfg *config, round int, rep *report, log io.Writer) error {
 			return runLyftSlot(ctx, cfg, round, rep, 3)
-		}},
-	}
-	if cfg.only == nil {
-		return all
+		}, false},
 	}
 	var out []slot
 	for _, s := range all {
-		if cfg.only.MatchString(s.name) {
+		if (cfg.only == nil || cfg.only.MatchString(s.name)) && (s.kills || !cfg.killOnly) {
 			out = append(out, s)
 		}
 	}

@@ -67,8 +67,8 @@ func (r *report) markdown(w io.Writer) {
 	}
 
 	fmt.Fprintf(w, "\n%s, each round:\n\n", wlKill)
-	fmt.Fprintln(w, "| system | answered again after | bad answers | state | remaining / expected at the first good answer | admitted | over one bucket | load |")
-	fmt.Fprintln(w, "| --- | --- | ---: | --- | --- | ---: | ---: | --- |")
+	fmt.Fprintln(w, "| system | answered again after | bad answers (failed) | degraded: allowed / denied | admitted: before the kill + degraded + after = total | one bucket | over it | state | remaining / expected at the first good answer | load |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |")
 	var kills []runRecord
 	for _, rec := range r.Runs {
 		if rec.Kill != nil {
@@ -78,12 +78,8 @@ func (r *report) markdown(w io.Writer) {
 	slices.SortStableFunc(kills, func(a, b runRecord) int { return strings.Compare(a.System, b.System) })
 	for _, rec := range kills {
 		k := rec.Kill
-		again := fmt.Sprintf("%.2f s", k.OutageSec)
-		if !k.Recovered {
-			again = fmt.Sprintf("not within %.0f s", k.AfterKillSec)
-		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %d / %d | %d | +%d | %.1f |\n", rec.System, again, k.BadAnswers, k.State,
-			k.RemainingAt, k.ExpectedAt, k.Admitted, k.Excess, rec.LoadAvg)
+		fmt.Fprintf(w, "| %s | %s | %d (%d) | %d / %d | %s | %d | +%d | %s | %d / %d | %.1f |\n", rec.System, k.again(), k.BadAnswers, k.Failed,
+			k.AdmittedDegraded, k.DeniedDegraded, k.admittedSum(), k.Bucket, k.Excess, k.State, k.RemainingAt, k.ExpectedAt, rec.LoadAvg)
 	}
 }
 

@@ -116,7 +116,7 @@ func newReport(cfg *config) (*report, error) {
 		"baseline":             "3 processes of this tool (-serve-baseline) answering RateLimiter/Check and RLS ShouldRateLimit with no decision",
 		"load":                 fmt.Sprintf("one process, Go's default GOMAXPROCS; calls round robin over the nodes; %d keys uniform; single checks c=%d and c=1, %d checks per call c=%d, RLS c=%d; token bucket limit %d/s per key (never reached)", cfg.keys, cfg.conc, cfg.batchItems, cfg.batchConc, cfg.conc, throughputLim),
 		"accuracy":             fmt.Sprintf("one key, limit %d per hour, %d calls of 1 hit, c=%d, round robin over 3 nodes", hotLimit, cfg.hotCalls, cfg.conc),
-		"owner kill":           fmt.Sprintf("one key, limit %d per hour, 200 calls/s round robin over the live nodes (at most 32 in flight), SIGKILL of the key's owner at %d admitted; ends %s after the last failed answer, or %v after the kill", hotLimit, hotLimit/2, "7.5s", cfg.killWait),
+		"owner kill":           fmt.Sprintf("one key, limit %d per hour, 200 calls/s round robin over the live nodes (at most 32 in flight), SIGKILL of the key's owner at %d admitted; ends %s after the last failed or degraded answer, or %v after the kill; admissions counted before the kill, by the partition policy (degraded) and after it; one bucket = limit + refill over the run", hotLimit, hotLimit/2, "7.5s", cfg.killWait),
 	}
 	return r, nil
 }
@@ -311,20 +311,31 @@ func (r *report) print(w io.Writer) {
 
 	fmt.Fprintf(w, "\n== %s\n", wlKill)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "system\tround\towner\tanswered again after\tbad answers\tstate\tremaining / expected\tadmitted\texcess\tload\tnote")
+	fmt.Fprintln(tw, "system\tround\towner\tanswered again after\tbad answers (failed)\tdegraded allowed / denied\tadmitted before + degraded + after = total\tone bucket\texcess\tstate\tremaining / expected\tload\tnote")
 	for _, rec := range r.Runs {
 		k := rec.Kill
 		if k == nil {
 			continue
 		}
-		again := fmt.Sprintf("%.2f s", k.OutageSec)
-		if !k.Recovered {
-			again = fmt.Sprintf("not within %.0f s", k.AfterKillSec)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%d / %d\t%d\t+%d\t%.1f\t%s\n", rec.System, rec.Round, k.Owner, again, k.BadAnswers,
-			k.State, k.RemainingAt, k.ExpectedAt, k.Admitted, k.Excess, rec.LoadAvg, k.Note)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d (%d)\t%d / %d\t%s\t%d\t+%d\t%s\t%d / %d\t%.1f\t%s\n", rec.System, rec.Round, k.Owner, k.again(),
+			k.BadAnswers, k.Failed, k.AdmittedDegraded, k.DeniedDegraded, k.admittedSum(), k.Bucket, k.Excess,
+			k.State, k.RemainingAt, k.ExpectedAt, rec.LoadAvg, k.Note)
 	}
 	tw.Flush()
+}
+
+// again returns the time until the system answered again after the kill.
+func (k *killResult) again() string {
+	if !k.Recovered {
+		return fmt.Sprintf("not within %.0f s", k.AfterKillSec)
+	}
+	return fmt.Sprintf("%.2f s", k.OutageSec)
+}
+
+// admittedSum returns the admissions by phase and their total: before the
+// kill + by the partition policy + after the kill = total.
+func (k *killResult) admittedSum() string {
+	return fmt.Sprintf("%d + %d + %d = %d", k.AdmittedBefore, k.AdmittedDegraded, k.AdmittedAfter, k.Admitted)
 }
 
 // hotRow is one system's hot-key runs, round by round.

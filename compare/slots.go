@@ -175,7 +175,7 @@ type startFunc func(ctx context.Context, cfg *config, n int) (*cluster, error)
 // clusterSlot runs a 3-node system's turn: after a warm-up in modes[warm],
 // the check workloads in every mode, then extra (nil: none), the hot key in
 // every mode, and an owner kill in each mode that has one, on a fresh
-// cluster each.
+// cluster each. With cfg.killOnly, only the owner kills.
 func clusterSlot(ctx context.Context, cfg *config, round int, rep *report, log io.Writer,
 	start startFunc, modes []askMode, warm int, extra func(c *cluster) error) error {
 	c, err := start(ctx, cfg, 3)
@@ -183,26 +183,8 @@ func clusterSlot(ctx context.Context, cfg *config, round int, rep *report, log i
 		return err
 	}
 	defer func() { c.stop() }()
-	wl := workload{name: "warm", items: 1, keys: cfg.keys, limit: throughputLim, period: time.Second}
-	if err := warmUp(ctx, cfg, c.addrs, modes[warm].check(wl, round)); err != nil {
-		return err
-	}
-	for _, w := range checkWorkloads(cfg) {
-		for _, m := range modes {
-			wl := workload{name: runName(round, w.name, m.system), items: w.items, keys: cfg.keys, limit: throughputLim, period: time.Second}
-			if err := throughput(ctx, cfg, rep, round, c, c.addrs, w.name, m.system, w.conc, m.check(wl, round)); err != nil {
-				return err
-			}
-		}
-	}
-	if extra != nil {
-		if err := extra(c); err != nil {
-			return err
-		}
-	}
-	for _, m := range modes {
-		wl := workload{name: runName(round, "hot", m.system), items: 1, keys: 1, limit: hotLimit, period: hotPeriod}
-		if err := hotKey(ctx, cfg, rep, round, c, m.system, m.check(wl, round)); err != nil {
+	if !cfg.killOnly {
+		if err := loadRuns(ctx, cfg, round, rep, c, modes, warm, extra); err != nil {
 			return err
 		}
 	}
@@ -227,6 +209,35 @@ func clusterSlot(ctx context.Context, cfg *config, round int, rep *report, log i
 		err = ownerKill(ctx, cfg, rep, round, c, m.system, m.node(c, cs, runName(round, "kill", m.system)), log)
 		cs.close()
 		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadRuns runs, on c, a warm-up in modes[warm], the check workloads in
+// every mode, then extra (nil: none) and the hot key in every mode.
+func loadRuns(ctx context.Context, cfg *config, round int, rep *report, c *cluster, modes []askMode, warm int, extra func(c *cluster) error) error {
+	wl := workload{name: "warm", items: 1, keys: cfg.keys, limit: throughputLim, period: time.Second}
+	if err := warmUp(ctx, cfg, c.addrs, modes[warm].check(wl, round)); err != nil {
+		return err
+	}
+	for _, w := range checkWorkloads(cfg) {
+		for _, m := range modes {
+			wl := workload{name: runName(round, w.name, m.system), items: w.items, keys: cfg.keys, limit: throughputLim, period: time.Second}
+			if err := throughput(ctx, cfg, rep, round, c, c.addrs, w.name, m.system, w.conc, m.check(wl, round)); err != nil {
+				return err
+			}
+		}
+	}
+	if extra != nil {
+		if err := extra(c); err != nil {
+			return err
+		}
+	}
+	for _, m := range modes {
+		wl := workload{name: runName(round, "hot", m.system), items: 1, keys: 1, limit: hotLimit, period: hotPeriod}
+		if err := hotKey(ctx, cfg, rep, round, c, m.system, m.check(wl, round)); err != nil {
 			return err
 		}
 	}
@@ -301,7 +312,8 @@ func ownerKill(ctx context.Context, cfg *config, rep *report, round int, c *clus
 	if err != nil {
 		return fmt.Errorf("owner kill, %s: %w", system, err)
 	}
-	fmt.Fprintf(log, "  owner kill, %s: owner %s, outage %.2fs, state %s, admitted %d\n", system, res.Owner, res.OutageSec, res.State, res.Admitted)
+	fmt.Fprintf(log, "  owner kill, %s: owner %s, outage %.2fs, state %s, admitted %s (degraded: %d allowed, %d denied), one bucket %d\n",
+		system, res.Owner, res.OutageSec, res.State, res.admittedSum(), res.AdmittedDegraded, res.DeniedDegraded, res.Bucket)
 	rep.add(runRecord{Round: round, Workload: wlKill, System: system, Nodes: len(c.addrs), LoadAvg: la, LoadAvgAfter: loadAvg(), Kill: &res})
 	return nil
 }
