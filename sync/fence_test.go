@@ -78,7 +78,7 @@ func TestFenceBacksUpAhead(t *testing.T) {
 	for range 2000 {
 		nw.checkAnswered(a, req)
 	}
-	f := a.fen.m[key]
+	f := a.fenceOf(key)
 	if f == nil || f.spent != 2000 {
 		t.Fatalf("fence %+v, want 2000 spent", f)
 	}
