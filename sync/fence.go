@@ -454,15 +454,15 @@ func (n *Node) spendFence(now time.Time, v *view, f *fence, key string, hits int
 // fenceRoom returns how many tokens of key this node may drain as owner now
 // without waiting (for a lease grant), asking for a backup when that is
 // less than want; -1 when the key is not fenced; 0 without the ownership
-// lease (ownerlease.go).
-func (n *Node) fenceRoom(now time.Time, v *view, key string, l bucket.Limit, want int64) int64 {
+// lease (ownerlease.go). e is key's owned record.
+func (n *Node) fenceRoom(now time.Time, v *view, e *ownedKey, key string, l bucket.Limit, want int64) int64 {
 	if !n.wantLease(now, v) {
 		return 0 // ownerlease.go: no grant without the lease
 	}
-	f := n.fenceOn(v, key)
-	if f == nil {
+	if !n.fenced(v, key) {
 		return -1
 	}
+	f := n.fenceIn(e, key)
 	room := max(0, f.bound-f.spent)
 	if room < want && f.promised < f.spent+want {
 		f.want = max(f.want, min(want, 1<<20))

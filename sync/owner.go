@@ -227,7 +227,7 @@ func (n *Node) grantLease(e *ownedKey, now time.Time, it *peerv1.FlushItem) (g i
 	}
 	g = int64(share * float64(peek.Remaining))
 	g = min(max(g, 1), it.LeaseWant, peek.Remaining)
-	if room := n.fenceRoom(now, n.view, it.Key, e.b.Config(), g); room >= 0 {
+	if room := n.fenceRoom(now, n.view, e, it.Key, e.b.Config(), g); room >= 0 {
 		g = min(g, room) // fence.go: within what the backup target knows
 	}
 	if g <= 0 {
