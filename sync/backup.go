@@ -417,7 +417,7 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 			e.clear(flagBackup)
 			ks := a.keyState()
 			ks.Key, ks.State, ks.Demand = key, a.state(e.b), e.dem
-			if f := n.fen.m[key]; f != nil {
+			if f := e.fen; f != nil {
 				// fence.go: the reserve the holder drains before starting
 				// from this state.
 				ks.Reserve = reserveOf(f, e.b.Config().Capacity())

@@ -58,11 +58,12 @@ func liveHeap() uint64 {
 }
 
 // TestHeapPerKey100k is the quick form of TestBytesPerKey, in make test:
-// 100,000 owned keys of 12 bytes take at most 150 bytes of live heap each,
-// key and index included (141 measured: a 96-byte allocation holding the
-// record and its token bucket, the key's own 16 bytes, and the table's
-// 12-byte slots; 125 while the key was packed in the record's allocation
-// with unsafe), and
+// 100,000 owned keys of 12 bytes take at most 165 bytes of live heap each,
+// key and index included (158 measured: a 112-byte allocation holding the
+// record, its fence pointer and its token bucket, the key's own 16 bytes,
+// and the table's 12-byte slots; 141 before the fence pointer, which
+// saves a fenced key the fence map's slot and key, issue 14; 125 while
+// the key was packed in the record's allocation with unsafe), and
 // the store's charge (Metrics.KeyBytes) is within 15% of what the heap
 // holds.
 func TestHeapPerKey100k(t *testing.T) {
@@ -75,8 +76,8 @@ func TestHeapPerKey100k(t *testing.T) {
 	per := float64(after-before) / keys
 	charged := float64(n.Metrics().KeyBytes.Load()) / keys
 	t.Logf("%d keys: %.0f bytes of live heap per key, %.0f charged", n.Metrics().Keys.Load(), per, charged)
-	if per > 150 {
-		t.Errorf("%.0f bytes of heap per key, want at most 150", per)
+	if per > 165 {
+		t.Errorf("%.0f bytes of heap per key, want at most 165", per)
 	}
 	if charged < per*0.85 || charged > per*1.15 {
 		t.Errorf("charged %.0f bytes per key for %.0f on the heap: want within 15%%", charged, per)

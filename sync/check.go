@@ -453,7 +453,7 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, res
 	// target holds (its fence's mark) needs no backup of its own.
 	covered := false
 	if !cached && r.Limit.Algorithm != bucket.Concurrency {
-		covered = n.fenceSpent(now, v, r.Key, r.Hits, r.Limit)
+		covered = n.spendFence(now, v, e.fen, r.Key, r.Hits, r.Limit)
 	}
 	n.markChangedBackup(s, r.Key, e, -1, !covered || reconf) // a new limit is backed up
 	if !shared {

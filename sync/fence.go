@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"iter"
 	"slices"
 	"time"
 
@@ -105,9 +106,10 @@ type fenceHold struct {
 	until time.Time
 }
 
-// fences holds a Node's fences and the checks waiting on them.
+// fences holds the checks waiting on a Node's fences. The fences
+// themselves are in the store: an owned key's in its record, the others'
+// in store.fenced (fenceOf).
 type fences struct {
-	m map[string]*fence
 	// waiting lists the fences with checks waiting (or that had some since
 	// the last Tick), each once, in the order of their first: Tick visits
 	// these for the waits that are over. spare is the array of the list
@@ -119,30 +121,86 @@ type fences struct {
 // node has no backup target for it (alone on its ring, or on a minority
 // side, where it decides no key as owner).
 func (n *Node) fenceOn(v *view, key string) *fence {
+	if !n.fenced(v, key) {
+		return nil
+	}
+	return n.fenceIn(n.st.lookupOwned(n.st.shardOf(key), key), key)
+}
+
+// fenced reports whether key is fenced under v (see fenceOn).
+func (n *Node) fenced(v *view, key string) bool {
 	if len(v.lost) > 0 || v.ring == nil {
-		return nil
+		return false
 	}
-	if p := n.fenceTarget(v, key); p == nil || p.gone {
-		return nil
+	p := n.fenceTarget(v, key)
+	return p != nil && !p.gone
+}
+
+// fenceIn is fenceOn for a key whose owned record, looked up already, is e
+// (nil: none), once fenceOn's conditions hold.
+func (n *Node) fenceIn(e *ownedKey, key string) *fence {
+	st := n.st
+	if e != nil {
+		if e.fen == nil {
+			e.fen = &fence{}
+			st.nfences++
+		}
+		return e.fen
 	}
-	f := n.fenceOf(key)
+	f := st.fenced[key]
 	if f == nil {
-		if n.fen.m == nil {
-			n.fen.m = map[string]*fence{}
+		if st.fenced == nil {
+			st.fenced = map[string]*fence{}
 		}
 		f = &fence{}
-		n.fen.m[key] = f
+		st.fenced[key] = f
+		st.nfences++
 	}
 	return f
 }
 
 // fenceOf returns key's fence, nil when it has none.
-func (n *Node) fenceOf(key string) *fence { return n.fen.m[key] }
+func (n *Node) fenceOf(key string) *fence {
+	if e := n.st.lookupOwned(n.st.shardOf(key), key); e != nil {
+		return e.fen
+	}
+	return n.st.fenced[key]
+}
 
 // dropFence forgets key's fence: the key is no longer owned here.
 func (n *Node) dropFence(key string) {
-	if n.fen.m != nil {
-		delete(n.fen.m, key)
+	st := n.st
+	if e := st.lookupOwned(st.shardOf(key), key); e != nil {
+		if e.fen != nil {
+			e.fen = nil
+			st.nfences--
+		}
+		return
+	}
+	if _, ok := st.fenced[key]; ok {
+		delete(st.fenced, key)
+		st.nfences--
+	}
+}
+
+// allFences iterates over the keys and fences of this node: the owned
+// records' and store.fenced's. The loop's body may drop the fence it is
+// given (dropFence), and must not otherwise add or remove fences or
+// records.
+func (n *Node) allFences() iter.Seq2[string, *fence] {
+	return func(yield func(string, *fence) bool) {
+		for i := range n.st.shards {
+			for key, e := range n.st.shards[i].own.all() {
+				if e.fen != nil && !yield(key, e.fen) {
+					return
+				}
+			}
+		}
+		for key, f := range n.st.fenced {
+			if !yield(key, f) {
+				return
+			}
+		}
 	}
 }
 
@@ -188,15 +246,15 @@ func (n *Node) dropFence(key string) {
 // round trip, inside FenceHold.
 func (n *Node) resetFences(now time.Time, old, v *view) {
 	var before, after *ring.Ring
-	if len(n.fen.m) > 0 && (n.cfg.FenceHold > 0 && len(n.quorum.failed) > 0 || joined(old, v)) {
+	if n.st.nfences > 0 && (n.cfg.FenceHold > 0 && len(n.quorum.failed) > 0 || joined(old, v)) {
 		// Only a failed member's going, or a member's coming, moves a
 		// target under a hold.
 		before, after = n.withoutSelf(old.ring), n.successorRing(v.ring)
 	}
 	held := false
-	for key, f := range n.fen.m {
+	for key, f := range n.allFences() {
 		if v.owner(key) != n.cfg.Self || len(v.lost) > 0 {
-			delete(n.fen.m, key)
+			n.dropFence(key)
 			continue
 		}
 		was, is := "", ""
@@ -345,13 +403,17 @@ func (n *Node) fenceBlocks(now time.Time, v *view, r *check.Request) bool {
 		return false
 	}
 	leased := n.wantLease(now, v) // ownerlease.go
-	f := n.fenceOn(v, r.Key)
+	s := n.st.shardOf(r.Key)
+	e := n.st.lookupOwned(s, r.Key)
+	var f *fence
+	if n.fenced(v, r.Key) {
+		f = n.fenceIn(e, r.Key)
+	}
 	fenced := f != nil && f.spent+r.Hits > f.bound
 	if leased && !fenced {
 		return false
 	}
-	s := n.st.shardOf(r.Key)
-	if e := n.st.lookupOwned(s, r.Key); e != nil && e.b.Config().Algorithm == r.Limit.Algorithm {
+	if e != nil && e.b.Config().Algorithm == r.Limit.Algorithm {
 		n.capLeased(s, r.Key, e.b, now) // leasecap.go: at each expiry, before the peek moves the bucket on
 		if d, err := e.b.Take(n.bt(now), 0); err == nil && d.Remaining < r.Hits {
 			return false // rejected whatever the fence: a rejection drains nothing
@@ -381,10 +443,15 @@ func (n *Node) fenceBlocks(now time.Time, v *view, r *check.Request) bool {
 // when first seen, once for its fence and once with the hit it then
 // admitted (issue 14: 38-44% of an owner-mode decision's CPU in backups).
 func (n *Node) fenceSpent(now time.Time, v *view, key string, hits int64, l bucket.Limit) (covered bool) {
+	return n.spendFence(now, v, n.fenceOf(key), key, hits, l)
+}
+
+// spendFence is fenceSpent for a key whose fence, looked up already, is f
+// (nil: none).
+func (n *Node) spendFence(now time.Time, v *view, f *fence, key string, hits int64, l bucket.Limit) (covered bool) {
 	if hits <= 0 {
 		return false
 	}
-	f := n.fenceOf(key)
 	if f == nil {
 		return false
 	}
@@ -401,15 +468,15 @@ func (n *Node) fenceSpent(now time.Time, v *view, key string, hits int64, l buck
 // fenceRoom returns how many tokens of key this node may drain as owner now
 // without waiting (for a lease grant), asking for a backup when that is
 // less than want; -1 when the key is not fenced; 0 without the ownership
-// lease (ownerlease.go).
-func (n *Node) fenceRoom(now time.Time, v *view, key string, l bucket.Limit, want int64) int64 {
+// lease (ownerlease.go). e is key's owned record.
+func (n *Node) fenceRoom(now time.Time, v *view, e *ownedKey, key string, l bucket.Limit, want int64) int64 {
 	if !n.wantLease(now, v) {
 		return 0 // ownerlease.go: no grant without the lease
 	}
-	f := n.fenceOn(v, key)
-	if f == nil {
+	if !n.fenced(v, key) {
 		return -1
 	}
+	f := n.fenceIn(e, key)
 	room := max(0, f.bound-f.spent)
 	if room < want && f.promised < f.spent+want {
 		f.want = max(f.want, min(want, 1<<20))
@@ -440,7 +507,7 @@ func (n *Node) backupKeyNow(now time.Time, v *view, key string, l bucket.Limit, 
 	markBackup(s, e)
 	// A key with a backup in flight already (a busy one, asking ahead)
 	// goes at once rather than after it: its checks would wait for two.
-	f := n.fenceOf(key)
+	f := e.fen
 	n.backupEarly(now, v, f != nil && f.promised > f.bound)
 }
 

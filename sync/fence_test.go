@@ -78,7 +78,7 @@ func TestFenceBacksUpAhead(t *testing.T) {
 	for range 2000 {
 		nw.checkAnswered(a, req)
 	}
-	f := a.fen.m[key]
+	f := a.fenceOf(key)
 	if f == nil || f.spent != 2000 {
 		t.Fatalf("fence %+v, want 2000 spent", f)
 	}
@@ -364,4 +364,88 @@ func requireBackupCovers(t *testing.T, nw *testNet, holder, owner *Node, key str
 	if real := remainingOn(owner, nw.now, key); d.Remaining > real {
 		t.Errorf("%s would start from %d left, more than the owner's %d", holder.cfg.Self, d.Remaining, real)
 	}
+}
+
+// TestFenceOutlivesItsRecord: an owned key's fence lives in its record
+// (ownedKey.fen), and outlives it as it did in the map keyed by the key
+// that held it before (issue 14): a record removed (swept, evicted) or
+// turned into a view leaves its fence in store.fenced, the key's next
+// owned record takes it back, and a membership change that moves the key
+// away drops it wherever it is.
+func TestFenceOutlivesItsRecord(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "a", "a", "b")
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(600), Mode: check.ModeOwner}
+	for range 20 {
+		if r := nw.checkAnswered(a, req); !r.Allowed {
+			t.Fatalf("check: %+v, want admitted", r)
+		}
+	}
+	s := a.st.shardOf(key)
+	e := a.st.lookupOwned(s, key)
+	if e == nil || e.fen == nil || e.fen.spent != 20 {
+		t.Fatalf("record %+v: want its fence, 20 spent", e)
+	}
+	f := e.fen
+	if a.fenceOf(key) != f || len(a.st.fenced) != 0 || a.st.nfences != 1 {
+		t.Fatalf("fenceOf %p, fenced %d, nfences %d: want %p, 0, 1", a.fenceOf(key), len(a.st.fenced), a.st.nfences, f)
+	}
+
+	// Removed: the fence waits in store.fenced.
+	a.st.removeEntry(s, key, e)
+	if e.fen != nil || a.st.fenced[key] != f || a.fenceOf(key) != f || a.st.nfences != 1 {
+		t.Fatalf("after the removal: record's %p, fenced %p, fenceOf %p, nfences %d: want nil, %p, %p, 1", e.fen, a.st.fenced[key], a.fenceOf(key), a.st.nfences, f, f)
+	}
+	// The next check's record takes it back: spent goes on from 20.
+	if r := nw.checkAnswered(a, req); !r.Allowed {
+		t.Fatalf("check after the removal: %+v, want admitted", r)
+	}
+	e = a.st.lookupOwned(s, key)
+	if e == nil || e.fen != f || len(a.st.fenced) != 0 || f.spent != 21 {
+		t.Fatalf("after the check: record %+v, fenced %d, spent %d: want the fence back, 0, 21", e, len(a.st.fenced), f.spent)
+	}
+
+	// A view in its place keeps it out of the record; the owned record
+	// that replaces the view takes it back.
+	v := a.st.toCached(s, e)
+	if a.st.fenced[key] != f {
+		t.Fatalf("after toCached: fenced %p, want %p", a.st.fenced[key], f)
+	}
+	if o := a.st.toOwned(s, v); o.fen != f || len(a.st.fenced) != 0 {
+		t.Fatalf("after toOwned: record's %p, fenced %d: want %p, 0", o.fen, len(a.st.fenced), f)
+	}
+
+	// A membership change that moves the key away drops its fence, in the
+	// record or in store.fenced.
+	r := mustRing(t, "a", "b")
+	other := ""
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprintf("other-%d", i); k != key {
+			if owner, _ := r.Owner(k); owner == "a" {
+				other = k
+			}
+		}
+	}
+	oreq := req
+	oreq.Key = other
+	nw.checkAnswered(a, oreq)
+	so := a.st.shardOf(other)
+	a.st.removeEntry(so, other, a.st.lookupOwned(so, other))
+	if a.st.fenced[other] == nil || a.st.nfences != 2 {
+		t.Fatalf("fenced %v, nfences %d: want %q's fence loose, 2 fences", a.st.fenced, a.st.nfences, other)
+	}
+	a.SetMembers(nw.now, []string{"b"})
+	if a.fenceOf(key) != nil || a.fenceOf(other) != nil || len(a.st.fenced) != 0 || a.st.nfences != 0 {
+		t.Errorf("after a left the ring: fences %p %p, fenced %d, nfences %d: want none", a.fenceOf(key), a.fenceOf(other), len(a.st.fenced), a.st.nfences)
+	}
+}
+
+func mustRing(t *testing.T, members ...string) *ring.Ring {
+	t.Helper()
+	r, err := ring.New(ring.DefaultConfig(), members...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -227,7 +227,7 @@ func (n *Node) grantLease(e *ownedKey, now time.Time, it *peerv1.FlushItem) (g i
 	}
 	g = int64(share * float64(peek.Remaining))
 	g = min(max(g, 1), it.LeaseWant, peek.Remaining)
-	if room := n.fenceRoom(now, n.view, it.Key, e.b.Config(), g); room >= 0 {
+	if room := n.fenceRoom(now, n.view, e, it.Key, e.b.Config(), g); room >= 0 {
 		g = min(g, room) // fence.go: within what the backup target knows
 	}
 	if g <= 0 {
@@ -236,7 +236,7 @@ func (n *Node) grantLease(e *ownedKey, now time.Time, it *peerv1.FlushItem) (g i
 	if err := e.b.Drain(n.bt(now), g); err != nil {
 		return 0, false
 	}
-	covered = n.fenceSpent(now, n.view, it.Key, g, e.b.Config())
+	covered = n.spendFence(now, n.view, e.fen, it.Key, g, e.b.Config())
 	n.metrics.LeasesGranted.Add(1)
 	n.metrics.LeaseTokensGranted.Add(g)
 	return g, covered

@@ -61,6 +61,17 @@ type ownedKey struct {
 	// lastFlush is the coarse time of the last flush or forwarded check of
 	// the key from another node: its interest expires InterestTTL after it.
 	lastFlush uint32
+	// fen is the key's fence (fence.go) while it has one, nil otherwise.
+	// It is kept in the record, not in a map of its own keyed by the key,
+	// so that a decision finds it with the record it looks up anyway: the
+	// map's lookup, two cache misses of its own (its group and its copy of
+	// the key), was 17-21% of an owner-mode decision's CPU and 13-15% of a
+	// leased one's in CoreUniform's profiles (issue 14; docs/bench.md,
+	// "The fence in the record"). The store moves it to store.fenced when
+	// the record leaves the owned table and back when one comes
+	// (adoptFence, looseFence): a key's fence outlives its record as it
+	// did in the map.
+	fen *fence
 }
 
 // cachedKey is a non-owner's view of a key's state at its owner.
@@ -182,8 +193,9 @@ func (o *ownedKey) interested() bool { return o.interest != 0 }
 // ownedAlloc, cachedAlloc and localAlloc are a record and room for its
 // bucket (bucket.Space), allocated together: one allocation instead of
 // two, and the bucket on the cache lines the store reads before it anyway.
-// ownedAlloc and cachedAlloc are the same size (TestRecordSizes), so a
-// change of role keeps the key's charge (budget.go).
+// A key is charged an ownedAlloc whatever its role (recordCharge), so that
+// a change of role keeps its charge: 112 bytes, 16 more than a
+// cachedAlloc since the owned record holds its fence (TestRecordSizes).
 type (
 	ownedAlloc struct {
 		r  ownedKey
@@ -257,6 +269,7 @@ func (st *store) toOwned(s *shard, v *cachedKey) *ownedKey {
 	x.r.key, x.r.b, x.r.meta, x.r.dem = v.key, bucket.MoveIn(&x.sp, v.b), v.meta&^flagMask, v.dem
 	x.r.ownDemand = v.dem
 	st.replace(s, v, &x.r)
+	st.adoptFence(&x.r)
 	return &x.r
 }
 
@@ -266,6 +279,7 @@ func (st *store) toOwned(s *shard, v *cachedKey) *ownedKey {
 // (the owner gives it at the next sync). It is marked as coming from
 // another owner (flagMoved, and flagSynced: it holds an owner's state).
 func (st *store) toCached(s *shard, o *ownedKey) *cachedKey {
+	st.looseFence(o)
 	x := new(cachedAlloc)
 	x.r.key, x.r.b, x.r.dem = o.key, bucket.MoveIn(&x.sp, o.b), o.ownDemand
 	x.r.meta = o.meta&^flagMask | uint32(flagMoved|flagSynced)

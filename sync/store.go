@@ -117,6 +117,37 @@ type store struct {
 	inserts uint64
 	// seed seeds the store hash (hash): one per store.
 	seed maphash.Seed
+	// fenced holds the fences (fence.go) of keys with no owned record in
+	// the store: fenced before their record came, or whose record was
+	// removed or became a view. An owned record holds its key's fence
+	// itself (ownedKey.fen). nfences counts the fences, both kinds.
+	fenced  map[string]*fence
+	nfences int
+}
+
+// adoptFence gives e, an owned record just put in the store, its key's
+// fence if store.fenced holds one.
+func (st *store) adoptFence(e *ownedKey) {
+	if len(st.fenced) == 0 {
+		return
+	}
+	if f, ok := st.fenced[e.key]; ok {
+		e.fen = f
+		delete(st.fenced, e.key)
+	}
+}
+
+// looseFence moves the fence of e, an owned record leaving the store (or
+// its owned table), to store.fenced.
+func (st *store) looseFence(e *ownedKey) {
+	if e.fen == nil {
+		return
+	}
+	if st.fenced == nil {
+		st.fenced = map[string]*fence{}
+	}
+	st.fenced[e.key] = e.fen
+	e.fen = nil
 }
 
 // listDirty appends key, routed by r, to s's dirty list.
@@ -176,6 +207,7 @@ func (st *store) removeEntry(s *shard, key string, e record) {
 	switch e := e.(type) {
 	case *ownedKey:
 		s.own.del(st.hash(key), e)
+		st.looseFence(e)
 	case *cachedKey:
 		s.view.del(st.hash(key), e)
 	}
@@ -278,6 +310,7 @@ func (st *store) insertEntry(s *shard, h uint64, e record, c uint32) {
 	switch e := e.(type) {
 	case *ownedKey:
 		s.own.put(h, e)
+		st.adoptFence(e)
 	case *cachedKey:
 		s.view.put(h, e)
 	}

@@ -13,14 +13,15 @@ import (
 )
 
 // TestRecordSizes pins a record of the table and its bucket at one
-// allocation of 96 bytes, the same for both roles (so that a change of role
-// keeps the key's charge, recordCharge), and a local bucket at 64.
+// allocation: 112 bytes for an owned key (96 until its fence pointer came
+// into the record, issue 14), 96 for a cached view; and a local bucket at
+// 64. A key is charged the owned size in either role (recordCharge).
 func TestRecordSizes(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		size, want int64
 	}{
-		{"ownedAlloc", sizeClass(unsafe.Sizeof(ownedAlloc{})), 96},
+		{"ownedAlloc", sizeClass(unsafe.Sizeof(ownedAlloc{})), 112},
 		{"cachedAlloc", sizeClass(unsafe.Sizeof(cachedAlloc{})), 96},
 		{"localAlloc", sizeClass(unsafe.Sizeof(localAlloc{})), 64},
 	} {
@@ -119,8 +120,9 @@ func TestHotKeys(t *testing.T) {
 
 // TestBytesPerKey measures the memory of a node holding 1M keys (owned
 // token buckets, 12-byte keys), in bytes of live heap per key including the
-// key: at most 160 (147 measured; 131 while the key was packed in the
-// record's allocation with unsafe, which did not pay in CPU, store.go). Run
+// key: at most 170 (163 measured since the owned record holds its fence
+// pointer, 147 before; 131 while the key was packed in the record's
+// allocation with unsafe, which did not pay in CPU, store.go). Run
 // with -run TestBytesPerKey -v to see the figure (BenchmarkKeyMemory
 // reports resident memory too).
 func TestBytesPerKey(t *testing.T) {
@@ -153,8 +155,8 @@ func TestBytesPerKey(t *testing.T) {
 	// The store keeps its own copy of each key (16 bytes for 12).
 	per := float64(after.HeapAlloc-before.HeapAlloc) / keys
 	t.Logf("%d keys: %.0f bytes per key, key included", n.Metrics().Keys.Load(), per)
-	if per > 160 {
-		t.Errorf("%.0f bytes per key, want at most 160", per)
+	if per > 170 {
+		t.Errorf("%.0f bytes per key, want at most 170", per)
 	}
 	runtime.KeepAlive(n)
 	runtime.KeepAlive(names)
