@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,6 +107,26 @@ func newTestServer(t *testing.T, src RuleSource, cfg Config) (rlsv3.RateLimitSer
 	return serve(t, srv), fc, clock
 }
 
+// intoChecker is the fake checker as a CheckerInto, as the node is one:
+// the server then decides into its own reused slices.
+type intoChecker struct {
+	*fakeChecker
+	calls atomic.Int64 // CheckInto calls
+}
+
+func (c *intoChecker) CheckInto(ctx context.Context, reqs []rlcheck.Request, out []rlcheck.Response) error {
+	c.calls.Add(1)
+	resps, err := c.Check(ctx, reqs)
+	if err != nil {
+		return err
+	}
+	if len(out) != len(reqs) {
+		return fmt.Errorf("CheckInto: %d answers for %d requests", len(out), len(reqs))
+	}
+	copy(out, resps)
+	return nil
+}
+
 func parseRules(t *testing.T, src string) *rules.Set {
 	t.Helper()
 	s, err := rules.Parse("rules.yaml", []byte(src))
@@ -149,8 +170,32 @@ func summary(st *rlsv3.RateLimitResponse_DescriptorStatus) string {
 	return s
 }
 
+// TestShouldRateLimit runs its steps on one server, over a Checker and
+// over a CheckerInto: the calls of one, two and three descriptors in turn
+// reuse the server's scratch slices, and no step may see another's plans,
+// keys or answers.
 func TestShouldRateLimit(t *testing.T) {
-	client, fc, _ := newTestServer(t, parseRules(t, testRules), DefaultConfig())
+	for _, into := range []bool{false, true} {
+		t.Run(fmt.Sprintf("into=%v", into), func(t *testing.T) { testShouldRateLimit(t, into) })
+	}
+}
+
+func testShouldRateLimit(t *testing.T, into bool) {
+	clock := checkertest.NewClock(t0)
+	fc := newFakeChecker(clock)
+	ic := &intoChecker{fakeChecker: fc}
+	var checker Checker = fc
+	if into {
+		checker = ic
+	}
+	cfg := DefaultConfig()
+	cfg.Clock = clock
+	srv, err := New(checker, parseRules(t, testRules), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := serve(t, srv)
+	batches := 0
 	steps := []struct {
 		step    string
 		domain  string
@@ -234,6 +279,7 @@ func TestShouldRateLimit(t *testing.T) {
 		var checked int
 		for _, b := range fc.TakeBatches() {
 			checked += len(b)
+			batches++
 		}
 		if checked != s.checked {
 			t.Errorf("%s: %d requests checked, want %d", s.step, checked, s.checked)
@@ -241,6 +287,9 @@ func TestShouldRateLimit(t *testing.T) {
 		if len(resp.GetResponseHeadersToAdd()) != 0 {
 			t.Errorf("%s: headers %v without Config.Headers", s.step, resp.GetResponseHeadersToAdd())
 		}
+	}
+	if n := ic.calls.Load(); into && n != int64(batches) {
+		t.Errorf("CheckInto called %d times for %d batches: want every batch decided by it", n, batches)
 	}
 }
 
