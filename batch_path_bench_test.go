@@ -59,9 +59,10 @@ func benchBatchCalls(b *testing.B, nodes []*Node, ccs []*grpc.ClientConn, name s
 	var (
 		wg   sync.WaitGroup
 		fail atomic.Pointer[error]
-		next = make(chan int, c)
 	)
-	worker := func(w int) {
+	// worker makes the calls numbered by next, its keys drawn by a
+	// generator seeded with w.
+	worker := func(w int, next <-chan int) {
 		rng := rand.New(rand.NewPCG(uint64(w), 1))
 		req := &ringlimitv1.CheckRequest{Items: make([]*ringlimitv1.CheckItem, items)}
 		for i := range req.Items {
@@ -85,25 +86,26 @@ func benchBatchCalls(b *testing.B, nodes []*Node, ccs []*grpc.ClientConn, name s
 			}
 		}
 	}
-	// Warm up: connections, and about a second of calls.
+	// run makes the calls numbered by next, c workers, seeded from seed.
+	run := func(seed int, next <-chan int) {
+		for w := range c {
+			wg.Go(func() { worker(seed+w, next) })
+		}
+	}
+	// Warm up: connections, and 200 calls.
 	warm := make(chan int, c)
-	next, warm = warm, next
-	for w := range c {
-		wg.Go(func() { worker(w) })
-	}
+	run(0, warm)
 	for i := range 200 {
-		next <- i
+		warm <- i
 	}
-	close(next)
+	close(warm)
 	wg.Wait()
-	next = warm
+	next := make(chan int, c)
 	b.ReportAllocs()
 	msgs0 := peerMessages(nodes)
 	b.ResetTimer()
 	cpu0 := cputime.Process()
-	for w := range c {
-		wg.Go(func() { worker(100 + w) })
-	}
+	run(100, next)
 	for i := range b.N {
 		next <- i
 	}
