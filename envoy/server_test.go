@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -290,6 +291,61 @@ func testShouldRateLimit(t *testing.T, into bool) {
 	}
 	if n := ic.calls.Load(); into && n != int64(batches) {
 		t.Errorf("CheckInto called %d times for %d batches: want every batch decided by it", n, batches)
+	}
+}
+
+// TestConcurrentCalls makes calls of one to three descriptors from many
+// goroutines at once through one server over a CheckerInto, each
+// goroutine on addresses of its own: every call must get the answers of
+// its own descriptors (the third hit of an address is over its limit of
+// 2), whatever the other calls do with the server's reused slices.
+func TestConcurrentCalls(t *testing.T) {
+	clock := checkertest.NewClock(t0)
+	ic := &intoChecker{fakeChecker: newFakeChecker(clock)}
+	cfg := DefaultConfig()
+	cfg.Clock = clock
+	srv, err := New(ic, parseRules(t, testRules), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 16 {
+		wg.Go(func() {
+			var descs []*rlv3.RateLimitDescriptor
+			for d := range 1 + g%3 {
+				descs = append(descs, desc(fmt.Sprintf("remote_address=192.0.2.%d", 3*g+d)))
+			}
+			for hit := 1; hit <= 3; hit++ {
+				resp, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: descs})
+				if err != nil {
+					errs <- err
+					return
+				}
+				want := "OK 2/SECOND rem=1 reset=1s"
+				switch hit {
+				case 2:
+					want = "OK 2/SECOND reset=1s"
+				case 3:
+					want = "OVER_LIMIT 2/SECOND reset=1s"
+				}
+				if len(resp.GetStatuses()) != len(descs) {
+					errs <- fmt.Errorf("goroutine %d, hit %d: %d statuses for %d descriptors", g, hit, len(resp.GetStatuses()), len(descs))
+					return
+				}
+				for i, st := range resp.GetStatuses() {
+					if got := summary(st); got != want {
+						errs <- fmt.Errorf("goroutine %d, hit %d, descriptor %d: got %q, want %q", g, hit, i, got, want)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 
