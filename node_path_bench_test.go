@@ -163,13 +163,21 @@ func benchKeys(b *testing.B, n *Node, want func(owner string) bool) []string {
 // startBenchCluster starts size nodes, as startCluster does, for a
 // benchmark.
 func startBenchCluster(b *testing.B, size int) []*Node {
+	return startBenchClusterWith(b, size, func(*Config) {})
+}
+
+// startBenchClusterWith starts size nodes, each configured by edit, for a
+// benchmark.
+func startBenchClusterWith(b *testing.B, size int, edit func(*Config)) []*Node {
 	var nodes []*Node
 	for i := range size {
 		var seeds []string
 		if i > 0 {
 			seeds = []string{nodes[0].GossipAddr()}
 		}
-		n, err := Start(b.Context(), testConfig(fmt.Sprintf("n%d", i+1), seeds...))
+		cfg := testConfig(fmt.Sprintf("n%d", i+1), seeds...)
+		edit(&cfg)
+		n, err := Start(b.Context(), cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -292,7 +292,7 @@ type Checker struct{ n *Node }
 
 // The node serves both front ends.
 var (
-	_ envoy.Checker      = Checker{}
+	_ envoy.CheckerInto  = Checker{}
 	_ middleware.Checker = Checker{}
 )
 
@@ -305,13 +305,23 @@ func (n *Node) Checker() Checker { return Checker{n} }
 // Unavailable while shutting down, DeadlineExceeded or Canceled when ctx
 // ends (or Config.API.CheckTimeout passes) before the core answered.
 func (c Checker) Check(ctx context.Context, reqs []check.Request) ([]check.Response, error) {
-	n := c.n
 	out := make([]check.Response, len(reqs))
-	if err := n.decide(ctx, reqs, out); err != nil {
+	if err := c.CheckInto(ctx, reqs, out); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// CheckInto is Check writing the answers into out (len(out) == len(reqs)),
+// which saves the caller an allocation per call (envoy.CheckerInto). On an
+// error out's content is unspecified. It keeps neither reqs nor out.
+func (c Checker) CheckInto(ctx context.Context, reqs []check.Request, out []check.Response) error {
+	n := c.n
+	if err := n.decide(ctx, reqs, out); err != nil {
+		return err
 	}
 	for i := range out {
 		n.metrics.Decision(int64(reqs[i].Limit.Algorithm), int64(reqs[i].Mode), &out[i])
 	}
-	return out, nil
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"sync"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -23,9 +25,20 @@ import (
 // Checker decides a batch of check requests: the node (or, in tests, a fake
 // over in-memory buckets). Check returns one Response per Request, in order;
 // its error is for the batch as a whole (the node is shutting down, the
-// context ended). It must be safe for concurrent use.
+// context ended). It must be safe for concurrent use, and must not keep
+// reqs once Check returns: the Server reuses it for another call.
 type Checker interface {
 	Check(ctx context.Context, reqs []check.Request) ([]check.Response, error)
+}
+
+// CheckerInto is a Checker that can write its answers into a slice the
+// caller gives (len(out) == len(reqs)) instead of allocating them; the
+// Server then uses CheckInto, which saves an allocation per call. On an
+// error out's content is unspecified. CheckInto must not keep reqs or out
+// once it returns.
+type CheckerInto interface {
+	Checker
+	CheckInto(ctx context.Context, reqs []check.Request, out []check.Response) error
 }
 
 // RuleSource returns the rules in force: a *rules.Store, or a fixed
@@ -117,8 +130,49 @@ func (c Config) Validate() error {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	checker Checker
+	into    CheckerInto // checker, if it is one; else nil
 	rules   RuleSource
 	cfg     Config
+	scratch sync.Pool // of *scratch
+}
+
+// scratch is what one call works in, reused by the next call: its plans,
+// the entries of its descriptors, the batch sent to the checker and its
+// answers. A call of a handful of descriptors then allocates only its
+// bucket keys and its response.
+type scratch struct {
+	plans   []plan
+	entries []rules.Entry
+	batch   []check.Request
+	resps   []check.Response
+}
+
+// maxScratch is the most descriptors (or entries) whose slices are kept
+// for another call; a larger call's are left to the collector.
+const maxScratch = 256
+
+// getScratch returns a scratch with room for n plans.
+func (s *Server) getScratch(n int) *scratch {
+	sc, _ := s.scratch.Get().(*scratch)
+	if sc == nil {
+		sc = &scratch{}
+	}
+	sc.plans = slices.Grow(sc.plans[:0], n)[:n]
+	return sc
+}
+
+// putScratch clears sc, so that it holds no key or error of this call, and
+// keeps it for another call unless it grew too large.
+func (s *Server) putScratch(sc *scratch) {
+	if cap(sc.plans) > maxScratch || cap(sc.entries) > maxScratch || cap(sc.batch) > maxScratch {
+		return
+	}
+	clear(sc.plans)
+	clear(sc.entries[:cap(sc.entries)])
+	clear(sc.batch[:cap(sc.batch)])
+	clear(sc.resps[:cap(sc.resps)])
+	sc.entries, sc.batch, sc.resps = sc.entries[:0], sc.batch[:0], sc.resps[:0]
+	s.scratch.Put(sc)
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -132,7 +186,8 @@ func New(checker Checker, src RuleSource, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{checker: checker, rules: src, cfg: cfg}, nil
+	into, _ := checker.(CheckerInto)
+	return &Server{checker: checker, into: into, rules: src, cfg: cfg}, nil
 }
 
 // Register registers s on g as envoy.service.ratelimit.v3.RateLimitService.
@@ -175,10 +230,14 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if hits == 0 {
 		hits = 1 // as Envoy documents: an unset hits_addend counts one hit
 	}
-	plans := make([]plan, len(descs))
-	var batch []check.Request
+	sc := s.getScratch(len(descs))
+	defer s.putScratch(sc)
+	plans := sc.plans
+	batch := sc.batch
 	for i, d := range descs {
-		entries, err := entriesOf(i, d)
+		var entries []rules.Entry
+		var err error
+		sc.entries, entries, err = entriesOf(sc.entries, i, d)
 		if err != nil {
 			plans[i] = plan{req: -1, badKey: err}
 			continue
@@ -211,20 +270,18 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 	}
 	dropReplaced(plans, &batch)
-	var resps []check.Response
-	if len(batch) > 0 {
-		var err error
-		resps, err = s.checker.Check(ctx, batch)
-		if err != nil {
-			return nil, checkError(ctx, err)
-		}
-		if len(resps) != len(batch) {
-			return nil, status.Errorf(codes.Internal, "checker answered %d of %d requests", len(resps), len(batch))
-		}
+	sc.batch = batch
+	resps, err := s.check(ctx, sc)
+	if err != nil {
+		return nil, err
 	}
 	now := s.cfg.Clock.Now()
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(plans))}
+	// One allocation holds every descriptor's status, limit and reset: the
+	// response outlives the call (gRPC encodes it after the handler
+	// returns), so it cannot come from the scratch.
+	answers := make([]answer, len(plans))
 	var over []*check.Response // decisions over the limit, for retry-after
 	var quota, quotaOver int   // quota_mode descriptors, and those over the limit
 	for i, p := range plans {
@@ -237,12 +294,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				return nil, itemError(i, r.Err)
 			}
 		}
-		var st *rlsv3.RateLimitResponse_DescriptorStatus
+		a := &answers[i]
 		if p.badKey != nil {
-			st = s.badKeyStatus(p.badKey)
+			s.badKeyStatus(a, p.badKey)
 		} else {
-			st = descriptorStatus(p.rule, r, p.hits, now)
+			a.descriptorStatus(p.rule, r, p.hits, now)
 		}
+		st := &a.st
 		out.Statuses[i] = st
 		isQuota := p.rule != nil && p.rule.Quota && !p.rule.Unlimited
 		if isQuota {
@@ -269,33 +327,68 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return out, nil
 }
 
+// check decides sc's batch into sc.resps (nil for an empty batch), with
+// CheckInto when the checker has it.
+func (s *Server) check(ctx context.Context, sc *scratch) ([]check.Response, error) {
+	batch := sc.batch
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	var resps []check.Response
+	var err error
+	if s.into != nil {
+		sc.resps = slices.Grow(sc.resps[:0], len(batch))[:len(batch)]
+		resps, err = sc.resps, s.into.CheckInto(ctx, batch, sc.resps)
+	} else {
+		resps, err = s.checker.Check(ctx, batch)
+	}
+	if err != nil {
+		return nil, checkError(ctx, err)
+	}
+	if len(resps) != len(batch) {
+		return nil, status.Errorf(codes.Internal, "checker answered %d of %d requests", len(resps), len(batch))
+	}
+	return resps, nil
+}
+
+// answer is one descriptor's part of a response: its status, and the limit
+// and reset the status points to, allocated together.
+type answer struct {
+	st    rlsv3.RateLimitResponse_DescriptorStatus
+	limit rlsv3.RateLimitResponse_RateLimit
+	reset durationpb.Duration
+}
+
 // badKeyStatus answers a descriptor whose key cannot be formed, by the
-// bad-key policy, and reports it.
-func (s *Server) badKeyStatus(err error) *rlsv3.RateLimitResponse_DescriptorStatus {
+// bad-key policy, in a, and reports it.
+func (s *Server) badKeyStatus(a *answer, err error) {
 	if s.cfg.OnBadKey != nil {
 		s.cfg.OnBadKey(err)
 	}
+	a.st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	if s.cfg.AllowBadKeys {
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		a.st.Code = rlsv3.RateLimitResponse_OK
 	}
-	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
 }
 
-// entriesOf returns the entries of descriptor i, or an error wrapping
-// ErrBadKey when they cannot make a bucket key.
-func entriesOf(i int, d *rlv3.RateLimitDescriptor) ([]rules.Entry, error) {
+// entriesOf appends the entries of descriptor i to buf and returns buf and
+// the entries appended, or an error wrapping ErrBadKey when they cannot
+// make a bucket key.
+func entriesOf(buf []rules.Entry, i int, d *rlv3.RateLimitDescriptor) ([]rules.Entry, []rules.Entry, error) {
 	es := d.GetEntries()
 	if len(es) == 0 {
-		return nil, fmt.Errorf("%w: descriptor %d has no entries", ErrBadKey, i)
+		return buf, nil, fmt.Errorf("%w: descriptor %d has no entries", ErrBadKey, i)
 	}
-	out := make([]rules.Entry, len(es))
+	start := len(buf)
 	for j, e := range es {
 		if e.GetKey() == "" {
-			return nil, fmt.Errorf("%w: descriptor %d entry %d has an empty key", ErrBadKey, i, j)
+			return buf[:start], nil, fmt.Errorf("%w: descriptor %d entry %d has an empty key", ErrBadKey, i, j)
 		}
-		out[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		buf = append(buf, rules.Entry{Key: e.GetKey(), Value: e.GetValue()})
 	}
-	return out, nil
+	// Capped, so that appending the next descriptor's entries never writes
+	// into these.
+	return buf, buf[start:len(buf):len(buf)], nil
 }
 
 // ruleOf returns the rule of a descriptor: the limit override Envoy sent
@@ -344,16 +437,20 @@ func dropReplaced(plans []plan, batch *[]check.Request) {
 	*batch = kept
 }
 
-// descriptorStatus answers one descriptor of hits hits: r is its check's
-// response, nil when it was not checked.
-func descriptorStatus(rule *rules.Rule, r *check.Response, hits int64, now time.Time) *rlsv3.RateLimitResponse_DescriptorStatus {
+// descriptorStatus answers, in a, one descriptor of hits hits: r is its
+// check's response, nil when it was not checked.
+func (a *answer) descriptorStatus(rule *rules.Rule, r *check.Response, hits int64, now time.Time) {
+	st := &a.st
 	switch {
 	case rule == nil:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st.Code = rlsv3.RateLimitResponse_OK
+		return
 	case rule.Unlimited:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		st.Code, st.LimitRemaining = rlsv3.RateLimitResponse_OK, math.MaxUint32
+		return
 	}
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: currentLimit(rule)}
+	st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	st.CurrentLimit = a.currentLimit(rule)
 	if rule.DeniesAll() { // "resets" at the end of the current unit, as Lyft reports it
 		// A peek passes, as in Lyft's service, unless the rule counts
 		// refused hits and has counted some in this window.
@@ -361,40 +458,40 @@ func descriptorStatus(rule *rules.Rule, r *check.Response, hits int64, now time.
 			st.Code = rlsv3.RateLimitResponse_OK
 		}
 		p := rule.Period()
-		st.DurationUntilReset = wholeSeconds(p - time.Duration(now.UnixNano()%int64(p)))
+		st.DurationUntilReset = a.wholeSeconds(p - time.Duration(now.UnixNano()%int64(p)))
 	} else {
 		if r.Allowed {
 			st.Code = rlsv3.RateLimitResponse_OK
 		}
 		st.LimitRemaining = clamp32(r.Remaining)
-		st.DurationUntilReset = wholeSeconds(max(r.ResetAt.Sub(now), 0))
+		st.DurationUntilReset = a.wholeSeconds(max(r.ResetAt.Sub(now), 0))
 	}
 	if rule.Shadow {
 		st.Code = rlsv3.RateLimitResponse_OK
 	}
-	return st
 }
 
 // wholeSeconds returns d rounded up to whole seconds, as Lyft's service
 // reports the time until a reset (it counts in Unix seconds): for a fixed
 // window, the same value; for other algorithms, never earlier than the
-// reset.
-func wholeSeconds(d time.Duration) *durationpb.Duration {
+// reset. It returns a's reset.
+func (a *answer) wholeSeconds(d time.Duration) *durationpb.Duration {
 	s := d / time.Second
 	if d%time.Second != 0 {
 		s++
 	}
-	return &durationpb.Duration{Seconds: int64(s)}
+	a.reset.Seconds = int64(s)
+	return &a.reset
 }
 
 // currentLimit is the rule's limit as Envoy reports it, named by the rule's
-// label (rate_limit.name) as in Lyft's service: empty without one.
-func currentLimit(rule *rules.Rule) *rlsv3.RateLimitResponse_RateLimit {
-	l := &rlsv3.RateLimitResponse_RateLimit{
-		Name:            rule.Label,
-		RequestsPerUnit: clamp32(rule.RequestsPerUnit),
-		Unit:            unitToResponse(rule.Unit),
-	}
+// label (rate_limit.name) as in Lyft's service: empty without one. It
+// returns a's limit.
+func (a *answer) currentLimit(rule *rules.Rule) *rlsv3.RateLimitResponse_RateLimit {
+	l := &a.limit
+	l.Name = rule.Label
+	l.RequestsPerUnit = clamp32(rule.RequestsPerUnit)
+	l.Unit = unitToResponse(rule.Unit)
 	if rule.Multiplier > 1 {
 		l.UnitMultiplier = wrapperspb.UInt32(rule.Multiplier)
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,6 +108,26 @@ func newTestServer(t *testing.T, src RuleSource, cfg Config) (rlsv3.RateLimitSer
 	return serve(t, srv), fc, clock
 }
 
+// intoChecker is the fake checker as a CheckerInto, as the node is one:
+// the server then decides into its own reused slices.
+type intoChecker struct {
+	*fakeChecker
+	calls atomic.Int64 // CheckInto calls
+}
+
+func (c *intoChecker) CheckInto(ctx context.Context, reqs []rlcheck.Request, out []rlcheck.Response) error {
+	c.calls.Add(1)
+	resps, err := c.Check(ctx, reqs)
+	if err != nil {
+		return err
+	}
+	if len(out) != len(reqs) {
+		return fmt.Errorf("CheckInto: %d answers for %d requests", len(out), len(reqs))
+	}
+	copy(out, resps)
+	return nil
+}
+
 func parseRules(t *testing.T, src string) *rules.Set {
 	t.Helper()
 	s, err := rules.Parse("rules.yaml", []byte(src))
@@ -149,8 +171,32 @@ func summary(st *rlsv3.RateLimitResponse_DescriptorStatus) string {
 	return s
 }
 
+// TestShouldRateLimit runs its steps on one server, over a Checker and
+// over a CheckerInto: the calls of one, two and three descriptors in turn
+// reuse the server's scratch slices, and no step may see another's plans,
+// keys or answers.
 func TestShouldRateLimit(t *testing.T) {
-	client, fc, _ := newTestServer(t, parseRules(t, testRules), DefaultConfig())
+	for _, into := range []bool{false, true} {
+		t.Run(fmt.Sprintf("into=%v", into), func(t *testing.T) { testShouldRateLimit(t, into) })
+	}
+}
+
+func testShouldRateLimit(t *testing.T, into bool) {
+	clock := checkertest.NewClock(t0)
+	fc := newFakeChecker(clock)
+	ic := &intoChecker{fakeChecker: fc}
+	var checker Checker = fc
+	if into {
+		checker = ic
+	}
+	cfg := DefaultConfig()
+	cfg.Clock = clock
+	srv, err := New(checker, parseRules(t, testRules), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := serve(t, srv)
+	batches := 0
 	steps := []struct {
 		step    string
 		domain  string
@@ -234,6 +280,7 @@ func TestShouldRateLimit(t *testing.T) {
 		var checked int
 		for _, b := range fc.TakeBatches() {
 			checked += len(b)
+			batches++
 		}
 		if checked != s.checked {
 			t.Errorf("%s: %d requests checked, want %d", s.step, checked, s.checked)
@@ -241,6 +288,64 @@ func TestShouldRateLimit(t *testing.T) {
 		if len(resp.GetResponseHeadersToAdd()) != 0 {
 			t.Errorf("%s: headers %v without Config.Headers", s.step, resp.GetResponseHeadersToAdd())
 		}
+	}
+	if n := ic.calls.Load(); into && n != int64(batches) {
+		t.Errorf("CheckInto called %d times for %d batches: want every batch decided by it", n, batches)
+	}
+}
+
+// TestConcurrentCalls makes calls of one to three descriptors from many
+// goroutines at once through one server over a CheckerInto, each
+// goroutine on addresses of its own: every call must get the answers of
+// its own descriptors (the third hit of an address is over its limit of
+// 2), whatever the other calls do with the server's reused slices.
+func TestConcurrentCalls(t *testing.T) {
+	clock := checkertest.NewClock(t0)
+	ic := &intoChecker{fakeChecker: newFakeChecker(clock)}
+	cfg := DefaultConfig()
+	cfg.Clock = clock
+	srv, err := New(ic, parseRules(t, testRules), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 16 {
+		wg.Go(func() {
+			var descs []*rlv3.RateLimitDescriptor
+			for d := range 1 + g%3 {
+				descs = append(descs, desc(fmt.Sprintf("remote_address=192.0.2.%d", 3*g+d)))
+			}
+			for hit := 1; hit <= 3; hit++ {
+				resp, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: descs})
+				if err != nil {
+					errs <- err
+					return
+				}
+				want := "OK 2/SECOND rem=1 reset=1s"
+				switch hit {
+				case 2:
+					want = "OK 2/SECOND reset=1s"
+				case 3:
+					want = "OVER_LIMIT 2/SECOND reset=1s"
+				}
+				if len(resp.GetStatuses()) != len(descs) {
+					errs <- fmt.Errorf("goroutine %d, hit %d: %d statuses for %d descriptors", g, hit, len(resp.GetStatuses()), len(descs))
+					return
+				}
+				for i, st := range resp.GetStatuses() {
+					if got := summary(st); got != want {
+						errs <- fmt.Errorf("goroutine %d, hit %d, descriptor %d: got %q, want %q", g, hit, i, got, want)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 
