@@ -102,7 +102,15 @@ func (c *Cluster) startNode(i int32) error {
 	if err != nil {
 		return err
 	}
-	cfg.Incarnation = c.rngMem.Uint64()
+	// A later life of a node has a greater incarnation, as with the start
+	// time in nanoseconds a real node's driver passes (node.go): peers
+	// tell a restart from a stray message of an earlier life by it
+	// (sync's Step: resendHandoffs, peerRestarted). Before, a random draw:
+	// half the restarts had a smaller incarnation, which peers took for
+	// the old life's, and a restarted owner was not sent the hand-offs it
+	// had missed while down (leased seed 235: n3 decided a key on a fresh
+	// bucket until n2's hand-off came by its retry).
+	cfg.Incarnation = uint64(s.gen)<<56 | c.rngMem.Uint64()>>8
 	cfg.Admitted = func(key string, hits int64, at time.Time) { c.admitted(s, key, hits, at) }
 	// A node started after the cluster's first nodes (a restart, or a
 	// join through seeds) starts into a cluster that ran before it.

@@ -96,6 +96,9 @@ func handoffCharge(msg *peerv1.Handoff) int64 {
 	for _, it := range msg.Items {
 		c += ks + sizeClass(uintptr(cap(it.State)))
 	}
+	if len(msg.Grants) > 0 {
+		c += sizeClass(uintptr(cap(msg.Grants))*unsafe.Sizeof((*peerv1.LeaseGrant)(nil))) + int64(len(msg.Grants))*sizeClass(unsafe.Sizeof(peerv1.LeaseGrant{}))
+	}
 	return c
 }
 

@@ -341,7 +341,7 @@ func (n *Node) flushTo(now time.Time, v *view, t *flushTargets) {
 				f = newFlight(min(max(p.dirty, 1), int64(n.cfg.MaxBatch)))
 				t.fls[ti] = f
 			}
-			f.flush.Items = append(f.flush.Items, n.flushItemOf(s, key, e, now, f.item(&a)))
+			f.flush.Items = append(f.flush.Items, n.flushItemOf(s, key, e, p.name, now, f.item(&a)))
 			e.clear(flagDirty)
 			p.dirty--
 		}
@@ -365,7 +365,7 @@ func (n *Node) flushTo(now time.Time, v *view, t *flushTargets) {
 
 // flushItemOf moves a cached view's pending hits, demand and lease
 // traffic into it, a new flush item, and returns it.
-func (n *Node) flushItemOf(s *shard, key string, e *cachedKey, now time.Time, it *peerv1.FlushItem) *peerv1.FlushItem {
+func (n *Node) flushItemOf(s *shard, key string, e *cachedKey, to string, now time.Time, it *peerv1.FlushItem) *peerv1.FlushItem {
 	it.Key = key
 	it.Limit = n.limitWire(e.b.Config())
 	it.Hits = e.pending
@@ -375,7 +375,7 @@ func (n *Node) flushItemOf(s *shard, key string, e *cachedKey, now time.Time, it
 		it.View = n.movedView(key, e, now)
 	}
 	if l := s.leases[key]; l != nil {
-		l.fill(it, now, n.cfg.LeaseTTL)
+		l.fill(it, to, now, n.cfg.LeaseTTL)
 	}
 	e.inFlight += e.pending
 	e.pending, e.asked = 0, 0
@@ -436,7 +436,11 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 			if k < len(ack.Items) && ack.Items[k].GetKey() == items[k].Key {
 				ks = ack.Items[k]
 			}
-			n.installAck(now, c, v, p, s, e, items[k], ks, f.first)
+			var id int64 // the grant's, leasecap.go
+			if k < len(ack.LeaseGrantIds) {
+				id = ack.LeaseGrantIds[k]
+			}
+			n.installAck(now, c, v, p, s, e, items[k], ks, id, f.first)
 		})
 	if p.urgent || p.dirty >= int64(n.cfg.MaxBatch) {
 		n.flushOne(now, v, p)
@@ -444,9 +448,10 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 }
 
 // installAck applies the owner's answer ks (nil if missing) to the
-// flush item it answers; s is the key's shard, and e the key's
-// view in it (nil if none, or if the key is owned here).
-func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e *cachedKey, it *peerv1.FlushItem, ks *peerv1.KeyState, first time.Time) {
+// flush item it answers, id naming its lease grant if any; s is the key's
+// shard, and e the key's view in it (nil if none, or if the key is owned
+// here).
+func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e *cachedKey, it *peerv1.FlushItem, ks *peerv1.KeyState, id int64, first time.Time) {
 	if ks != nil && !ks.NotOwner && len(ks.State) > 0 && it.Hits > 0 {
 		// Applied: an answer that was not (malformed, or no entry at the
 		// owner) carries no state.
@@ -458,7 +463,7 @@ func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e
 	// The lease is looked up only for an item that carried lease traffic:
 	// for any other, unfill and grant would do nothing.
 	var l *lease
-	if it.LeaseWant > 0 || it.LeaseReturn > 0 {
+	if it.LeaseWant > 0 || it.LeaseReturn > 0 || it.LeaseSettled > 0 {
 		l = s.leases[it.Key]
 	}
 	if ks != nil && ks.NotOwner {
@@ -480,7 +485,7 @@ func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e
 		// hits alone grants nothing, and is not an empty grant.
 		l.asking = false
 		if ks != nil {
-			l.grant(now, ks.LeaseGranted, first, n.cfg.LeaseTTL, &n.metrics)
+			l.grant(now, ks.LeaseGranted, id, p.name, first, n.cfg.LeaseTTL, &n.metrics)
 		}
 	}
 	reported := len(it.View) > 0

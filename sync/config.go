@@ -13,9 +13,11 @@ import (
 type Config struct {
 	// Self is this node's name: its memberlist name and its name on the ring.
 	Self string
-	// Incarnation identifies this process lifetime (the driver passes, say,
-	// the start time in nanoseconds, or a random number). Peers use it to tell
-	// a restarted node's sequence numbers from the old ones.
+	// Incarnation identifies this process lifetime: greater than any
+	// earlier life's of this node (the driver passes, say, the start time
+	// in nanoseconds). Peers use it to tell a restarted node's sequence
+	// numbers from the old ones, and take only a greater one for a new
+	// life (a restarted node is sent again the hand-offs it missed).
 	Incarnation uint64
 	// Joining tells the node that it starts into a cluster that may have
 	// run before it, a previous life of this node among its members (it

@@ -18,6 +18,15 @@ import (
 type lease struct {
 	cur, next       int64 // tokens left
 	curExp, nextExp int64 // expiry, Unix ns: LeaseTTL after the asking flush was first sent
+	// curID and nextID name cur's and next's grants at their owners,
+	// curFrom and nextFrom (FlushAck.lease_grant_ids; a merged grant, the
+	// later of its two); settled is the latest grant of settledFrom this
+	// node holds no more (expired or given back, its unspent tokens in ret
+	// or already sent), and sent the latest settled a flush carried
+	// (FlushItem.lease_settled). Ids are compared only among one owner's
+	// grants: another owner's clock may be behind.
+	curID, nextID, settled, sent   int64
+	curFrom, nextFrom, settledFrom string
 	// ret is unspent tokens of expired grants, to give back.
 	ret int64
 	// spentCur and spentNext are the tokens of cur's and next's grants
@@ -38,19 +47,46 @@ type lease struct {
 
 // expire moves expired tokens to ret.
 func (l *lease) expire(now int64) {
-	if l.next > 0 && l.nextExp <= now {
+	if l.nextExp <= now && (l.next > 0 || l.nextID != 0) {
 		l.ret += l.next
 		l.next, l.spentNext = 0, 0
+		l.settle(l.nextID, l.nextFrom)
+		l.nextID = 0
 	}
-	if l.cur > 0 && l.curExp <= now {
+	if l.curExp <= now && (l.cur > 0 || l.curID != 0) {
 		l.ret += l.cur
 		l.cur, l.spentCur = 0, 0
+		l.settle(l.curID, l.curFrom)
+		l.curID = 0
 	}
 	if l.cur == 0 {
+		if l.curID != 0 {
+			// cur's grant was spent out before its expiry: done with.
+			l.settle(l.curID, l.curFrom)
+		}
 		l.cur, l.curExp, l.next, l.nextExp = l.next, l.nextExp, 0, 0
+		l.curID, l.nextID = l.nextID, 0
+		l.curFrom, l.nextFrom = l.nextFrom, ""
 		l.spentCur, l.spentNext = l.spentNext, 0
 	}
 }
+
+// settle marks the grant id of the owner named from as held here no more.
+// The grants of another owner than the last one's are reported to it
+// alone: what was not reported of the last one's is forgotten (it keeps
+// its records of them until they age out).
+func (l *lease) settle(id int64, from string) {
+	switch {
+	case id == 0:
+	case from != l.settledFrom:
+		l.settledFrom, l.settled, l.sent = from, id, 0
+	default:
+		l.settled = max(l.settled, id)
+	}
+}
+
+// unsent reports whether a settled grant is still to be reported.
+func (l *lease) unsent() bool { return l.settled > l.sent }
 
 // avail returns the tokens spendable now (after expire).
 func (l *lease) avail() int64 { return l.cur + l.next }
@@ -90,8 +126,10 @@ func (l *lease) needsRenewal(now int64, ttl time.Duration) bool {
 	return l.avail()*2 <= l.last || l.cur > 0 && l.curExp-now < int64(ttl/2)
 }
 
-// grant adds g tokens granted in answer to a flush first sent at first.
-func (l *lease) grant(now time.Time, g int64, first time.Time, ttl time.Duration, m *Metrics) {
+// grant adds g tokens granted by the owner named from in answer to a
+// flush first sent at first; id names the grant there (0 from an older
+// owner).
+func (l *lease) grant(now time.Time, g, id int64, from string, first time.Time, ttl time.Duration, m *Metrics) {
 	l.asking = false
 	l.last = g
 	l.zero = g == 0
@@ -107,18 +145,23 @@ func (l *lease) grant(now time.Time, g int64, first time.Time, ttl time.Duration
 	switch {
 	case exp <= t:
 		l.ret += g // answered after its expiry: give it back
+		l.settle(id, from)
 	case l.cur == 0:
-		l.cur, l.curExp = g, exp
+		l.cur, l.curExp, l.curID, l.curFrom = g, exp, id, from
 	case l.next == 0:
-		l.next, l.nextExp = g, exp
+		l.next, l.nextExp, l.nextID, l.nextFrom = g, exp, id, from
 	default: // a third grant: merged into the newer, with the earlier expiry
 		l.next += g
 		l.nextExp = min(l.nextExp, exp)
+		if from == l.nextFrom {
+			l.nextID = max(l.nextID, id)
+		} // else: left unsettled at its owner, which forgets it later
 	}
 }
 
-// fill puts the lease's request and returns into a flush item.
-func (l *lease) fill(it *peerv1.FlushItem, now time.Time, ttl time.Duration) {
+// fill puts the lease's request and returns into a flush item to the
+// member named to.
+func (l *lease) fill(it *peerv1.FlushItem, to string, now time.Time, ttl time.Duration) {
 	l.expire(now.UnixNano())
 	it.LeaseReturn, l.ret = l.ret, 0
 	// Spends are reported only of a grant with more than an eighth of its
@@ -141,6 +184,14 @@ func (l *lease) fill(it *peerv1.FlushItem, now time.Time, ttl time.Duration) {
 		it.LeaseSpent += l.spentNext
 	}
 	l.spentCur, l.spentNext = 0, 0
+	if l.unsent() {
+		// Once, and only to the owner of the grants: it forgets them. A
+		// flush not applied reports them again (unfill).
+		if l.settledFrom == to {
+			it.LeaseSettled = l.settled
+		}
+		l.sent = l.settled
+	}
 	it.FailClosed = l.closed
 	if l.want {
 		// Ask for what this node's demand spends in a lease's life.
@@ -153,6 +204,9 @@ func (l *lease) fill(it *peerv1.FlushItem, now time.Time, ttl time.Duration) {
 // unfill undoes fill for a flush the receiver did not apply.
 func (l *lease) unfill(it *peerv1.FlushItem) {
 	l.ret += it.LeaseReturn
+	if it.LeaseSettled > 0 {
+		l.sent = 0 // reported again with the next flush
+	}
 	if it.LeaseWant > 0 {
 		l.want, l.asking = true, false
 	}
@@ -278,7 +332,9 @@ func (n *Node) sweepLeases(s *shard, now time.Time) {
 		switch {
 		case e == nil:
 			delete(s.leases, key)
-		case l.ret > 0:
+		case l.ret > 0 || l.unsent():
+			// Unspent tokens to give back, or a grant spent out to
+			// report settled (leasecap.go: the owner forgets it).
 			back = append(back, key)
 		case l.avail() == 0 && !l.asking && !l.want && ageOf(c, e.used()) > toCoarse(n.cfg.LeaseTTL):
 			delete(s.leases, key)
@@ -307,7 +363,10 @@ func (n *Node) returnLeases(v *view) {
 		for key, l := range s.leases {
 			l.ret += l.avail()
 			l.cur, l.next, l.want = 0, 0, false
-			if l.ret > 0 {
+			l.settle(l.curID, l.curFrom)
+			l.settle(l.nextID, l.nextFrom)
+			l.curID, l.nextID = 0, 0
+			if l.ret > 0 || l.unsent() {
 				back = append(back, key)
 			}
 		}
@@ -329,78 +388,10 @@ type grantBook struct {
 }
 
 // grantEntry is the tokens granted on one key and not yet returned, and
-// when the last grant was made (Unix ns).
+// when the last grant was made (Unix ns). How many of the tokens returned
+// the owner's bucket takes back is leasecap.go's (settleReturn).
 type grantEntry struct {
 	tokens, at int64
-	// peak, when hasPeak, bounds what the key's token bucket at the owner
-	// can have held since these grants: after each grant it held level
-	// tokens and refills rate per nanosecond, so at t it holds at most
-	// level + rate x (t - grant time); peak is the highest level - rate x
-	// grant time (see refundable).
-	peak    float64
-	hasPeak bool
-}
-
-// notePeak records that right after a grant to p on key at now, the key's
-// token bucket held level tokens and refills rate tokens per nanosecond
-// (see grantEntry.peak). Call it after recordGrant.
-func (p *peer) notePeak(key string, level, rate float64, now time.Time) {
-	ge, ok := p.grants.m[key]
-	if !ok {
-		return
-	}
-	v := level - rate*float64(now.UnixNano())
-	if !ge.hasPeak || v > ge.peak {
-		ge.peak, ge.hasPeak = v, true
-		p.grants.m[key] = ge
-	}
-}
-
-// refundable returns how many lease tokens of key that p gives back the
-// owner's token bucket b may take back at now without admitting more than
-// one bucket would have. A returned token is one the bucket would have had
-// all along; but a bucket that would have been full meanwhile (with every
-// outstanding grant's tokens in it) would have dropped the refill beyond
-// its capacity, and so the tokens. So the tokens are refunded only up to
-// capacity - the most the bucket can have held since the oldest
-// outstanding grant on the key (the highest peak of every peer's book,
-// plus the refill since) - the tokens granted to the other peers and not
-// returned yet. Other algorithms are not limited here.
-func (n *Node) refundable(v *view, p *peer, key string, b bucket.Bucket, now time.Time) int64 {
-	l := b.Config()
-	if l.Algorithm != bucket.TokenBucket || l.Period <= 0 {
-		return math.MaxInt64
-	}
-	mem := int64(n.grantMemory())
-	t := now.UnixNano()
-	var (
-		peak   float64
-		seen   bool
-		others int64
-	)
-	look := func(q *peer) {
-		ge, ok := q.grants.m[key]
-		if !ok || t-ge.at > mem {
-			return
-		}
-		if q != p {
-			others += ge.tokens
-		}
-		if ge.hasPeak && (!seen || ge.peak > peak) {
-			peak, seen = ge.peak, true
-		}
-	}
-	look(p)
-	for _, name := range v.names {
-		if q := v.peers[name]; q != nil && q != p {
-			look(q)
-		}
-	}
-	if !seen {
-		return math.MaxInt64
-	}
-	most := peak + float64(l.Limit)/float64(l.Period.Nanoseconds())*float64(t)
-	return max(0, l.Capacity()-int64(math.Ceil(most))-others)
 }
 
 // minGrantPrune is the smallest book that is swept of old entries.

@@ -1,11 +1,13 @@
 package sync
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
 // The owner's cap for live lease grants (leased mode).
@@ -34,6 +36,16 @@ import (
 // grants, and what it withholds is refill a full bucket would have dropped
 // anyway while the leases' tokens were counted in it. Other algorithms than
 // the token bucket are not capped.
+//
+// The owner knows its grants one by one: it names each in its answer
+// (FlushAck.lease_grant_ids) and the holder names in a later flush the
+// latest it holds no more (FlushItem.lease_settled), with its unspent
+// tokens given back; the owner then forgets the grants up to it. A grant
+// that expires here before it is settled becomes late (lateGrant): the
+// tokens given back of it later are refunded only as far as the bucket
+// would have kept them. When the key moves to another owner, its live
+// grants go with its state (handGrants, takeGrants), and the new owner
+// holds its bucket under them.
 
 // liveGrant is tokens granted on a key to the member named to, spendable
 // at most until exp (cluster time, Unix ns); back of them were given back
@@ -48,10 +60,71 @@ type liveGrant struct {
 // held returns the tokens of g that still hold the cap.
 func (g *liveGrant) held() int64 { return g.tokens - g.spent }
 
-// noteGrant records g tokens of key granted to the member named to at now.
-func (n *Node) noteGrant(s *shard, key, to string, g int64, now time.Time) {
-	if g <= 0 {
+// A grant's id (FlushAck.lease_grant_ids) is its expiry here, exp.
+
+// lateGrant is a grant (id, to the member named to) that expired here
+// while left of its tokens were neither reported spent nor given back: its
+// holder may yet give them back (after a partition, say), or may have
+// spent them (spends close to a grant's expiry are not reported, lease.go's
+// fill). It no longer holds the cap. Given back, the tokens would have
+// been in the bucket since the expiry, where the cap kept them before: the
+// bucket and the live grants together would have held them on top of what
+// they held, and dropped what went beyond the capacity. So they are
+// refunded only up to capacity - peak, peak being the most the bucket and
+// the live grants held together since the expiry (as whole tokens, a
+// fraction counted as one), raised by every refund of another late grant
+// since (those tokens too would have been there all along). The holder's
+// flush that names the grant settled (FlushItem.lease_settled) ends it:
+// what it did not give back was spent. An unsettled one is forgotten
+// after grantMemory.
+type lateGrant struct {
+	id, left, peak int64
+	// level is what the bucket and the live grants held together when
+	// last observed, at (Unix ns; see observeLate).
+	level, at int64
+	to        string
+}
+
+// observeLate raises the peak of every late grant in ls to what the
+// bucket b and the live tokens on live grants held together at t: what
+// they hold now, or, if more, what they held when last observed plus the
+// refill since (up to the capacity). Every decision on the key is preceded
+// by an observation (capLeased); the second term covers a decrease of the
+// bucket that was not (a hand-off merged in, say), before which the bucket
+// held at most that much.
+func observeLate(ls []lateGrant, b bucket.Bucket, t time.Time, live int64) {
+	if len(ls) == 0 {
 		return
+	}
+	d, err := b.Take(t, 0)
+	if err != nil {
+		return
+	}
+	l := b.Config()
+	c := l.Capacity()
+	level := d.Remaining
+	if level < c {
+		level++ // a fraction of a token, perhaps
+	}
+	level += live
+	now := t.UnixNano()
+	rate := float64(l.Limit) / float64(max(1, l.Period.Nanoseconds()))
+	for i := range ls {
+		g := &ls[i]
+		most := level
+		if g.at != 0 && now > g.at {
+			most = max(most, min(c, g.level+int64(math.Ceil(rate*float64(now-g.at)))))
+		}
+		g.peak = max(g.peak, most)
+		g.level, g.at = level, max(g.at, now)
+	}
+}
+
+// noteGrant records g tokens of key granted to the member named to at now,
+// and returns the grant's id (its expiry here; 0 for no grant).
+func (n *Node) noteGrant(s *shard, key, to string, g int64, now time.Time) int64 {
+	if g <= 0 {
+		return 0
 	}
 	if s.granted == nil {
 		s.granted = map[string][]liveGrant{}
@@ -66,21 +139,24 @@ func (n *Node) noteGrant(s *shard, key, to string, g int64, now time.Time) {
 		i--
 	}
 	s.granted[key] = slices.Insert(gs, i, liveGrant{exp: exp, tokens: g, to: to})
+	return exp
 }
 
 // capLeased applies the cap (see above) to b, the owned bucket of key, up
 // to now, and forgets the grants expired by now.
 func (n *Node) capLeased(s *shard, key string, b bucket.Bucket, now time.Time) {
-	if len(s.granted) == 0 {
+	if len(s.granted) == 0 && len(s.late) == 0 {
 		return
 	}
-	gs, ok := s.granted[key]
-	if !ok {
+	gs := s.granted[key]
+	ls, hasLate := s.late[key]
+	if len(gs) == 0 && !hasLate {
 		return
 	}
 	l := b.Config()
 	if l.Algorithm != bucket.TokenBucket {
 		delete(s.granted, key)
+		delete(s.late, key)
 		return
 	}
 	var live int64
@@ -93,28 +169,120 @@ func (n *Node) capLeased(s *shard, key string, b bucket.Bucket, now time.Time) {
 	for ; i < len(gs) && gs[i].exp <= t.UnixNano(); i++ {
 		at := time.Unix(0, gs[i].exp)
 		capTokens(b, at, c-live)
-		live -= gs[i].held()
-		if gs[i].back > 0 {
-			_ = b.Refund(at, gs[i].back) // within the cap: back <= tokens
+		observeLate(ls, b, at, live)
+		g := gs[i]
+		live -= g.held()
+		if g.back > 0 {
+			_ = b.Refund(at, g.back) // within the cap: back <= tokens
+		}
+		if left := g.tokens - g.spent - g.back; left > 0 {
+			ls = append(ls, lateGrant{id: g.exp, left: left, to: g.to})
+			observeLate(ls[len(ls)-1:], b, at, live)
 		}
 	}
 	capTokens(b, t, c-live)
+	observeLate(ls, b, t, live)
 	if i == len(gs) {
 		delete(s.granted, key)
 	} else if i > 0 {
 		s.granted[key] = slices.Delete(gs, 0, i)
 	}
+	n.keepLate(s, key, ls, t.UnixNano())
 }
 
-// returnLive takes up to ret tokens of key that the member named to gave
-// back unspent as tokens of its grants still counted live here, the oldest
-// first, and returns how many: they are refunded when their grant expires
-// here (capLeased), since refunded now they would be counted twice, in the
-// bucket and in the live grants, and the cap would drop them. Whichever
-// grant they came from, a refund at a grant's expiry of at most its
-// tokens never raises the bucket and the live grants together.
-func (n *Node) returnLive(s *shard, key, to string, ret int64) int64 {
-	return claimLive(s.granted[key], to, ret, func(g *liveGrant) *int64 { return &g.back })
+// keepLate stores ls as key's late grants, less those forgotten by t
+// (older than grantMemory).
+func (n *Node) keepLate(s *shard, key string, ls []lateGrant, t int64) {
+	mem := int64(n.grantMemory())
+	ls = slices.DeleteFunc(ls, func(g lateGrant) bool { return g.left <= 0 || t-g.id > mem })
+	if len(ls) == 0 {
+		delete(s.late, key)
+		return
+	}
+	if s.late == nil {
+		s.late = map[string][]lateGrant{}
+	}
+	if _, ok := s.late[key]; !ok {
+		key = strings.Clone(key) // key may point into a message
+	}
+	s.late[key] = ls
+}
+
+// settleReturn applies, for key's owned token bucket b (capped up to now
+// by capLeased), back tokens that the member named to gave back (at most
+// what it was granted and did not give back before: grantBook) and its
+// report that it holds none of its grants up to the id settled (0: no
+// report, an older member: no bound). The tokens are credited to its late
+// grants up to settled first, the oldest first (the oldest has the highest
+// peak: the safe side), then to its live ones: refund is what b may take
+// back now (each late grant's up to capacity - its peak - what the late
+// grants before it refunded), later what is refunded at a live grant's
+// expiry (claimLive). Then its grants up to settled are over: a late one
+// is forgotten, and a live one's tokens not given back count as spent
+// (they no longer hold the cap). Before, the owner kept one entry per
+// member and key, its bound that of the latest grant only: a late return
+// was refunded into a bucket that had been full since an earlier grant
+// (the fault checker's leased seed 758, TestLateReturnAfterFullBucket).
+func (n *Node) settleReturn(s *shard, key, to string, back, settled int64, b bucket.Bucket) (refund, later int64) {
+	upto := settled
+	if upto <= 0 {
+		upto = math.MaxInt64
+	}
+	c := b.Config().Capacity()
+	ls := s.late[key]
+	rest := back
+	for i := range ls {
+		g := &ls[i]
+		if rest <= 0 {
+			break
+		}
+		if g.to != to || g.id > upto {
+			continue
+		}
+		k := min(rest, g.left)
+		// The tokens refunded of the grants before would have shared
+		// the bucket with these since their expiry: less room by as much.
+		refund += min(k, max(0, c-g.peak-refund))
+		g.left -= k
+		rest -= k
+	}
+	// Then to its live grants granted before the latest settled one
+	// expired here (id - LeaseTTL < settled): not only those up to it.
+	// The member reports the spends of its grants together, which are
+	// counted out of its live grants the oldest first (spentLive): spends
+	// of a newer grant can so have used up an older one's count here, whose
+	// tokens given back have then no room but the newer grant's. Tokens
+	// given back of a grant expired before a live grant was made are not
+	// credited to it: the bucket alone held the room for them since.
+	liveUpto := upto
+	if settled > 0 {
+		liveUpto = settled + n.cfg.LeaseTTL.Nanoseconds()
+	}
+	later = claimLive(s.granted[key], to, rest, liveUpto, func(g *liveGrant) *int64 { return &g.back })
+	if refund > 0 {
+		// Another late grant's tokens would have shared the bucket with
+		// these since its expiry: its room is less by as much.
+		for i := range ls {
+			ls[i].peak += refund
+		}
+	}
+	if settled > 0 {
+		for i := range ls {
+			if ls[i].to == to && ls[i].id <= settled {
+				ls[i].left = 0
+			}
+		}
+		gs := s.granted[key]
+		for i := range gs {
+			if g := &gs[i]; g.to == to && g.exp <= settled {
+				g.spent = g.tokens - g.back
+			}
+		}
+	}
+	if len(ls) > 0 {
+		n.keepLate(s, key, ls, math.MinInt64/2)
+	}
+	return refund, later
 }
 
 // spentLive counts up to spent tokens of key's grants to the member named
@@ -123,20 +291,25 @@ func (n *Node) returnLive(s *shard, key, to string, ret int64) int64 {
 // live grants, and at worst lets the bucket refill as it would with no
 // leases at all.
 func (n *Node) spentLive(s *shard, key, to string, spent int64) {
-	claimLive(s.granted[key], to, spent, func(g *liveGrant) *int64 { return &g.spent })
+	claimLive(s.granted[key], to, spent, math.MaxInt64, func(g *liveGrant) *int64 { return &g.spent })
 }
 
-// claimLive moves up to k tokens of the grants gs to the member named to,
-// the oldest first, into the counter mark returns (back or spent), never
-// more than a grant has neither given back nor spent, and returns how many
-// it moved.
-func claimLive(gs []liveGrant, to string, k int64, mark func(*liveGrant) *int64) int64 {
+// claimLive moves up to k tokens of the grants gs to the member named to
+// up to the id upto, the oldest first, into the counter mark returns (back
+// or spent), never more than a grant has neither given back nor spent, and
+// returns how many it moved. Tokens given back (back) of a grant still
+// live here are refunded at its expiry (capLeased), since refunded now
+// they would be counted twice, in the bucket and in the live grants, and
+// the cap would drop them. Whichever grant they came from, a refund at a
+// grant's expiry of at most its tokens never raises the bucket and the
+// live grants together.
+func claimLive(gs []liveGrant, to string, k, upto int64, mark func(*liveGrant) *int64) int64 {
 	var took int64
 	for i := range gs {
 		if k <= 0 {
 			break
 		}
-		if g := &gs[i]; g.to == to && g.back+g.spent < g.tokens {
+		if g := &gs[i]; g.to == to && g.exp <= upto && g.back+g.spent < g.tokens {
 			m := min(k, g.tokens-g.back-g.spent)
 			*mark(g) += m
 			k -= m
@@ -162,12 +335,18 @@ func capTokens(b bucket.Bucket, t time.Time, most int64) {
 }
 
 // sweepGrants applies the cap of s's keys whose grants have all expired
-// and forgets them: a key not looked at again is not left uncapped.
+// and forgets them: a key not looked at again is not left uncapped. It
+// forgets late grants older than grantMemory.
 func (n *Node) sweepGrants(s *shard, now time.Time) {
+	t := n.bt(now).UnixNano()
+	for key, ls := range s.late {
+		if _, ok := s.granted[key]; !ok {
+			n.keepLate(s, key, ls, t)
+		}
+	}
 	if len(s.granted) == 0 {
 		return
 	}
-	t := n.bt(now).UnixNano()
 	for key, gs := range s.granted {
 		if gs[len(gs)-1].exp > t {
 			continue
@@ -177,4 +356,103 @@ func (n *Node) sweepGrants(s *shard, now time.Time) {
 		}
 		delete(s.granted, key)
 	}
+}
+
+// handGrants returns the grants of key that may still be spent at their
+// holders, as the key's state is handed off to a new owner (capped up to
+// now first, so that the state handed is held under them), and forgets
+// key's grants here. They follow the state (sendGrants), and the new owner
+// holds its bucket under them in turn (onHandedGrants): without them, it
+// refilled to the capacity while the tokens were spent (the fault
+// checker's leased seed 105, TestLeaseCapSurvivesHandoff). Only the
+// tokens neither reported spent nor given back go: those given back,
+// which this node would have refunded at the grant's expiry, are neither
+// refunded by the new owner nor hold it (under-admission, the safe side);
+// late grants do not go either: their tokens given back later are refused
+// by the new owner.
+func (n *Node) handGrants(s *shard, key string, b bucket.Bucket, now time.Time) []*peerv1.LeaseGrant {
+	n.capLeased(s, key, b, now)
+	var out []*peerv1.LeaseGrant
+	for _, g := range s.granted[key] {
+		if h := g.tokens - g.spent - g.back; h > 0 {
+			out = append(out, &peerv1.LeaseGrant{Key: key, To: g.to, Id: g.exp, Held: h})
+		}
+	}
+	delete(s.granted, key)
+	delete(s.late, key)
+	return out
+}
+
+// sendGrants sends each member of v its grants in held, after the states
+// of their keys (a Handoff of grants alone, on the same ordered queue,
+// acknowledged and sent again as any hand-off). The states' batches are
+// unchanged: a KeyState that carried them grew by a slice, and every
+// hand-off's heap by as much (TestHandoffHeap).
+func (n *Node) sendGrants(now time.Time, v *view, held map[*peer][]*peerv1.LeaseGrant) {
+	for _, name := range v.names {
+		p := v.peers[name]
+		gs := held[p]
+		if p == nil || len(gs) == 0 {
+			continue
+		}
+		p.hoSeq++
+		msg := &peerv1.Handoff{Seq: p.hoSeq, Grants: gs}
+		b := &handoffBatch{msg: msg, sentAt: now, charge: handoffCharge(msg)}
+		n.st.charge(b.charge)
+		p.hoOut = append(p.hoOut, b)
+		n.wake(p)
+		n.send(p.name, handoffBody{msg}) // kept in hoOut, never modified again: shared (see Transport)
+		n.metrics.HandoffsSent.Add(1)
+	}
+}
+
+// onHandedGrants counts the grants handed from p with the states of their
+// keys (handGrants) as live grants of the keys this node owns, and
+// applies the cap; those of a key owned by another live member in v are
+// passed on to it, as onHandoff passes on the states. A grant already
+// counted here (the same holder and id: a hand-off received twice) is not
+// counted again; one that expired, or that would expire later than a grant
+// made now, or of a key held here in no owned bucket, is ignored.
+func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.LeaseGrant) {
+	if len(gs) == 0 {
+		return
+	}
+	var on map[*peer][]*peerv1.LeaseGrant
+	t := n.bt(now)
+	most := t.Add(n.cfg.LeaseTTL).UnixNano()
+	for _, hg := range gs {
+		key := hg.GetKey()
+		if key == "" || len(key) > n.cfg.MaxKeyLen || hg.To == "" || hg.Held <= 0 || hg.Id <= t.UnixNano() || hg.Id > most {
+			continue
+		}
+		if o := v.owner(key); o != n.cfg.Self {
+			if q := v.peers[o]; q != nil && q != p && !q.gone {
+				if on == nil {
+					on = map[*peer][]*peerv1.LeaseGrant{}
+				}
+				// A copy: the received message may share its buffers.
+				on[q] = append(on[q], &peerv1.LeaseGrant{Key: strings.Clone(key), To: strings.Clone(hg.To), Id: hg.Id, Held: hg.Held})
+			}
+			continue
+		}
+		s := n.st.shardOf(key)
+		e := n.st.lookupOwned(s, key)
+		if e == nil || e.b.Config().Algorithm != bucket.TokenBucket {
+			continue
+		}
+		have := s.granted[key]
+		if slices.ContainsFunc(have, func(g liveGrant) bool { return g.to == hg.To && g.exp == hg.Id }) {
+			continue
+		}
+		if s.granted == nil {
+			s.granted = map[string][]liveGrant{}
+		}
+		i := len(have)
+		for i > 0 && have[i-1].exp > hg.Id {
+			i--
+		}
+		s.granted[e.key] = slices.Insert(have, i, liveGrant{exp: hg.Id, tokens: hg.Held, to: strings.Clone(hg.To)})
+		n.capLeased(s, key, e.b, now)
+	}
+	n.sendGrants(now, v, on)
 }

@@ -81,3 +81,79 @@ func TestLeaseKeepsEnvelope(t *testing.T) {
 		t.Errorf("admitted %d in %v..%v: %+.2f hits over the envelope", wj-wi+1, adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
 	}
 }
+
+// TestLeaseCapSurvivesHandoff: the cap of a lease's tokens on the owner's
+// bucket (leasecap.go) moves with the key when its owner changes. a owns
+// the key and grants c a lease; b joins and takes the key over (a hands
+// it off); the key rests until b's bucket would have refilled to its
+// capacity, and then, just before the lease expires, c spends it while b
+// admits what its bucket holds. The fault checker's leased seed 105: the
+// old owner alone kept the cap, and the new owner refilled to full while
+// the old owner's grants were still spendable at their holders.
+func TestLeaseCapSurvivesHandoff(t *testing.T) {
+	const ttl = 5 * time.Second
+	tweak := func(c *Config) { c.LeaseTTL = ttl }
+	before, after := []string{"a", "c"}, []string{"a", "b", "c"}
+	nw := newTestNet(t, tweak, before...)
+	a, c := nw.nodes["a"], nw.nodes["c"]
+	key := keyMoving(t, "a", "b", before, after)
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: 10 * time.Second} // 1 a second, burst 10
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeLeased}
+	var adm []time.Time
+	ask := func(n *Node) bool {
+		r := nw.checkAnswered(n, req)
+		if r.Allowed {
+			adm = append(adm, nw.now)
+		}
+		return r.Allowed
+	}
+	for range 10 {
+		ask(c)
+		nw.run(10 * time.Millisecond)
+		if a.Metrics().LeaseTokensGranted.Load() > 0 {
+			break
+		}
+	}
+	granted := a.Metrics().LeaseTokensGranted.Load()
+	if granted < 2 {
+		t.Fatalf("granted %d, want a lease of 2 or more", granted)
+	}
+	grantedAt := nw.now
+	// b joins: a hands the key off to it.
+	b := nw.add("b", tweak)
+	nw.names = after
+	b.SetMembers(nw.now, after)
+	nw.setMembers(after, "a", "c")
+	nw.run(200 * time.Millisecond)
+	if !isOwned(b, key) {
+		t.Fatalf("b does not own the key after its join")
+	}
+	// Rest until just before the lease expires: b's bucket could refill to
+	// its capacity meanwhile.
+	nw.run(ttl - 400*time.Millisecond - nw.now.Sub(grantedAt))
+	spent := 0
+	for ask(c) {
+		spent++
+		if spent > int(granted) {
+			break
+		}
+	}
+	for ask(b) {
+	}
+	rate := float64(l.Limit) / l.Period.Seconds()
+	lag := 2 * nw.latency
+	worst, wi, wj := -1e9, 0, 0
+	for i := range adm {
+		for j := i; j < len(adm); j++ {
+			over := float64(j-i+1) - (float64(l.Capacity()) + rate*(adm[j].Sub(adm[i])+lag).Seconds())
+			if over > worst {
+				worst, wi, wj = over, i, j
+			}
+		}
+	}
+	t.Logf("granted %d, spent %d on c's lease across the hand-off; %d admitted in all; worst span %v..%v: %+.2f over the envelope",
+		granted, spent, len(adm), adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
+	if worst > 0 {
+		t.Errorf("admitted %d in %v..%v: %+.2f hits over the envelope", wj-wi+1, adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
+	}
+}

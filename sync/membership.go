@@ -182,6 +182,7 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 		p.dirty = 0
 	}
 	out := map[*peer][]*peerv1.KeyState{}
+	var held map[*peer][]*peerv1.LeaseGrant // live lease grants of the keys handed off
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
 		for _, key := range s.sortedKeys() {
@@ -193,11 +194,18 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 					continue
 				}
 				p, lost := nv.peers[owner], nv.lost[owner] != nil
+				grants := n.handGrants(s, key, e.b, now) // leasecap.go
 				if p != nil || lost {
 					state, _ := e.b.AppendBinary(nil)
 					ks := &peerv1.KeyState{Key: key, State: state, Demand: e.dem}
 					if p != nil {
 						out[p] = append(out[p], ks)
+						if len(grants) > 0 {
+							if held == nil {
+								held = map[*peer][]*peerv1.LeaseGrant{}
+							}
+							held[p] = append(held[p], grants...)
+						}
 					} else {
 						n.keepForLost(owner, ks) // lostowner.go: handed to it when it is back
 					}
@@ -223,6 +231,7 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 	n.handOnKept(nv, out)
 	n.followHandoffs(nv, out)
 	n.sendHandoffs(now, nv, out)
+	n.sendGrants(now, nv, held) // leasecap.go: after the states, on the same queue
 }
 
 // followHandoffs adds to out the states of keys in unacknowledged
@@ -384,6 +393,7 @@ func (n *Node) onHandoff(now time.Time, v *view, p *peer, inc uint64, h *peerv1.
 		}
 	}
 	n.sendHandoffs(now, v, on)
+	n.onHandedGrants(now, v, p, h.Grants) // leasecap.go: after the states they go with
 	n.metrics.HandoffsReceived.Add(1)
 	if h.Leaving {
 		n.depart(now, p, inc) // leave.go

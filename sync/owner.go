@@ -34,7 +34,14 @@ func (n *Node) serveFlush(now time.Time, v *view, p *peer, inc uint64, f *peerv1
 	m := n.view.member(p.name) // the index of p in the keys' interest
 	c := coarse(now)
 	for i, it := range f.Items {
-		ack.Items[i] = n.applyFlushItem(now, c, v, p, m, it, &slots[i])
+		var id int64
+		ack.Items[i], id = n.applyFlushItem(now, c, v, p, m, it, &slots[i])
+		if id != 0 {
+			if ack.LeaseGrantIds == nil {
+				ack.LeaseGrantIds = make([]int64, len(f.Items))
+			}
+			ack.LeaseGrantIds[i] = id
+		}
 	}
 	p.lastAck = ack
 	n.send(p.name, flushAckBody{ack})
@@ -78,7 +85,7 @@ func newAck(f *peerv1.Flush, inc uint64) (*peerv1.FlushAck, []ackSlot) {
 // validItem reports whether a flush item can be applied.
 func (n *Node) validItem(it *peerv1.FlushItem) (bucket.Limit, bool) {
 	if it == nil || it.Key == "" || len(it.Key) > n.cfg.MaxKeyLen || it.Hits < 0 || it.Demand < 0 ||
-		!finite(it.Rate) || it.LeaseWant < 0 || it.LeaseReturn < 0 || it.LeaseSpent < 0 {
+		!finite(it.Rate) || it.LeaseWant < 0 || it.LeaseReturn < 0 || it.LeaseSpent < 0 || it.LeaseSettled < 0 {
 		return bucket.Limit{}, false
 	}
 	l, err := limitFromWire(it.Limit)
@@ -89,16 +96,17 @@ func (n *Node) validItem(it *peerv1.FlushItem) (bucket.Limit, bool) {
 // from a previous owner (rebuild), drains the hits, counts the demand,
 // refunds returned lease tokens (at most those granted to p and not yet
 // returned, lease.go) and grants a lease; it returns the answer, slot's
-// when the item was applied.
-func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, it *peerv1.FlushItem, slot *ackSlot) *peerv1.KeyState {
+// when the item was applied, and the id of the lease granted (0: none,
+// leasecap.go).
+func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, it *peerv1.FlushItem, slot *ackSlot) (*peerv1.KeyState, int64) {
 	l, ok := n.validItem(it)
 	if !ok {
 		n.metrics.Malformed.Add(1)
-		return &peerv1.KeyState{Key: it.GetKey()}
+		return &peerv1.KeyState{Key: it.GetKey()}, 0
 	}
 	if v.owner(it.Key) != n.cfg.Self {
 		n.metrics.NotOwner.Add(1)
-		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
+		return &peerv1.KeyState{Key: it.Key, NotOwner: true}, 0
 	}
 	if _, ok := n.awaitingOwner(now, v, it.Key); ok && it.LeaseWant > 0 {
 		// await.go: the key's state is on its way (a hand-off, or the
@@ -108,7 +116,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		// next flush. (Cached mode's flushed hits are applied, and the
 		// hand-off merged in later keeping the most consumed, as before.)
 		n.metrics.NotOwner.Add(1)
-		return &peerv1.KeyState{Key: it.Key, NotOwner: true}
+		return &peerv1.KeyState{Key: it.Key, NotOwner: true}, 0
 	}
 	s := n.st.shardOf(it.Key)
 	// lostkey.go: the item's policy when it names fail-closed (a leased
@@ -122,7 +130,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 	e, reconf, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c, closed)
 	if err != nil {
 		n.metrics.Malformed.Add(1)
-		return &peerv1.KeyState{Key: it.Key}
+		return &peerv1.KeyState{Key: it.Key}, 0
 	}
 	if len(it.View) > 0 {
 		if vb, err := bucket.Decode(it.View); err != nil {
@@ -144,13 +152,16 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		n.spentLive(s, it.Key, p.name, it.LeaseSpent)
 	}
 	var refund int64
-	if it.LeaseReturn > 0 {
-		safe := n.refundable(v, p, it.Key, e.b, now) // lease.go: not beyond one bucket
+	if it.LeaseReturn > 0 || it.LeaseSettled > 0 {
 		back := p.takeReturn(it.Key, it.LeaseReturn, now, n.grantMemory())
-		// leasecap.go: tokens of a grant still counted live are refunded
-		// when it expires here; the others now, under the cap.
-		later := n.returnLive(s, it.Key, p.name, back)
-		refund = min(safe, back-later)
+		later := int64(0)
+		refund = back
+		if l := e.b.Config(); l.Algorithm == bucket.TokenBucket {
+			// leasecap.go: tokens of a grant still counted live are
+			// refunded when it expires here; those of a grant expired
+			// here now, up to what the bucket would have kept of them.
+			refund, later = n.settleReturn(s, it.Key, p.name, back, it.LeaseSettled, e.b)
+		}
 		if refund > 0 {
 			_ = e.b.Refund(n.bt(now), refund)
 			n.capLeased(s, it.Key, e.b, now)
@@ -162,20 +173,14 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		refund += later
 		n.metrics.LeaseTokensRefused.Add(it.LeaseReturn - refund)
 	}
-	var granted int64
+	var granted, grantID int64
 	// covered: the grant, if any, is within its fence's acknowledged bound
 	// (fence.go).
 	covered := true
 	if it.LeaseWant > 0 && len(v.lost) == 0 && !v.orphaned(it.Key) && !v.takingOver(it.Key) { // a minority side grants nothing, nor an orphaned key (quorum.go), nor one taken over not OwnerLeaseTTL since its confirmation (confirm.go)
 		granted, covered = n.grantLease(e, now, it)
 		p.recordGrant(it.Key, granted, now, n.grantMemory())
-		n.noteGrant(s, it.Key, p.name, granted, now) // leasecap.go
-		if granted > 0 {
-			if d, err := e.b.Take(n.bt(now), 0); err == nil {
-				l := e.b.Config()
-				p.notePeak(it.Key, float64(d.Remaining+1), float64(l.Limit)/float64(max(1, l.Period.Nanoseconds())), now)
-			}
-		}
+		grantID = n.noteGrant(s, it.Key, p.name, granted, now) // leasecap.go
 	}
 	if it.Hits > 0 || refund > 0 || granted > 0 || len(it.View) > 0 {
 		// A grant its fence covers, and a refund (the state only less
@@ -188,7 +193,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 	state, _ := e.b.AppendBinary(slot.state[:0])
 	ks := &slot.ks
 	ks.Key, ks.State, ks.Demand, ks.Share, ks.LeaseGranted = it.Key, state[:len(state):len(state)], e.dem, activeShare(e, n.interestCount(s, it.Key, e)), granted
-	return ks
+	return ks, grantID
 }
 
 // ownActiveMin is the owner's decayed demand (hits) above which it counts

@@ -32,6 +32,9 @@ type shard struct {
 	// granted holds, per owned key, the lease grants that may still be
 	// spent, by expiry (leasecap.go); nil until the first grant.
 	granted map[string][]liveGrant
+	// late holds, per owned key, the grants expired here that their
+	// holders have not settled yet (leasecap.go); nil until the first.
+	late map[string][]lateGrant
 	// dirty lists cached keys with something to flush (flagDirty set);
 	// changed lists owned keys with stale interested nodes (flagChanged).
 	dirty, changed []string

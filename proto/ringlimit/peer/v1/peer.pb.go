@@ -761,7 +761,16 @@ type FlushItem struct {
 	// a failed member is bounded at its first decision by the takeover's
 	// drained start then (sync/lostkey.go), as for ForwardItem.fail_closed;
 	// unset, the receiver's default policy decides, as before.
-	FailClosed    bool `protobuf:"varint,10,opt,name=fail_closed,json=failClosed,proto3" json:"fail_closed,omitempty"`
+	FailClosed bool `protobuf:"varint,10,opt,name=fail_closed,json=failClosed,proto3" json:"fail_closed,omitempty"`
+	// lease_settled names the latest of the receiver's grants to the sender
+	// (FlushAck.lease_grant_ids) that the sender holds no more: it expired
+	// there (or was given back whole), and its unspent tokens are in this
+	// item's lease_return or an earlier one. Every grant of the receiver to
+	// the sender on the key up to it is settled: what was not given back was
+	// spent. The owner then forgets those grants (sync/leasecap.go), and
+	// judges a return by the grants it came from. 0 (an older sender): the
+	// owner credits returns to the sender's grants oldest first, as before.
+	LeaseSettled  int64 `protobuf:"varint,11,opt,name=lease_settled,json=leaseSettled,proto3" json:"lease_settled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -866,6 +875,13 @@ func (x *FlushItem) GetFailClosed() bool {
 	return false
 }
 
+func (x *FlushItem) GetLeaseSettled() int64 {
+	if x != nil {
+		return x.LeaseSettled
+	}
+	return 0
+}
+
 // FlushAck answers a Flush with the authoritative state of each key.
 type FlushAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -873,7 +889,13 @@ type FlushAck struct {
 	Seq              uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	FlushIncarnation uint64 `protobuf:"varint,2,opt,name=flush_incarnation,json=flushIncarnation,proto3" json:"flush_incarnation,omitempty"`
 	// items answer the Flush's items one for one, in order.
-	Items         []*KeyState `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
+	Items []*KeyState `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
+	// lease_grant_ids name the grants of the items' lease_granted, one for
+	// one (0: none), for the receiver's later FlushItem.lease_settled: each
+	// grant's expiry at the owner (Unix ns, cluster time), which orders the
+	// owner's grants to a node on a key. Empty when no item was granted a
+	// lease (or from an older owner: the receiver then settles nothing).
+	LeaseGrantIds []int64 `protobuf:"varint,4,rep,packed,name=lease_grant_ids,json=leaseGrantIds,proto3" json:"lease_grant_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -925,6 +947,13 @@ func (x *FlushAck) GetFlushIncarnation() uint64 {
 func (x *FlushAck) GetItems() []*KeyState {
 	if x != nil {
 		return x.Items
+	}
+	return nil
+}
+
+func (x *FlushAck) GetLeaseGrantIds() []int64 {
+	if x != nil {
+		return x.LeaseGrantIds
 	}
 	return nil
 }
@@ -1033,6 +1062,79 @@ func (x *KeyState) GetReserve() int64 {
 	return 0
 }
 
+// LeaseGrant is a lease grant on a key, as its owner counts it.
+type LeaseGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// to names the member holding the lease.
+	To string `protobuf:"bytes,1,opt,name=to,proto3" json:"to,omitempty"`
+	// id is the grant's FlushAck.lease_grant_ids entry: its expiry at the
+	// owner (Unix ns, cluster time).
+	Id int64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	// held is the tokens of the grant neither reported spent nor given back.
+	Held          int64  `protobuf:"varint,3,opt,name=held,proto3" json:"held,omitempty"`
+	Key           string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseGrant) Reset() {
+	*x = LeaseGrant{}
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseGrant) ProtoMessage() {}
+
+func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
+func (*LeaseGrant) Descriptor() ([]byte, []int) {
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LeaseGrant) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *LeaseGrant) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetHeld() int64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 // Push carries an owner's fresh states of keys the receiver recently asked
 // about and that changed since.
 type Push struct {
@@ -1048,7 +1150,7 @@ type Push struct {
 
 func (x *Push) Reset() {
 	*x = Push{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1162,7 @@ func (x *Push) String() string {
 func (*Push) ProtoMessage() {}
 
 func (x *Push) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[9]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1175,7 @@ func (x *Push) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Push.ProtoReflect.Descriptor instead.
 func (*Push) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Push) GetAppliedSeq() uint64 {
@@ -1109,7 +1211,7 @@ type Forward struct {
 
 func (x *Forward) Reset() {
 	*x = Forward{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1223,7 @@ func (x *Forward) String() string {
 func (*Forward) ProtoMessage() {}
 
 func (x *Forward) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[10]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1236,7 @@ func (x *Forward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forward.ProtoReflect.Descriptor instead.
 func (*Forward) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Forward) GetId() uint64 {
@@ -1179,7 +1281,7 @@ type ForwardItem struct {
 
 func (x *ForwardItem) Reset() {
 	*x = ForwardItem{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1293,7 @@ func (x *ForwardItem) String() string {
 func (*ForwardItem) ProtoMessage() {}
 
 func (x *ForwardItem) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[11]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1306,7 @@ func (x *ForwardItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardItem.ProtoReflect.Descriptor instead.
 func (*ForwardItem) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ForwardItem) GetKey() string {
@@ -1275,7 +1377,7 @@ type ForwardReply struct {
 
 func (x *ForwardReply) Reset() {
 	*x = ForwardReply{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1389,7 @@ func (x *ForwardReply) String() string {
 func (*ForwardReply) ProtoMessage() {}
 
 func (x *ForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[12]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1402,7 @@ func (x *ForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardReply.ProtoReflect.Descriptor instead.
 func (*ForwardReply) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ForwardReply) GetId() uint64 {
@@ -1352,7 +1454,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1466,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[13]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1479,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -1467,14 +1569,20 @@ type Handoff struct {
 	// receiver. The receiver takes the sender off its ring at once, without
 	// waiting for gossip, and routes again what it had in flight to it. A
 	// leaving hand-off may carry no items.
-	Leaving       bool `protobuf:"varint,3,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	Leaving bool `protobuf:"varint,3,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// grants are the sender's lease grants on keys it hands off (in this or
+	// an earlier hand-off to the receiver) that may still be spent at their
+	// holders: the receiver, the keys' new owner, holds their buckets under
+	// them as the sender did (sync/leasecap.go). Absent (an older sender),
+	// the receiver's bucket may refill to its capacity while they are spent.
+	Grants        []*LeaseGrant `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Handoff) Reset() {
 	*x = Handoff{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1594,7 @@ func (x *Handoff) String() string {
 func (*Handoff) ProtoMessage() {}
 
 func (x *Handoff) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[14]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1607,7 @@ func (x *Handoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
 func (*Handoff) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Handoff) GetSeq() uint64 {
@@ -1523,6 +1631,13 @@ func (x *Handoff) GetLeaving() bool {
 	return false
 }
 
+func (x *Handoff) GetGrants() []*LeaseGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
 // HandoffAck acknowledges a Handoff.
 type HandoffAck struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
@@ -1534,7 +1649,7 @@ type HandoffAck struct {
 
 func (x *HandoffAck) Reset() {
 	*x = HandoffAck{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1661,7 @@ func (x *HandoffAck) String() string {
 func (*HandoffAck) ProtoMessage() {}
 
 func (x *HandoffAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[15]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1674,7 @@ func (x *HandoffAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffAck.ProtoReflect.Descriptor instead.
 func (*HandoffAck) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HandoffAck) GetSeq() uint64 {
@@ -1599,7 +1714,7 @@ type Backup struct {
 
 func (x *Backup) Reset() {
 	*x = Backup{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1726,7 @@ func (x *Backup) String() string {
 func (*Backup) ProtoMessage() {}
 
 func (x *Backup) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[16]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1739,7 @@ func (x *Backup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backup.ProtoReflect.Descriptor instead.
 func (*Backup) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Backup) GetSeq() uint64 {
@@ -1662,7 +1777,7 @@ type BackupAck struct {
 
 func (x *BackupAck) Reset() {
 	*x = BackupAck{}
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[17]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1789,7 @@ func (x *BackupAck) String() string {
 func (*BackupAck) ProtoMessage() {}
 
 func (x *BackupAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[17]
+	mi := &file_ringlimit_peer_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1802,7 @@ func (x *BackupAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupAck.ProtoReflect.Descriptor instead.
 func (*BackupAck) Descriptor() ([]byte, []int) {
-	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_ringlimit_peer_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BackupAck) GetSeq() uint64 {
@@ -1767,7 +1882,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x11cold_factor_milli\x18\x15 \x01(\rR\x0fcoldFactorMilli\"M\n" +
 	"\x05Flush\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x122\n" +
-	"\x05items\x18\x02 \x03(\v2\x1c.ringlimit.peer.v1.FlushItemR\x05items\"\xa5\x02\n" +
+	"\x05items\x18\x02 \x03(\v2\x1c.ringlimit.peer.v1.FlushItemR\x05items\"\xca\x02\n" +
 	"\tFlushItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05limit\x18\x02 \x01(\v2\x18.ringlimit.peer.v1.LimitR\x05limit\x12\x12\n" +
@@ -1782,11 +1897,13 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"leaseSpent\x12\x1f\n" +
 	"\vfail_closed\x18\n" +
 	" \x01(\bR\n" +
-	"failClosed\"|\n" +
+	"failClosed\x12#\n" +
+	"\rlease_settled\x18\v \x01(\x03R\fleaseSettled\"\xa4\x01\n" +
 	"\bFlushAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12+\n" +
 	"\x11flush_incarnation\x18\x02 \x01(\x04R\x10flushIncarnation\x121\n" +
-	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\"\xbc\x01\n" +
+	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\x12&\n" +
+	"\x0flease_grant_ids\x18\x04 \x03(\x03R\rleaseGrantIds\"\xbc\x01\n" +
 	"\bKeyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\fR\x05state\x12\x16\n" +
@@ -1794,7 +1911,13 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\tnot_owner\x18\x04 \x01(\bR\bnotOwner\x12#\n" +
 	"\rlease_granted\x18\x05 \x01(\x03R\fleaseGranted\x12\x14\n" +
 	"\x05share\x18\x06 \x01(\x02R\x05share\x12\x18\n" +
-	"\areserve\x18\a \x01(\x03R\areserve\"\x8b\x01\n" +
+	"\areserve\x18\a \x01(\x03R\areserve\"R\n" +
+	"\n" +
+	"LeaseGrant\x12\x0e\n" +
+	"\x02to\x18\x01 \x01(\tR\x02to\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x03R\x02id\x12\x12\n" +
+	"\x04held\x18\x03 \x01(\x03R\x04held\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\"\x8b\x01\n" +
 	"\x04Push\x12\x1f\n" +
 	"\vapplied_seq\x18\x01 \x01(\x04R\n" +
 	"appliedSeq\x12/\n" +
@@ -1828,11 +1951,12 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\rerror_message\x18\b \x01(\tR\ferrorMessage\x12\"\n" +
 	"\freconfigured\x18( \x01(\bR\freconfigured\x12\x14\n" +
 	"\x05state\x18) \x01(\fR\x05state\x12\x14\n" +
-	"\x05share\x18* \x01(\x02R\x05share\"h\n" +
+	"\x05share\x18* \x01(\x02R\x05share\"\x9f\x01\n" +
 	"\aHandoff\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
 	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\x12\x18\n" +
-	"\aleaving\x18\x03 \x01(\bR\aleaving\"O\n" +
+	"\aleaving\x18\x03 \x01(\bR\aleaving\x125\n" +
+	"\x06grants\x18\x04 \x03(\v2\x1d.ringlimit.peer.v1.LeaseGrantR\x06grants\"O\n" +
 	"\n" +
 	"HandoffAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12/\n" +
@@ -1868,7 +1992,7 @@ func file_ringlimit_peer_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_peer_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ringlimit_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_ringlimit_peer_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_ringlimit_peer_v1_peer_proto_goTypes = []any{
 	(ErrorCode)(0),          // 0: ringlimit.peer.v1.ErrorCode
 	(*DeliverRequest)(nil),  // 1: ringlimit.peer.v1.DeliverRequest
@@ -1880,47 +2004,49 @@ var file_ringlimit_peer_v1_peer_proto_goTypes = []any{
 	(*FlushItem)(nil),       // 7: ringlimit.peer.v1.FlushItem
 	(*FlushAck)(nil),        // 8: ringlimit.peer.v1.FlushAck
 	(*KeyState)(nil),        // 9: ringlimit.peer.v1.KeyState
-	(*Push)(nil),            // 10: ringlimit.peer.v1.Push
-	(*Forward)(nil),         // 11: ringlimit.peer.v1.Forward
-	(*ForwardItem)(nil),     // 12: ringlimit.peer.v1.ForwardItem
-	(*ForwardReply)(nil),    // 13: ringlimit.peer.v1.ForwardReply
-	(*Decision)(nil),        // 14: ringlimit.peer.v1.Decision
-	(*Handoff)(nil),         // 15: ringlimit.peer.v1.Handoff
-	(*HandoffAck)(nil),      // 16: ringlimit.peer.v1.HandoffAck
-	(*Backup)(nil),          // 17: ringlimit.peer.v1.Backup
-	(*BackupAck)(nil),       // 18: ringlimit.peer.v1.BackupAck
+	(*LeaseGrant)(nil),      // 10: ringlimit.peer.v1.LeaseGrant
+	(*Push)(nil),            // 11: ringlimit.peer.v1.Push
+	(*Forward)(nil),         // 12: ringlimit.peer.v1.Forward
+	(*ForwardItem)(nil),     // 13: ringlimit.peer.v1.ForwardItem
+	(*ForwardReply)(nil),    // 14: ringlimit.peer.v1.ForwardReply
+	(*Decision)(nil),        // 15: ringlimit.peer.v1.Decision
+	(*Handoff)(nil),         // 16: ringlimit.peer.v1.Handoff
+	(*HandoffAck)(nil),      // 17: ringlimit.peer.v1.HandoffAck
+	(*Backup)(nil),          // 18: ringlimit.peer.v1.Backup
+	(*BackupAck)(nil),       // 19: ringlimit.peer.v1.BackupAck
 }
 var file_ringlimit_peer_v1_peer_proto_depIdxs = []int32{
 	3,  // 0: ringlimit.peer.v1.DeliverRequest.envelopes:type_name -> ringlimit.peer.v1.Envelope
 	6,  // 1: ringlimit.peer.v1.Envelope.flush:type_name -> ringlimit.peer.v1.Flush
 	8,  // 2: ringlimit.peer.v1.Envelope.flush_ack:type_name -> ringlimit.peer.v1.FlushAck
-	10, // 3: ringlimit.peer.v1.Envelope.push:type_name -> ringlimit.peer.v1.Push
-	11, // 4: ringlimit.peer.v1.Envelope.forward:type_name -> ringlimit.peer.v1.Forward
-	13, // 5: ringlimit.peer.v1.Envelope.forward_reply:type_name -> ringlimit.peer.v1.ForwardReply
-	15, // 6: ringlimit.peer.v1.Envelope.handoff:type_name -> ringlimit.peer.v1.Handoff
-	16, // 7: ringlimit.peer.v1.Envelope.handoff_ack:type_name -> ringlimit.peer.v1.HandoffAck
-	17, // 8: ringlimit.peer.v1.Envelope.backup:type_name -> ringlimit.peer.v1.Backup
-	18, // 9: ringlimit.peer.v1.Envelope.backup_ack:type_name -> ringlimit.peer.v1.BackupAck
+	11, // 3: ringlimit.peer.v1.Envelope.push:type_name -> ringlimit.peer.v1.Push
+	12, // 4: ringlimit.peer.v1.Envelope.forward:type_name -> ringlimit.peer.v1.Forward
+	14, // 5: ringlimit.peer.v1.Envelope.forward_reply:type_name -> ringlimit.peer.v1.ForwardReply
+	16, // 6: ringlimit.peer.v1.Envelope.handoff:type_name -> ringlimit.peer.v1.Handoff
+	17, // 7: ringlimit.peer.v1.Envelope.handoff_ack:type_name -> ringlimit.peer.v1.HandoffAck
+	18, // 8: ringlimit.peer.v1.Envelope.backup:type_name -> ringlimit.peer.v1.Backup
+	19, // 9: ringlimit.peer.v1.Envelope.backup_ack:type_name -> ringlimit.peer.v1.BackupAck
 	4,  // 10: ringlimit.peer.v1.Envelope.clock_probe:type_name -> ringlimit.peer.v1.ClockProbe
 	7,  // 11: ringlimit.peer.v1.Flush.items:type_name -> ringlimit.peer.v1.FlushItem
 	5,  // 12: ringlimit.peer.v1.FlushItem.limit:type_name -> ringlimit.peer.v1.Limit
 	9,  // 13: ringlimit.peer.v1.FlushAck.items:type_name -> ringlimit.peer.v1.KeyState
 	9,  // 14: ringlimit.peer.v1.Push.items:type_name -> ringlimit.peer.v1.KeyState
-	12, // 15: ringlimit.peer.v1.Forward.items:type_name -> ringlimit.peer.v1.ForwardItem
+	13, // 15: ringlimit.peer.v1.Forward.items:type_name -> ringlimit.peer.v1.ForwardItem
 	5,  // 16: ringlimit.peer.v1.ForwardItem.limit:type_name -> ringlimit.peer.v1.Limit
-	14, // 17: ringlimit.peer.v1.ForwardReply.items:type_name -> ringlimit.peer.v1.Decision
+	15, // 17: ringlimit.peer.v1.ForwardReply.items:type_name -> ringlimit.peer.v1.Decision
 	0,  // 18: ringlimit.peer.v1.Decision.error:type_name -> ringlimit.peer.v1.ErrorCode
 	9,  // 19: ringlimit.peer.v1.Handoff.items:type_name -> ringlimit.peer.v1.KeyState
-	9,  // 20: ringlimit.peer.v1.Backup.items:type_name -> ringlimit.peer.v1.KeyState
-	1,  // 21: ringlimit.peer.v1.Peer.Deliver:input_type -> ringlimit.peer.v1.DeliverRequest
-	1,  // 22: ringlimit.peer.v1.Peer.Stream:input_type -> ringlimit.peer.v1.DeliverRequest
-	2,  // 23: ringlimit.peer.v1.Peer.Deliver:output_type -> ringlimit.peer.v1.DeliverResponse
-	2,  // 24: ringlimit.peer.v1.Peer.Stream:output_type -> ringlimit.peer.v1.DeliverResponse
-	23, // [23:25] is the sub-list for method output_type
-	21, // [21:23] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	10, // 20: ringlimit.peer.v1.Handoff.grants:type_name -> ringlimit.peer.v1.LeaseGrant
+	9,  // 21: ringlimit.peer.v1.Backup.items:type_name -> ringlimit.peer.v1.KeyState
+	1,  // 22: ringlimit.peer.v1.Peer.Deliver:input_type -> ringlimit.peer.v1.DeliverRequest
+	1,  // 23: ringlimit.peer.v1.Peer.Stream:input_type -> ringlimit.peer.v1.DeliverRequest
+	2,  // 24: ringlimit.peer.v1.Peer.Deliver:output_type -> ringlimit.peer.v1.DeliverResponse
+	2,  // 25: ringlimit.peer.v1.Peer.Stream:output_type -> ringlimit.peer.v1.DeliverResponse
+	24, // [24:26] is the sub-list for method output_type
+	22, // [22:24] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_peer_v1_peer_proto_init() }
@@ -1946,7 +2072,7 @@ func file_ringlimit_peer_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_peer_v1_peer_proto_rawDesc), len(file_ringlimit_peer_v1_peer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
