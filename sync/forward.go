@@ -605,7 +605,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 				if ks := n.heldFencedState(now, v, it.Key, p.name, inc); ks != nil {
 					restore = append(restore, ks)
 				}
-				if ownerIs == p.name {
+				if ownerIs == p.name && it.Fenced && it.GetFailClosed() {
 					// await.go: the answer names p as the owner, which then
 					// decides the key's closed checks. What this node has of
 					// the key goes first: it may have handed its state to

@@ -20,8 +20,14 @@ import (
 // had admitted on it after e's start. Now e decides the key only once the
 // wait is resolved: a failed, the takeover confirmed (confirm.go) and tg's
 // backup of the key fetched; until then its fail-closed checks go by the
-// policy. Owner mode, fail-closed, a key of 100 an hour.
+// policy. Owner and leased mode, fail-closed, a key of 100 an hour.
 func TestJoinerWaitsForOldOwnerKilledUnaware(t *testing.T) {
+	for _, mode := range []check.Mode{check.ModeOwner, check.ModeLeased} {
+		t.Run(mode.String(), func(t *testing.T) { joinerWaitsForOldOwner(t, mode) })
+	}
+}
+
+func joinerWaitsForOldOwner(t *testing.T, mode check.Mode) {
 	before := []string{"a", "b", "c", "d"}
 	all := append(before[:4:4], "e")
 	var key, tg string
@@ -33,7 +39,7 @@ func TestJoinerWaitsForOldOwnerKilledUnaware(t *testing.T) {
 	}
 	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
 	nw := newTestNet(t, tweak, before...)
-	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
+	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: mode, Policy: check.PolicyFailClosed}
 	first := runRequestLoad(t, nw, []string{"a"}, req, 40*5*time.Millisecond, nil)
 	// e joins and learns of everyone; the others do not know e yet.
 	nw.add("e", tweak)
@@ -60,6 +66,12 @@ func TestJoinerWaitsForOldOwnerKilledUnaware(t *testing.T) {
 	}
 	if remainingOn(nw.nodes["e"], nw.now, key) != 0 {
 		t.Errorf("e's state of %s: %d left, want 0 (tg's backup)", key, remainingOn(nw.nodes["e"], nw.now, key))
+	}
+	// The wait is resolved by then: the key is decided (spent), not by the
+	// policy.
+	then := runRequestLoad(t, nw, []string{"e", tg}, req, 200*time.Millisecond, nil)
+	if then.admitted != 0 || then.degraded != 0 {
+		t.Errorf("then: %d admitted, %d degraded of %d, want none", then.admitted, then.degraded, then.checks)
 	}
 }
 
