@@ -209,10 +209,13 @@ func (n *Node) closedAwait(v *view, key string) (string, bool) {
 }
 
 // awaitFor returns the member to ask about key for a check, closed or not
-// (closedAwait, awaitingOwner).
+// (closedAwait, then awaitingOwner: a mark that is not open, deposed's or
+// one of a former orphan's, keeps its timed wait for closed checks too).
 func (n *Node) awaitFor(now time.Time, v *view, key string, closed bool) (string, bool) {
 	if closed {
-		return n.closedAwait(v, key)
+		if prev, ok := n.closedAwait(v, key); ok {
+			return prev, true
+		}
 	}
 	return n.awaitingOwner(now, v, key)
 }
@@ -275,12 +278,14 @@ func (n *Node) awaitingOwner(now time.Time, v *view, key string) (string, bool) 
 }
 
 // probeReady reports whether a probe may be decided here: for a closed
-// check, once its key's mark is resolved (closedAwait); for another, once
-// this node holds state for the key.
+// check of a key whose mark is open (awaitOpen), once the mark is resolved
+// (closedAwait); otherwise once this node holds state for the key.
 func (n *Node) probeReady(v *view, it *fwdItem) bool {
-	if it.closed() {
-		_, waits := n.closedAwait(v, it.req.Key)
-		return !waits
+	if it.closed() && v.ring != nil {
+		if a, ok := v.await[v.ring.PartitionOf(it.req.Key)]; ok && a.open != nil {
+			_, waits := n.closedAwait(v, it.req.Key)
+			return !waits
+		}
 	}
 	return n.heldLocally(it.req.Key)
 }
