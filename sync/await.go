@@ -80,7 +80,9 @@ func (n *Node) awaitsAlso(now time.Time, v *view, key, p string) bool {
 // nil on the first membership (or holds only this node, just started, with
 // standIns, the stand-ins of SetExpected on it, if it had not joined): then
 // the previous owners are those of the ring without this node, which is
-// what the rest of the cluster used.
+// what the rest of the cluster used. A mark that is open (awaitOpen) and
+// not resolved is carried over past its wait while its member is on the
+// ring, and turned to that member's backup holder when it failed.
 func (n *Node) gainedPartitions(now time.Time, old map[int]awaitFrom, before, after *ring.Ring, standIns []string) map[int]awaitFrom {
 	if n.cfg.HandoffWait == 0 {
 		return nil
