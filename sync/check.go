@@ -255,7 +255,7 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *check.Request, resp
 		return nil
 	}
 	if owner == n.cfg.Self {
-		if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
+		if prev, ok := n.awaitFor(now, v, r.Key, mode != check.ModeCached && pol == check.PolicyFailClosed); ok {
 			resp.Owner = prev
 			it := a.item()
 			it.resp, it.req, it.pol, it.here = resp, *r, pol, true

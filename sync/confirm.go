@@ -117,6 +117,20 @@ func (n *Node) unconfirmedTakeovers(now time.Time, old, nv *view) *confirmation 
 			}
 		}
 	}
+	for id, a := range old.await {
+		// await.go: a partition gained from a member that failed before it
+		// handed it off (awaitOpen) is taken over from that member's
+		// backups.
+		if a.open == nil || a.open.done || nv.ring.Has(a.from) {
+			continue
+		}
+		if _, failed := n.quorum.failed[a.from]; !failed {
+			continue
+		}
+		if o, err := nv.ring.PartitionOwner(id); err == nil && o == n.cfg.Self {
+			mark(id)
+		}
+	}
 	if len(n.quorum.failed) > 0 && old.ring != nv.ring {
 		moves, err := ring.Diff(old.ring, nv.ring)
 		if err == nil {

@@ -48,6 +48,12 @@ func (it *fwdItem) failClosed() bool {
 	return it.pol == check.PolicyFailClosed
 }
 
+// closed reports whether it is a closed check (await.go, awaitOpen): of
+// policy fail-closed, in owner or leased mode.
+func (it *fwdItem) closed() bool {
+	return it.resp.Mode != check.ModeCached && it.failClosed()
+}
+
 // wirePolicy returns the policy a forwarded check it asks its owner to
 // start a new state of the key under: fail-closed, or the owner's default.
 func wirePolicy(it *peerv1.ForwardItem) check.Policy {
@@ -277,6 +283,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 				// the key was handed off before, on the same queue. Unless
 				// another member may hold it (awaitFrom.also): then the
 				// check waits for its hand-off.
+				n.noteNotOwner(n.view, p.name, it.req.Key, rep.Items[i].GetOwner()) // await.go
 				if n.awaitsAlso(now, n.view, it.req.Key, p.name) && n.parkCheck(now, n.view, it) {
 					continue
 				}
@@ -307,7 +314,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 // node's clients is decided by its partition policy.
 func (n *Node) decideHere(now time.Time, c uint32, v *view, it *fwdItem) {
 	if v.owner(it.req.Key) != n.cfg.Self || v.orphaned(it.req.Key) || v.unconfirmed(it.req.Key) ||
-		it.resp.Mode != check.ModeCached && v.takingOver(it.req.Key) {
+		it.resp.Mode != check.ModeCached && v.takingOver(it.req.Key) || n.closedWaits(v, it) {
 		it.here = false
 		n.degradeForward(now, c, it)
 		return
@@ -362,7 +369,7 @@ func (n *Node) routeAgain(now time.Time, c uint32, v *view, from *peer, it *fwdI
 		return false // passed on once already: decided here or not at all
 	}
 	if owner == n.cfg.Self {
-		if prev, ok := n.awaitingOwner(now, v, it.req.Key); ok {
+		if prev, ok := n.awaitFor(now, v, it.req.Key, it.closed()); ok {
 			it.here = true
 			it.resp.Owner = prev
 			if q := v.peers[prev]; q != nil && q != from && !q.gone {
@@ -545,6 +552,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 	var states []byte
 	for i, it := range f.Items {
 		resp = check.Response{}
+		ownerIs := "" // the owner a not-owner answer names (Decision.owner)
 		if w := it.GetLimit(); w != lastWire || w == nil {
 			lastWire = w
 			lastL, lastErr = limitFromWire(w)
@@ -590,11 +598,22 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 		case v.owner(it.Key) != n.cfg.Self:
 			n.metrics.NotOwner.Add(1)
 			resp.Err = ErrNotOwner
+			ownerIs = v.owner(it.Key)
 			if it.Relayed {
 				// Passed on, or a probe from a node that sees itself as
 				// the owner: give it the backup held here, if any.
 				if ks := n.heldFencedState(now, v, it.Key, p.name, inc); ks != nil {
 					restore = append(restore, ks)
+				}
+				if ownerIs == p.name && it.Fenced && it.GetFailClosed() {
+					// await.go: the answer names p as the owner, which then
+					// decides the key's closed checks. What this node has of
+					// the key goes first: it may have handed its state to
+					// another member, which passes it on to p by a longer
+					// way (the fault checker's owner seed 272, -notify 2.5s).
+					if ks := n.recordState(it.Key); ks != nil {
+						restore = append(restore, ks)
+					}
 				}
 				break
 			}
@@ -610,7 +629,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			}
 		default:
 			r := check.Request{Key: it.Key, Hits: it.Hits, Limit: l, Lease: it.Lease, Release: it.Release, Policy: wirePolicy(it)}
-			if prev, ok := n.awaitingOwner(now, v, r.Key); ok {
+			if prev, ok := n.awaitFor(now, v, r.Key, it.Fenced && it.GetFailClosed()); ok {
 				fi := relay(i)
 				fi.resp.Owner, fi.resp.Mode = prev, fwdMode(it)
 				fi.req, fi.pol, fi.here, fi.relay = r, n.cfg.Policy, true, true
@@ -638,6 +657,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 		}
 		decisionIntoWire(&decs[i], resp.Decision, resp.Err)
 		decs[i].Reconfigured = resp.Reconfigured
+		decs[i].Owner = ownerIs
 	}
 	if len(restore) > 0 {
 		n.sendHandoffs(now, v, map[*peer][]*peerv1.KeyState{p: restore})

@@ -383,6 +383,7 @@ func (n *Node) onHandoff(now time.Time, v *view, p *peer, inc uint64, h *peerv1.
 		}
 		if b, ok := n.decodeState(ks); ok {
 			n.mergeState(now, v, ks.Key, b, ks.Demand)
+			n.noteHanded(v, p.name, ks.Key) // await.go
 			if q := v.peers[v.owner(ks.Key)]; q != nil && q != p && !q.gone {
 				if on == nil {
 					on = map[*peer][]*peerv1.KeyState{}

@@ -108,13 +108,17 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		n.metrics.NotOwner.Add(1)
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}, 0
 	}
-	if _, ok := n.awaitingOwner(now, v, it.Key); ok && it.LeaseWant > 0 {
+	if _, ok := n.awaitFor(now, v, it.Key, it.FailClosed); ok && it.LeaseWant > 0 {
 		// await.go: the key's state is on its way (a hand-off, or the
 		// backup holder's answer to a probe) and none is held here: a
 		// lease granted now would come from a fresh bucket. Answered
 		// not-owner, the sender keeps its hits and asks again with its
 		// next flush. (Cached mode's flushed hits are applied, and the
 		// hand-off merged in later keeping the most consumed, as before.)
+		// For leased checks of policy fail-closed the wait lasts until the
+		// previous owner has handed the key off or answered not-owner
+		// naming this node (awaitOpen): the sender's checks, forwarded
+		// once its lease is spent, probe it.
 		n.metrics.NotOwner.Add(1)
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}, 0
 	}

@@ -594,13 +594,16 @@ func (n *Node) awaitFormerOrphans(now time.Time, old, nv *view) {
 		if p := nv.peers[h]; err != nil || p == nil || p.gone {
 			continue
 		}
-		if _, ok := nv.await[id]; ok {
+		if a, ok := nv.await[id]; ok && now.Before(a.until) {
 			continue
 		}
 		if nv.await == nil {
 			nv.await = map[int]awaitFrom{}
 		}
-		nv.await[id] = awaitFrom{from: h, until: now.Add(n.cfg.HandoffWait)}
+		// A mark whose wait is over, kept for closed checks only (await.go,
+		// awaitOpen: the previous owner at this node's start, which never
+		// held the key), gives way to the holder's.
+		nv.await[id] = awaitFrom{from: h, until: now.Add(n.cfg.HandoffWait), open: &awaitOpen{}}
 	}
 }
 

@@ -1446,8 +1446,15 @@ type Decision struct {
 	// partition policy starts from, is refreshed by it, with no flush of its
 	// own (sync/cached.go, keepView). share is the receiver's share of the
 	// key's tokens, as in KeyState.
-	State         []byte  `protobuf:"bytes,41,opt,name=state,proto3" json:"state,omitempty"`
-	Share         float32 `protobuf:"fixed32,42,opt,name=share,proto3" json:"share,omitempty"`
+	State []byte  `protobuf:"bytes,41,opt,name=state,proto3" json:"state,omitempty"`
+	Share float32 `protobuf:"fixed32,42,opt,name=share,proto3" json:"share,omitempty"`
+	// owner, with error NOT_OWNER, is the member the sender's ring gives the
+	// key to, when it names one (not on a minority side, nor for an orphaned
+	// partition or a takeover not yet confirmed, which it may own). A node
+	// awaiting the sender's hand-off (sync/await.go, awaitOpen) decides a
+	// closed check of the key only once this names it: the sender's state of
+	// the key came before the answer, on the same queue.
+	Owner         string `protobuf:"bytes,43,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1557,6 +1564,13 @@ func (x *Decision) GetShare() float32 {
 		return x.Share
 	}
 	return 0
+}
+
+func (x *Decision) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
 }
 
 // Handoff carries owned states to their new owner after a membership change.
@@ -1939,7 +1953,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\fForwardReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
 	"\x13forward_incarnation\x18\x02 \x01(\x04R\x12forwardIncarnation\x121\n" +
-	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\x05items\"\xe0\x02\n" +
+	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\x05items\"\xf6\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1951,7 +1965,8 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\rerror_message\x18\b \x01(\tR\ferrorMessage\x12\"\n" +
 	"\freconfigured\x18( \x01(\bR\freconfigured\x12\x14\n" +
 	"\x05state\x18) \x01(\fR\x05state\x12\x14\n" +
-	"\x05share\x18* \x01(\x02R\x05share\"\x9f\x01\n" +
+	"\x05share\x18* \x01(\x02R\x05share\x12\x14\n" +
+	"\x05owner\x18+ \x01(\tR\x05owner\"\x9f\x01\n" +
 	"\aHandoff\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
 	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\x12\x18\n" +
