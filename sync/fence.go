@@ -256,7 +256,7 @@ func (n *Node) allFences() iter.Seq2[string, *fence] {
 // round trip, inside FenceHold.
 func (n *Node) resetFences(now time.Time, old, v *view) {
 	var before, after *ring.Ring
-	if n.st.nfences > 0 && (n.cfg.FenceHold > 0 && len(n.quorum.failed) > 0 || joined(old, v)) {
+	if (n.st.nfences > 0 || len(n.st.gone) > 0) && (n.cfg.FenceHold > 0 && len(n.quorum.failed) > 0 || joined(old, v)) {
 		// Only a failed member's going, or a member's coming, moves a
 		// target under a hold.
 		before, after = n.withoutSelf(old.ring), n.successorRing(v.ring)

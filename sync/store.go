@@ -145,6 +145,9 @@ func (st *store) partitionOf(key string) int {
 func (st *store) newFence(key string) *fence {
 	f := &fence{}
 	st.nfences++
+	if len(st.gone) == 0 {
+		return f
+	}
 	if g := st.gone[st.partitionOf(key)]; g != nil {
 		f.holdUntil, f.holdEcho, f.holdFrom, f.holdFor = g.holdUntil, g.holdEcho, g.holdFrom, g.holdFor
 	}
