@@ -11,43 +11,58 @@ import (
 
 // TestFenceFloodBounded: a client that sends one owner-mode check each for
 // many fresh keys, with membership stable, leaves no more fences than the
-// key budget holds records (issues 14/15, a memory flood). Each key gets a
-// fence (about 144 bytes, not charged to the budget); before, a fence
-// outlived its record, evicted under MaxKeys or swept idle, in
-// store.fenced, and was dropped only at a membership change that moved its
-// key away: 2000 fresh keys under a budget of 64 left 2000 fences.
+// key budget holds records (issues 14/15, a memory flood), under a budget
+// of keys (MaxKeys) or of bytes (MaxKeyBytes). Each key gets a fence
+// (about 144 bytes, not charged to the budget); before, a fence outlived
+// its record, evicted or swept idle, in store.fenced, and was dropped only
+// at a membership change that moved its key away: 2000 fresh keys under a
+// budget of 64 keys left 2000 fences.
 func TestFenceFloodBounded(t *testing.T) {
 	const budget, flood = 64, 2000
-	nw := newTestNet(t, func(c *Config) { c.MaxKeys = budget }, "a", "b")
-	a := nw.nodes["a"]
-	peak := 0
-	for i, key := range keysOwnedBy(t, "a", []string{"a", "b"}, flood) {
-		req := check.Request{Key: key, Hits: 1, Limit: perMinute(60), Mode: check.ModeOwner}
-		if r := nw.checkAnswered(a, req); !r.Allowed {
-			t.Fatalf("check %d of %s: %+v, want admitted", i, key, r)
-		}
-		peak = max(peak, a.st.nfences)
-	}
-	if peak > budget+1 {
-		t.Errorf("during the flood: up to %d fences held, want at most %d (the budget's records, and the one being checked)", peak, budget+1)
-	}
-	owned := 0
-	for i := range a.st.shards {
-		owned += a.st.shards[i].own.len()
-	}
-	t.Logf("after %d fresh keys: %d fences (%d loose), %d owned records, %d keys stored", flood, a.st.nfences, len(a.st.fenced), owned, a.metrics.Keys.Load())
-	if a.st.nfences > owned+len(a.st.fenced) || len(a.st.fenced) > budget {
-		t.Errorf("%d fences, %d loose, for %d owned records: want at most the records' and %d loose", a.st.nfences, len(a.st.fenced), owned, budget)
-	}
-	// A sweep cycle later (the keys refilled, idle): none left.
-	nw.run(2*time.Minute + 2*a.cfg.SweepInterval)
-	owned = 0
-	for i := range a.st.shards {
-		owned += a.st.shards[i].own.len()
-	}
-	t.Logf("after the sweeps: %d fences (%d loose), %d owned records", a.st.nfences, len(a.st.fenced), owned)
-	if a.st.nfences > owned || len(a.st.fenced) != 0 {
-		t.Errorf("after the sweeps: %d fences, %d loose, for %d owned records: want none loose", a.st.nfences, len(a.st.fenced), owned)
+	for _, tc := range []struct {
+		name  string
+		tweak func(*Config)
+	}{
+		{"MaxKeys", func(c *Config) { c.MaxKeys = budget }},
+		{"MaxKeyBytes", func(c *Config) { c.MaxKeyBytes = budget * recordCharge(len("key-0000")) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nw := newTestNet(t, tc.tweak, "a", "b")
+			a := nw.nodes["a"]
+			peak := 0
+			for i, key := range keysOwnedBy(t, "a", []string{"a", "b"}, flood) {
+				req := check.Request{Key: key, Hits: 1, Limit: perMinute(60), Mode: check.ModeOwner}
+				if r := nw.checkAnswered(a, req); !r.Allowed {
+					t.Fatalf("check %d of %s: %+v, want admitted", i, key, r)
+				}
+				peak = max(peak, a.st.nfences)
+				if a.st.maxBytes > 0 && a.st.bytes > a.st.maxBytes {
+					t.Fatalf("after %d keys: %d bytes charged, over the budget of %d", i+1, a.st.bytes, a.st.maxBytes)
+				}
+			}
+			owned := 0
+			for i := range a.st.shards {
+				owned += a.st.shards[i].own.len()
+			}
+			t.Logf("after %d fresh keys: %d fences (%d loose; at most %d), %d owned records, %d keys stored, %d bytes charged",
+				flood, a.st.nfences, len(a.st.fenced), peak, owned, a.metrics.Keys.Load(), a.st.bytes)
+			if peak > owned+1 {
+				t.Errorf("during the flood: up to %d fences held, want at most %d (the budget's records, and the one being checked)", peak, owned+1)
+			}
+			if a.st.nfences > owned || len(a.st.fenced) != 0 {
+				t.Errorf("%d fences, %d loose, for %d owned records: want at most the records', none loose", a.st.nfences, len(a.st.fenced), owned)
+			}
+			// Once the keys have refilled and the sweeps ran: none left.
+			nw.run(2*time.Minute + 2*a.cfg.SweepInterval)
+			owned = 0
+			for i := range a.st.shards {
+				owned += a.st.shards[i].own.len()
+			}
+			t.Logf("after the sweeps: %d fences (%d loose), %d owned records", a.st.nfences, len(a.st.fenced), owned)
+			if a.st.nfences != 0 || owned != 0 {
+				t.Errorf("after the sweeps: %d fences, %d owned records: want none", a.st.nfences, owned)
+			}
+		})
 	}
 }
 
@@ -181,5 +196,34 @@ func TestEvictedFenceKeepsJoinHold(t *testing.T) {
 		key, tg, first.admitted, cutOff.admitted, cutOff.degraded, taken.admitted, taken.byNode)
 	if total := first.admitted + cutOff.admitted + taken.admitted; total > 100 {
 		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
+	}
+}
+
+// TestLooseFenceSettledAtSweep: a fence whose record leaves the store while
+// a check waits on it stays in store.fenced; once nothing waits on it (here
+// the check timed out, its key's target cut off, and no record came back)
+// the next sweep forgets it (store.settleLoose).
+func TestLooseFenceSettledAtSweep(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "a", "a", "b")
+	nw.isolate("b")
+	p := checkAsync(a, nw.now, check.Request{Key: key, Hits: 1, Limit: perMinute(60), Mode: check.ModeOwner, Policy: check.PolicyFailClosed})
+	s := a.st.shardOf(key)
+	e := a.st.lookupOwned(s, key)
+	if p.done || e == nil || e.fen == nil || len(e.fen.holds) != 1 {
+		t.Fatalf("check done %v, record %+v: want it waiting on the record's fence", p.done, e)
+	}
+	a.st.removeEntry(s, key, e)
+	if len(a.st.fenced) != 1 || a.st.nfences != 1 {
+		t.Fatalf("fenced %d, nfences %d: want the fence loose", len(a.st.fenced), a.st.nfences)
+	}
+	nw.run(a.cfg.RequestTimeout)
+	if !p.done || p.resps[0].Allowed {
+		t.Fatalf("check: done %v, %+v: want it decided by fail-closed", p.done, p.resps[0])
+	}
+	nw.run(2 * a.cfg.SweepInterval)
+	if len(a.st.fenced) != 0 || a.st.nfences != 0 {
+		t.Errorf("a sweep later: fenced %d, nfences %d: want none", len(a.st.fenced), a.st.nfences)
 	}
 }
