@@ -586,6 +586,9 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 			}
 		}
 	}
+	if len(ack.KnownMembers) > 0 {
+		n.st.releaseGone(p.name, ack.KnownMembers) // fence.go, holdForOldTarget
+	}
 	if fl.early {
 		n.dur.earlyOut--
 		if n.earlyDue(now) {

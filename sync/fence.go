@@ -57,6 +57,17 @@ import (
 // for one backup round trip; a node with no backup target (alone on its
 // ring) is not fenced: no one takes its keys over.
 //
+// A fence goes with its key's record when the record leaves the store
+// (swept idle, evicted under the key budget, turned into a view), once no
+// check waits on it and the bound covers what it spent (store.forgetFence
+// has the argument); its holds stay with its partition (store.gone), for
+// the key's next fence, which starts from bound 0: the key's next check
+// waits for a backup round trip again. So the fences are bounded by the
+// records the budget holds (issues 14/15: before, a fence outlived its
+// record until a membership change moved its key away, and a flood of
+// fresh owner-mode keys left one fence, 144 bytes, per key, outside the
+// budget; TestFenceFloodBounded).
+//
 // The fence covers what the backup target knows. Its limit: a key's new
 // owner that is not its backup holder (two members lost at once, the owner
 // and its target, e.g. both on the minority side of a partition) starts from
@@ -108,7 +119,8 @@ type fenceHold struct {
 
 // fences holds the checks waiting on a Node's fences. The fences
 // themselves are in the store: an owned key's in its record, the others'
-// in store.fenced (fenceOf).
+// (fenced before their record came, or kept when it left while checks
+// waited on them) in store.fenced (fenceOf).
 type fences struct {
 	// waiting lists the fences with checks waiting (or that had some since
 	// the last Tick), each once, in the order of their first: Tick visits
@@ -142,8 +154,7 @@ func (n *Node) fenceIn(e *ownedKey, key string) *fence {
 	st := n.st
 	if e != nil {
 		if e.fen == nil {
-			e.fen = &fence{}
-			st.nfences++
+			e.fen = st.newFence(key)
 		}
 		return e.fen
 	}
@@ -152,9 +163,8 @@ func (n *Node) fenceIn(e *ownedKey, key string) *fence {
 		if st.fenced == nil {
 			st.fenced = map[string]*fence{}
 		}
-		f = &fence{}
+		f = st.newFence(key)
 		st.fenced[key] = f
-		st.nfences++
 	}
 	return f
 }
@@ -246,7 +256,7 @@ func (n *Node) allFences() iter.Seq2[string, *fence] {
 // round trip, inside FenceHold.
 func (n *Node) resetFences(now time.Time, old, v *view) {
 	var before, after *ring.Ring
-	if n.st.nfences > 0 && (n.cfg.FenceHold > 0 && len(n.quorum.failed) > 0 || joined(old, v)) {
+	if (n.st.nfences > 0 || len(n.st.gone) > 0) && (n.cfg.FenceHold > 0 && len(n.quorum.failed) > 0 || joined(old, v)) {
 		// Only a failed member's going, or a member's coming, moves a
 		// target under a hold.
 		before, after = n.withoutSelf(old.ring), n.successorRing(v.ring)
@@ -262,34 +272,57 @@ func (n *Node) resetFences(now time.Time, old, v *view) {
 			was, _ = before.Owner(key)
 			is, _ = after.Owner(key)
 		}
-		_, failed := n.quorum.failed[was]
-		if h := f.holdFrom; h != "" {
-			switch {
-			case v.ring.Has(h) && h != is:
-				if is != "" {
-					f.holdFor = is // h must know the target it has now
-				}
-				continue // still held: h's acknowledged bound stands
-			case !v.ring.Has(h):
-				_, failed = n.quorum.failed[h]
-				was = h
-			}
-			f.holdFrom, f.holdFor = "", ""
-		} else if was != "" && is != "" && was != is && v.ring.Has(was) && !old.ring.Has(is) {
-			holdForOldTarget(f, was, is)
+		held = n.resetFence(now, old, v, f, was, is) || held
+	}
+	// The partitions' forgotten fences (store.gone) get the holds their
+	// keys' fences would have got.
+	for p, g := range n.st.gone {
+		if o, err := v.ring.PartitionOwner(p); err != nil || o != n.cfg.Self || len(v.lost) > 0 {
+			delete(n.st.gone, p)
 			continue
 		}
-		f.bound, f.promised = f.spent, f.spent
-		f.gen++
-		if was != "" && was != is && failed {
-			f.holdUntil = now.Add(n.cfg.FenceHold)
-			f.holdEcho = n.clk.now
-			held = true
+		was, is := "", ""
+		if before != nil && after != nil {
+			was, _ = before.PartitionOwner(p)
+			is, _ = after.PartitionOwner(p)
 		}
+		held = n.resetFence(now, old, v, g, was, is) || held
 	}
 	if held {
 		n.askHoldEcho(v)
 	}
+}
+
+// resetFence is resetFences for one fence f, of a key still owned here
+// whose backup target was was before the change from old to v and is is
+// now ("" when no hold can start); it reports whether f is held on
+// echoes afresh.
+func (n *Node) resetFence(now time.Time, old, v *view, f *fence, was, is string) (held bool) {
+	_, failed := n.quorum.failed[was]
+	if h := f.holdFrom; h != "" {
+		switch {
+		case v.ring.Has(h) && h != is:
+			if is != "" {
+				f.holdFor = is // h must know the target it has now
+			}
+			return false // still held: h's acknowledged bound stands
+		case !v.ring.Has(h):
+			_, failed = n.quorum.failed[h]
+			was = h
+		}
+		f.holdFrom, f.holdFor = "", ""
+	} else if was != "" && is != "" && was != is && v.ring.Has(was) && !old.ring.Has(is) {
+		holdForOldTarget(f, was, is)
+		return false
+	}
+	f.bound, f.promised = f.spent, f.spent
+	f.gen++
+	if was != "" && was != is && failed {
+		f.holdUntil = now.Add(n.cfg.FenceHold)
+		f.holdEcho = n.clk.now
+		return true
+	}
+	return false
 }
 
 // askHoldEcho sends every live peer of v an echo request (carrying a

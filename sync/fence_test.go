@@ -366,13 +366,16 @@ func requireBackupCovers(t *testing.T, nw *testNet, holder, owner *Node, key str
 	}
 }
 
-// TestFenceOutlivesItsRecord: an owned key's fence lives in its record
-// (ownedKey.fen), and outlives it as it did in the map keyed by the key
-// that held it before (issue 14): a record removed (swept, evicted) or
-// turned into a view leaves its fence in store.fenced, the key's next
-// owned record takes it back, and a membership change that moves the key
-// away drops it wherever it is.
-func TestFenceOutlivesItsRecord(t *testing.T) {
+// TestFenceForgottenWithItsRecord: an owned key's fence lives in its
+// record (ownedKey.fen). A record removed (swept, evicted) or turned into a
+// view takes its fence with it when nothing waits on it and its bound
+// covers its spent (store.forgetFence; before, the fence outlived the
+// record in store.fenced until a membership change, issues 14/15); the
+// key's next fence starts from bound 0 and waits for a backup. A fence
+// with a check waiting on it stays in store.fenced and the key's next
+// record takes it back; a membership change that moves the key away drops
+// it wherever it is, and its partition's forgotten holds (store.gone).
+func TestFenceForgottenWithItsRecord(t *testing.T) {
 	nw := newTestNet(t, nil, "a", "b")
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "a", "a", "b")
@@ -392,32 +395,32 @@ func TestFenceOutlivesItsRecord(t *testing.T) {
 		t.Fatalf("fenceOf %p, fenced %d, nfences %d: want %p, 0, 1", a.fenceOf(key), len(a.st.fenced), a.st.nfences, f)
 	}
 
-	// Removed: the fence waits in store.fenced.
+	// Removed: the fence goes with the record.
 	a.st.removeEntry(s, key, e)
-	if e.fen != nil || a.st.fenced[key] != f || a.fenceOf(key) != f || a.st.nfences != 1 {
-		t.Fatalf("after the removal: record's %p, fenced %p, fenceOf %p, nfences %d: want nil, %p, %p, 1", e.fen, a.st.fenced[key], a.fenceOf(key), a.st.nfences, f, f)
+	if e.fen != nil || a.fenceOf(key) != nil || len(a.st.fenced) != 0 || a.st.nfences != 0 {
+		t.Fatalf("after the removal: record's %p, fenceOf %p, fenced %d, nfences %d: want none", e.fen, a.fenceOf(key), len(a.st.fenced), a.st.nfences)
 	}
-	// The next check's record takes it back: spent goes on from 20.
+	// The next check's record gets a new fence, which waits for a backup.
+	waits := a.Metrics().FenceWaits.Load()
 	if r := nw.checkAnswered(a, req); !r.Allowed {
 		t.Fatalf("check after the removal: %+v, want admitted", r)
 	}
 	e = a.st.lookupOwned(s, key)
-	if e == nil || e.fen != f || len(a.st.fenced) != 0 || f.spent != 21 {
-		t.Fatalf("after the check: record %+v, fenced %d, spent %d: want the fence back, 0, 21", e, len(a.st.fenced), f.spent)
+	if e == nil || e.fen == nil || e.fen == f || e.fen.spent != 1 || a.st.nfences != 1 {
+		t.Fatalf("after the check: record %+v, nfences %d: want a new fence, 1 spent", e, a.st.nfences)
+	}
+	if got := a.Metrics().FenceWaits.Load() - waits; got != 1 {
+		t.Errorf("the check after the removal waited %d times on its fence, want 1", got)
 	}
 
-	// A view in its place keeps it out of the record; the owned record
-	// that replaces the view takes it back.
-	v := a.st.toCached(s, e)
-	if a.st.fenced[key] != f {
-		t.Fatalf("after toCached: fenced %p, want %p", a.st.fenced[key], f)
-	}
-	if o := a.st.toOwned(s, v); o.fen != f || len(a.st.fenced) != 0 {
-		t.Fatalf("after toOwned: record's %p, fenced %d: want %p, 0", o.fen, len(a.st.fenced), f)
+	// A view in its place takes it too.
+	a.st.toCached(s, e)
+	if a.fenceOf(key) != nil || a.st.nfences != 0 {
+		t.Fatalf("after toCached: fenceOf %p, nfences %d: want none", a.fenceOf(key), a.st.nfences)
 	}
 
-	// A membership change that moves the key away drops its fence, in the
-	// record or in store.fenced.
+	// A fence with a check waiting on it stays loose, and the key's next
+	// record takes it back.
 	r := mustRing(t, "a", "b")
 	other := ""
 	for i := 0; other == ""; i++ {
@@ -429,15 +432,35 @@ func TestFenceOutlivesItsRecord(t *testing.T) {
 	}
 	oreq := req
 	oreq.Key = other
-	nw.checkAnswered(a, oreq)
+	p := checkAsync(a, nw.now, oreq) // a fresh key: it waits for its fence's backup
 	so := a.st.shardOf(other)
-	a.st.removeEntry(so, other, a.st.lookupOwned(so, other))
-	if a.st.fenced[other] == nil || a.st.nfences != 2 {
-		t.Fatalf("fenced %v, nfences %d: want %q's fence loose, 2 fences", a.st.fenced, a.st.nfences, other)
+	oe := a.st.lookupOwned(so, other)
+	if p.done || oe == nil || oe.fen == nil || len(oe.fen.holds) != 1 {
+		t.Fatalf("fresh key's check: done %v, record %+v: want it waiting on the record's fence", p.done, oe)
 	}
+	of := oe.fen
+	a.st.removeEntry(so, other, oe)
+	if a.st.fenced[other] != of || a.st.nfences != 1 {
+		t.Fatalf("fenced %v, nfences %d: want %q's fence loose, 1 fence", a.st.fenced, a.st.nfences, other)
+	}
+	for !p.done {
+		nw.run(100 * time.Microsecond)
+	}
+	if !p.resps[0].Allowed {
+		t.Fatalf("the waiting check: %+v, want admitted", p.resps[0])
+	}
+	if oe = a.st.lookupOwned(so, other); oe == nil || oe.fen != of || len(a.st.fenced) != 0 || of.spent != 1 {
+		t.Fatalf("after the waiting check: record %+v, fenced %d: want the fence back, none loose", oe, len(a.st.fenced))
+	}
+	if len(a.st.gone) == 0 {
+		t.Fatalf("no forgotten holds for %q's partition", key)
+	}
+
+	// A membership change that moves the keys away drops their fences and
+	// their partitions' forgotten holds.
 	a.SetMembers(nw.now, []string{"b"})
-	if a.fenceOf(key) != nil || a.fenceOf(other) != nil || len(a.st.fenced) != 0 || a.st.nfences != 0 {
-		t.Errorf("after a left the ring: fences %p %p, fenced %d, nfences %d: want none", a.fenceOf(key), a.fenceOf(other), len(a.st.fenced), a.st.nfences)
+	if a.fenceOf(key) != nil || a.fenceOf(other) != nil || len(a.st.fenced) != 0 || a.st.nfences != 0 || len(a.st.gone) != 0 {
+		t.Errorf("after a left the ring: fences %p %p, fenced %d, nfences %d, gone %d: want none", a.fenceOf(key), a.fenceOf(other), len(a.st.fenced), a.st.nfences, len(a.st.gone))
 	}
 }
 

@@ -208,7 +208,7 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, tr: tr}
-	n.st = newStore(cfg.MaxKeys, cfg.MaxKeyBytes, &n.metrics)
+	n.st = newStore(cfg.MaxKeys, cfg.MaxKeyBytes, cfg.Ring.PartitionCount, &n.metrics)
 	n.view = &view{index: map[string]int{}, peers: map[string]*peer{}}
 	return n, nil
 }
@@ -484,6 +484,9 @@ func (n *Node) sweepShard(now time.Time, i int) {
 	s := &n.st.shards[i]
 	c := coarse(now)
 	n.st.sweepEntries(s, n.bt(now), c, toCoarse(n.cfg.SweepInterval), toCoarse(n.cfg.InterestTTL))
+	if i == 0 {
+		n.st.settleLoose() // fence.go: once a sweep
+	}
 	n.sweepWide(i)
 	n.sweepLeases(s, now)
 }

@@ -67,10 +67,10 @@ type ownedKey struct {
 	// map's lookup, two cache misses of its own (its group and its copy of
 	// the key), was 17-21% of an owner-mode decision's CPU and 13-15% of a
 	// leased one's in CoreUniform's profiles (issue 14; docs/bench.md,
-	// "The fence in the record"). The store moves it to store.fenced when
-	// the record leaves the owned table and back when one comes
-	// (adoptFence, looseFence): a key's fence outlives its record as it
-	// did in the map.
+	// "The fence in the record"). When the record leaves the owned table
+	// the store forgets it, or, while checks wait on it, moves it to
+	// store.fenced, whence the key's next owned record takes it back
+	// (looseFence, forgetFence, adoptFence).
 	fen *fence
 }
 

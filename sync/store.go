@@ -2,6 +2,7 @@ package sync
 
 import (
 	"hash/maphash"
+	"slices"
 	"strings"
 	"time"
 
@@ -122,10 +123,108 @@ type store struct {
 	seed maphash.Seed
 	// fenced holds the fences (fence.go) of keys with no owned record in
 	// the store: fenced before their record came, or whose record was
-	// removed or became a view. An owned record holds its key's fence
-	// itself (ownedKey.fen). nfences counts the fences, both kinds.
+	// removed or became a view while checks waited on them (forgetFence
+	// forgets the others; settleLoose these, once a sweep). An owned
+	// record holds its key's fence itself (ownedKey.fen). nfences counts
+	// the fences, both kinds.
 	fenced  map[string]*fence
 	nfences int
+	// gone holds, per ring partition (partitionOf), the holds of the fences
+	// forgotten with their records (forgetFence): a fence of the partition
+	// made afresh takes them (newFence). partitions is the ring's
+	// partition count (Config.Ring.PartitionCount).
+	gone       map[int]*fence
+	partitions int
+}
+
+// partitionOf returns key's ring partition (ring.Ring.PartitionOf, which
+// depends only on the key and the partition count).
+func (st *store) partitionOf(key string) int {
+	return int(xxhash.Sum64String(key) % uint64(st.partitions))
+}
+
+// newFence returns a new fence for key, counted in nfences, that takes the
+// holds of the fences of its partition forgotten before (forgetFence).
+func (st *store) newFence(key string) *fence {
+	f := &fence{}
+	st.nfences++
+	if len(st.gone) == 0 {
+		return f
+	}
+	if g := st.gone[st.partitionOf(key)]; g != nil {
+		f.holdUntil, f.holdEcho, f.holdFrom, f.holdFor = g.holdUntil, g.holdEcho, g.holdFrom, g.holdFor
+	}
+	return f
+}
+
+// forgetFence forgets f, the fence of key, whose record left the store,
+// and reports whether it did: when no check waits on it and all it spent
+// is within the bound its target acknowledged. Its holds (resetFences,
+// holdForOldTarget) go to its partition's entry in gone, for the fences
+// of the partition made afresh; a fence held from another old target than
+// the one its partition's entry is held from is not forgotten.
+//
+// Why a fence so forgotten admits nothing beyond the envelope (fence.go):
+// the key's next fence starts with bound 0, so its owner drains nothing
+// as owner before its target acknowledges a backup of the key's state
+// then, sent after every backup of the old fence (one link delivers in
+// order); the holder merges that state into what it held (keeping the
+// most consumed) and keeps the new reserve, which covers all the new fence
+// lets the owner drain. Until that acknowledgement the holder's state,
+// its old reserve drained, is at least as consumed as the owner's when the
+// record left (spent within bound), and the owner drains nothing more.
+// A hold in progress, or one that a later membership change starts for
+// the partition (resetFences visits gone as it visits the fences), goes
+// on for the new fence. What the owner admits again from a fresh record
+// after an eviction is the eviction's cost (budget.go), kept fence or
+// not.
+func (st *store) forgetFence(key string, f *fence) bool {
+	if len(f.holds) > 0 || f.listed || f.spent > f.bound || st.partitions <= 0 {
+		return false
+	}
+	p := st.partitionOf(key)
+	g := st.gone[p]
+	if g != nil && f.holdFrom != "" && g.holdFrom != "" && (g.holdFrom != f.holdFrom || g.holdFor != f.holdFor) {
+		return false
+	}
+	if g == nil {
+		if st.gone == nil {
+			st.gone = map[int]*fence{}
+		}
+		g = &fence{}
+		st.gone[p] = g
+	}
+	if f.holdUntil.After(g.holdUntil) {
+		g.holdUntil = f.holdUntil
+	}
+	g.holdEcho = max(g.holdEcho, f.holdEcho)
+	if f.holdFrom != "" {
+		g.holdFrom, g.holdFor = f.holdFrom, f.holdFor
+	}
+	st.nfences--
+	return true
+}
+
+// releaseGone ends the holds of store.gone held from the old target from
+// (holdForOldTarget) for a target that from's acknowledgement shows it
+// knows (known), as fenceHeld ends a fence's.
+func (st *store) releaseGone(from string, known []string) {
+	for _, g := range st.gone {
+		if g.holdFrom == from && slices.Contains(known, g.holdFor) {
+			g.holdFrom, g.holdFor = "", ""
+		}
+	}
+}
+
+// settleLoose forgets the fences in store.fenced that may be forgotten
+// now (forgetFence): those kept when their record left, while checks
+// waited on them.
+func (st *store) settleLoose() {
+	for key, f := range st.fenced {
+		if st.forgetFence(key, f) {
+			delete(st.fenced, key)
+		}
+	}
 }
 
 // adoptFence gives e, an owned record just put in the store, its key's
@@ -140,17 +239,22 @@ func (st *store) adoptFence(e *ownedKey) {
 	}
 }
 
-// looseFence moves the fence of e, an owned record leaving the store (or
-// its owned table), to store.fenced.
+// looseFence forgets the fence of e, an owned record leaving the store
+// (or its owned table), or moves it to store.fenced when it may not be
+// forgotten yet (forgetFence).
 func (st *store) looseFence(e *ownedKey) {
-	if e.fen == nil {
+	f := e.fen
+	if f == nil {
+		return
+	}
+	e.fen = nil
+	if st.forgetFence(e.key, f) {
 		return
 	}
 	if st.fenced == nil {
 		st.fenced = map[string]*fence{}
 	}
-	st.fenced[e.key] = e.fen
-	e.fen = nil
+	st.fenced[e.key] = f
 }
 
 // listDirty appends key, routed by r, to s's dirty list.
@@ -233,8 +337,8 @@ func (st *store) forget() {
 	st.metrics.Keys.Add(-1)
 }
 
-func newStore(maxKeys int, maxBytes int64, m *Metrics) *store {
-	st := &store{maxKeys: int64(maxKeys), maxBytes: maxBytes, metrics: m, seed: maphash.MakeSeed()}
+func newStore(maxKeys int, maxBytes int64, partitions int, m *Metrics) *store {
+	st := &store{maxKeys: int64(maxKeys), maxBytes: maxBytes, partitions: partitions, metrics: m, seed: maphash.MakeSeed()}
 	for i := range st.shards {
 		s := &st.shards[i]
 		s.bit = 1 << i

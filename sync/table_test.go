@@ -137,7 +137,7 @@ func TestTableEmpty(t *testing.T) {
 // hash the same keys differently and so lay them out in different orders,
 // while a store hashes a key the same way every time.
 func TestStoreHashSeeded(t *testing.T) {
-	a, b := newStore(1<<20, 0, new(Metrics)), newStore(1<<20, 0, new(Metrics))
+	a, b := newStore(1<<20, 0, 0, new(Metrics)), newStore(1<<20, 0, 0, new(Metrics))
 	var ta, tb table[cachedKey]
 	same := 0
 	for i := range 1000 {
@@ -184,7 +184,7 @@ func TestTableSameXXHash(t *testing.T) {
 			t.Fatalf("key %x: xxhash %x, want %x (64 bytes)", k, xxhash.Sum64String(k), want)
 		}
 	}
-	st := newStore(1<<20, 0, new(Metrics))
+	st := newStore(1<<20, 0, 0, new(Metrics))
 	for _, tc := range []struct {
 		name string
 		hash func(string) uint64
