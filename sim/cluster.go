@@ -341,7 +341,7 @@ func (c *Cluster) reference() {
 		now := c.at(a.at)
 		b := ks.ref
 		if b == nil {
-			b, _ = bucket.New(c.limit, now) // the limit was validated
+			b, _ = bucket.NewIn(&ks.sp, c.limit, now) // the limit was validated
 			ks.ref = b
 		}
 		d, err := b.Take(now, a.hits)
