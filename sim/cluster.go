@@ -316,7 +316,7 @@ func (c *Cluster) arrive(until int64) {
 			s := c.nodes[node]
 			p := s.acquire()
 			p.at, p.node, p.gen, p.key, p.win, p.hits = at, int32(node), s.gen, int32(a.key), int32(w), a.hits
-			p.reqs[0] = check.Request{Key: c.wl.keys[a.key], Hits: a.hits, Limit: c.limit}
+			p.reqs[0] = check.Request{Key: c.wl.keyName(a.key), Hits: a.hits, Limit: c.limit}
 			s.arrivals = append(s.arrivals, p)
 		}
 		c.nextArrival = a.next
