@@ -125,8 +125,11 @@ type Cluster struct {
 	// minParallel is the fewest requests of a window run on the workers
 	// (the constant minParallel; tests lower it).
 	minParallel int
-	due         []*simNode // the nodes with events in the current window
-	refs        []arrival  // the arrivals of the window, for the ideal limiter
+	// sizeCheck is how often a node checks the size of what it sends
+	// (the constant sizeCheck; tests set 1).
+	sizeCheck int64
+	due       []*simNode // the nodes with events in the current window
+	refs      []arrival  // the arrivals of the window, for the ideal limiter
 	// parallelWindows counts the windows whose nodes ran at once.
 	parallelWindows int64
 
@@ -180,9 +183,10 @@ func NewCluster(sc Scenario, v Variant, seed uint64) (*Cluster, error) {
 	c := &Cluster{
 		sc: sc, v: v, seed: seed, limit: limit, ringCfg: cfg.Ring, epoch: Epoch(),
 		end: int64(sc.Duration), tick: int64(cfg.TickInterval), workers: 1, minParallel: minParallel,
-		rngArr: rand.New(rand.NewPCG(seed, streamArrivals)),
-		rngMem: rand.New(rand.NewPCG(seed, streamMembers)),
-		byName: make(map[string]int32),
+		sizeCheck: sizeCheck,
+		rngArr:    rand.New(rand.NewPCG(seed, streamArrivals)),
+		rngMem:    rand.New(rand.NewPCG(seed, streamMembers)),
+		byName:    make(map[string]int32),
 	}
 	c.stop = c.end + 2*int64(time.Second) + 2*int64(cfg.RequestTimeout)
 	windows := int((sc.Duration + sc.Window - 1) / sc.Window)
@@ -312,7 +316,7 @@ func (c *Cluster) arrive(until int64) {
 			s := c.nodes[node]
 			p := s.acquire()
 			p.at, p.node, p.gen, p.key, p.win, p.hits = at, int32(node), s.gen, int32(a.key), int32(w), a.hits
-			p.reqs[0] = check.Request{Key: c.wl.keys[a.key], Hits: a.hits, Limit: c.limit}
+			p.reqs[0] = check.Request{Key: c.wl.keyName(a.key), Hits: a.hits, Limit: c.limit}
 			s.arrivals = append(s.arrivals, p)
 		}
 		c.nextArrival = a.next
@@ -341,7 +345,7 @@ func (c *Cluster) reference() {
 		now := c.at(a.at)
 		b := ks.ref
 		if b == nil {
-			b, _ = bucket.New(c.limit, now) // the limit was validated
+			b, _ = bucket.NewIn(&ks.sp, c.limit, now) // the limit was validated
 			ks.ref = b
 		}
 		d, err := b.Take(now, a.hits)

@@ -302,7 +302,7 @@ func (c *Cluster) owner() int32 {
 	if err != nil {
 		return -1
 	}
-	o, err := r.Owner(c.wl.keys[0])
+	o, err := r.Owner(c.wl.keyName(0))
 	if err != nil {
 		return -1
 	}

@@ -91,10 +91,14 @@ func TestConvergence(t *testing.T) {
 	}
 }
 
-// TestKeyStatLine: a key's netting slots and reference bucket fill one
-// 64-byte cache line exactly (see keyStat).
+// TestKeyStatLine: a key's reference bucket and netting slots fill two
+// 64-byte cache lines exactly, the bucket and the windows in the first
+// (see keyStat).
 func TestKeyStatLine(t *testing.T) {
-	if got := unsafe.Sizeof(keyStat{}); got != 64 {
-		t.Errorf("keyStat is %d bytes, want 64", got)
+	if got := unsafe.Sizeof(keyStat{}); got != 128 {
+		t.Errorf("keyStat is %d bytes, want 128", got)
+	}
+	if got := unsafe.Offsetof(keyStat{}.win); got >= 64 {
+		t.Errorf("keyStat.win at byte %d, want in the first line", got)
 	}
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math/rand/v2"
 
 	"google.golang.org/protobuf/proto"
@@ -128,6 +129,34 @@ func (nw *network) heal() {
 	}
 }
 
+// cachedSize sizes the envelopes a node sends. A Node never modifies a
+// message once sent (rlsync.Transport), and the parts of one are often
+// sent again (a key's state pushed to every peer that holds the key, a
+// flush resent), so the size protobuf cached in a part the last time it
+// was sized is still its size: UseCachedSize reads it instead of walking
+// the part again. The numbers are the same as proto.Size's: every
+// sizeCheck-th envelope a node sends is sized afresh and encoded, and a
+// difference ends the run (checkSize).
+var cachedSize = proto.MarshalOptions{UseCachedSize: true}
+
+// sizeCheck is how often a node checks the size of what it sends against
+// a fresh sizing and an encoding (one envelope in sizeCheck; tests check
+// every one).
+const sizeCheck = 1024
+
+// checkSize checks that n, the cached size of env, is the size of env's
+// encoding, and keeps the first difference for the cluster (settle).
+func (s *simNode) checkSize(env *peerv1.Envelope, n int) {
+	b, err := proto.Marshal(env)
+	switch {
+	case err != nil:
+		s.sizeErr = fmt.Errorf("sim: node %s sent an envelope that does not encode: %w", s.name, err)
+	case len(b) != n:
+		s.sizeErr = fmt.Errorf("sim: node %s sent an envelope of %d bytes sized %d from the sizes cached "+
+			"in its parts: a message modified after it was sent (rlsync.Transport)", s.name, len(b), n)
+	}
+}
+
 // endpoint is one node's rlsync.Transport: it stamps the sender and hands the
 // message to the cluster's network. It belongs to one incarnation of the
 // node; sends from an older one are dropped.
@@ -152,7 +181,11 @@ func (e *endpoint) Send(to string, env *peerv1.Envelope) {
 	}
 	t := &from.traffic[c.met.win(from.now)]
 	t.messages++
-	t.bytes += int64(proto.Size(env))
+	n := cachedSize.Size(env)
+	if from.sent++; from.sent%c.sizeCheck == 0 {
+		from.checkSize(env, n)
+	}
+	t.bytes += int64(n)
 	j, ok := c.byName[to]
 	if !ok {
 		return // a name the cluster never had: nothing to report it to

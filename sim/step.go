@@ -71,6 +71,10 @@ type nodeRun struct {
 	// leaving is set when the node ticked while leaving: the cluster
 	// checks its leave at the end of the window.
 	leaving bool
+	// sent counts the envelopes sent (see checkSize); sizeErr holds the
+	// first size that did not match an envelope's encoding.
+	sent    int64
+	sizeErr error
 }
 
 // runUntil runs windows up to instant until, or until the traffic has
@@ -240,6 +244,9 @@ func (c *Cluster) fire(s *simNode, e *event) {
 // every node's decisions, node by node in index order.
 func (c *Cluster) settle() {
 	for _, s := range c.nodes {
+		if s.sizeErr != nil && c.err == nil {
+			c.err = s.sizeErr
+		}
 		for _, e := range s.out {
 			c.nodes[e.b].q.push(e)
 		}

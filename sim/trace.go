@@ -29,8 +29,8 @@ func (c *Cluster) SetTrace(w io.Writer, key int) error {
 		c.tr = nil
 		return nil
 	}
-	if key < 0 || key >= len(c.wl.keys) {
-		return fmt.Errorf("%w: trace key %d: the workload has keys 0 to %d", ErrScenario, key, len(c.wl.keys)-1)
+	if key < 0 || key >= c.wl.keys() {
+		return fmt.Errorf("%w: trace key %d: the workload has keys 0 to %d", ErrScenario, key, c.wl.keys()-1)
 	}
 	c.tr = &tracer{w: w, key: int32(key)}
 	c.workers = 1
@@ -54,7 +54,7 @@ func (c *Cluster) traceNode(s *simNode, at int64, what string) {
 	}
 	owner := "-"
 	if r := s.n.Ring(); r != nil {
-		if o, err := r.Owner(c.wl.keys[c.tr.key]); err == nil {
+		if o, err := r.Owner(c.wl.keyName(int(c.tr.key))); err == nil {
 			owner = o
 		}
 	}
