@@ -646,12 +646,7 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 		n.metrics.BackupsRefused.Add(1)
 		return
 	}
-	var known []string
-	for _, m := range b.AskMembers {
-		if _, ok := v.index[m]; ok { // fence.go, holdForOldTarget
-			known = append(known, m)
-		}
-	}
+	known := n.knownOf(v, b.AskMembers) // fence.go, holdForOldTarget; wirelimits.go: bounded
 	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc, KnownMembers: known}})
 }
 

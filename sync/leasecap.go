@@ -422,7 +422,11 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 	most := t.Add(n.cfg.LeaseTTL).UnixNano()
 	for _, hg := range gs {
 		key := hg.GetKey()
-		if key == "" || len(key) > n.cfg.MaxKeyLen || hg.To == "" || hg.Held <= 0 || hg.Id <= t.UnixNano() || hg.Id > most {
+		if !n.validGrant(hg) {
+			n.metrics.Malformed.Add(1) // wirelimits.go
+			continue
+		}
+		if hg.Id <= t.UnixNano() || hg.Id > most {
 			continue
 		}
 		if o := v.owner(key); o != n.cfg.Self {
@@ -440,6 +444,11 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 		if e == nil || e.b.Config().Algorithm != bucket.TokenBucket {
 			continue
 		}
+		c := e.b.Config().Capacity()
+		if hg.Held > c {
+			n.metrics.Malformed.Add(1) // a grant is at most a bucket
+			continue
+		}
 		have := s.granted[key]
 		if slices.ContainsFunc(have, func(g liveGrant) bool { return g.to == hg.To && g.exp == hg.Id }) {
 			continue
@@ -447,11 +456,7 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 		if s.granted == nil {
 			s.granted = map[string][]liveGrant{}
 		}
-		i := len(have)
-		for i > 0 && have[i-1].exp > hg.Id {
-			i--
-		}
-		s.granted[e.key] = slices.Insert(have, i, liveGrant{exp: hg.Id, tokens: hg.Held, to: strings.Clone(hg.To)})
+		s.granted[e.key] = addHandedGrant(have, hg, c) // wirelimits.go: bounded
 		n.capLeased(s, key, e.b, now)
 	}
 	n.sendGrants(now, v, on)

@@ -1,0 +1,87 @@
+package sync
+
+import (
+	"slices"
+	"strings"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// Bounds on the peer wire fields a member can fill with as many entries as
+// a message holds (docs/security.md, "Peer messages are validated, not
+// believed").
+
+// maxKeyGrants bounds the lease grants an owner counts one by one on a key
+// it was handed (Handoff.grants, leasecap.go). Honest senders hand at most
+// a few per holder of a lease on the key (a holder asks for one grant at a
+// time, and renews at half its life), so 256 covers a key leased at over a
+// hundred nodes; a hand-off listing more has the excess folded into the
+// key's latest grant: its tokens still hold the bucket, until the latest
+// expiry (the safe side), and the work per grant stays bounded.
+const maxKeyGrants = 256
+
+// maxAskMembers bounds the names of a Backup's ask_members that the
+// receiver looks up: an honest sender asks about the backup targets that
+// joined in the receiver's place, at most the members of its view, each
+// once. Names beyond it are not answered (the sender asks again with its
+// next backup round) and the message is counted malformed.
+const maxAskMembers = 1024
+
+// validGrant reports whether a handed lease grant (Handoff.grants) is well
+// formed: a key and a holder within MaxKeyLen bytes, and tokens held. Its
+// id and, once the key's bucket is found, its held against the key's
+// capacity are judged by the caller (onHandedGrants).
+func (n *Node) validGrant(g *peerv1.LeaseGrant) bool {
+	return g != nil && g.Key != "" && len(g.Key) <= n.cfg.MaxKeyLen &&
+		g.To != "" && len(g.To) <= n.cfg.MaxKeyLen && g.Held > 0
+}
+
+// addHandedGrant adds hg, a valid handed grant of at most c tokens (the
+// key's capacity), to have, the key's live grants in order of expiry, and
+// returns them. The key's grants then hold at most c tokens together: an
+// owner's bucket and its live grants hold at most one bucket (leasecap.go),
+// so more can only come from a malformed or doubled hand-off, and, summed
+// in capLeased, could overflow and lift the cap altogether
+// (TestHandedGrantsOverflow: 10 admitted at the owner on top of a live
+// grant of 5, for a bucket of 10). A grant beyond maxKeyGrants is folded
+// into the latest one (its tokens added, the later expiry kept): they
+// hold the bucket as long or longer, the safe side
+// (TestHandedGrantsBounded).
+func addHandedGrant(have []liveGrant, hg *peerv1.LeaseGrant, c int64) []liveGrant {
+	var sum int64
+	for i := range have {
+		if sum += max(0, have[i].held()); sum >= c {
+			return have // the grants hold the whole bucket already
+		}
+	}
+	h := min(hg.Held, c-sum)
+	if len(have) >= maxKeyGrants {
+		g := &have[len(have)-1]
+		g.tokens += h
+		g.exp = max(g.exp, hg.Id)
+		return have
+	}
+	i := len(have)
+	for i > 0 && have[i-1].exp > hg.Id {
+		i--
+	}
+	return slices.Insert(have, i, liveGrant{exp: hg.Id, tokens: h, to: strings.Clone(hg.To)})
+}
+
+// knownOf returns the names of ask (Backup.ask_members) that are members of
+// v, each once, looking at no more than maxAskMembers of them (a longer
+// list is counted malformed): the answer is bounded by the view, not by
+// the question (TestAskMembersBounded).
+func (n *Node) knownOf(v *view, ask []string) []string {
+	if len(ask) > maxAskMembers {
+		n.metrics.Malformed.Add(1)
+		ask = ask[:maxAskMembers]
+	}
+	var known []string
+	for _, m := range ask {
+		if _, ok := v.index[m]; ok && !slices.Contains(known, m) {
+			known = append(known, m)
+		}
+	}
+	return known
+}

@@ -1,0 +1,207 @@
+package sync
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// Hostile values of the peer wire fields added for leased mode's grants
+// (Handoff.grants, FlushItem.lease_settled, FlushAck.lease_grant_ids) and
+// for the join hold (Backup.ask_members, BackupAck.known_members), sent by
+// a member: authenticated, but buggy, compromised, or replayed.
+
+// handGrants steps, into to, a hand-off of grants gs from the member from.
+func stepHandoffGrants(nw *testNet, from, to string, seq uint64, gs ...*peerv1.LeaseGrant) {
+	nw.nodes[to].Step(nw.nowOf(to), &peerv1.Envelope{From: from, To: to, Incarnation: nw.nodes[from].cfg.Incarnation,
+		Body: &peerv1.Envelope_Handoff{Handoff: &peerv1.Handoff{Seq: seq, Grants: gs}}})
+}
+
+// TestHandedGrantsOverflow: grants handed to the owner whose held tokens
+// add up beyond int64 must not undo the cap a real grant holds. a owns a
+// key of 10 per 2 s (burst 10) and counts a grant of 5 to c (handed with
+// the key, leasecap.go): its bucket is held to 10 - 5. Then b hands it two
+// grants whose held overflow the sum of the live grants to -100: the cap
+// became 110, and 2.5 s later (the real grant still live, spendable at c)
+// a admitted its full bucket of 10 on top of c's 5: 15 in a moment, the
+// envelope 10 plus what 5 per second adds. A well-formed hand-off only
+// adds grants, so only lowers the cap: the malformed one is refused
+// (held > capacity) and the sum of a key's grants is kept within its
+// capacity.
+func TestHandedGrantsOverflow(t *testing.T) {
+	const ttl = 5 * time.Second
+	nw := newTestNet(t, func(c *Config) { c.LeaseTTL = ttl }, "a", "b", "c")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "a", "a", "b", "c")
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: 2 * time.Second}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
+	if r := nw.checkAnswered(a, req); !r.Allowed {
+		t.Fatalf("first check: %+v", r)
+	}
+	id := nw.now.Add(ttl - 100*time.Millisecond).UnixNano()
+	stepHandoffGrants(nw, "b", "a", 1, &peerv1.LeaseGrant{Key: key, To: "c", Id: id, Held: 5})
+	stepHandoffGrants(nw, "b", "a", 2,
+		&peerv1.LeaseGrant{Key: key, To: "x", Id: id - 1, Held: math.MaxInt64},
+		&peerv1.LeaseGrant{Key: key, To: "y", Id: id - 2, Held: math.MaxInt64 - 5 - 98})
+	nw.run(2500 * time.Millisecond)
+	admitted := 0
+	for range 20 {
+		if r := nw.checkAnswered(a, req); r.Allowed {
+			admitted++
+		}
+	}
+	if admitted > 5 {
+		t.Errorf("a admitted %d at +2.5s while c's grant of 5 was live, want at most 10 - 5 (over the envelope by %d)", admitted, admitted-5)
+	}
+	if got := a.Metrics().Malformed.Load(); got < 1 {
+		t.Errorf("Malformed %d, want the grant of held > capacity counted", got)
+	}
+}
+
+// TestHandedGrantsBounded: a hand-off listing thousands of grants on one
+// key is not kept one by one: the key's grants are bounded
+// (maxKeyGrants), the excess folded into its latest grant, so the memory
+// and the work per grant (each is looked for among the key's) stay
+// bounded. Before, all 5,000 were kept, and each was compared with all
+// the others.
+func TestHandedGrantsBounded(t *testing.T) {
+	const ttl = 5 * time.Second
+	nw := newTestNet(t, func(c *Config) { c.LeaseTTL = ttl }, "a", "b", "c")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "a", "a", "b", "c")
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 1_000_000, Period: time.Hour}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
+	nw.checkAnswered(a, req)
+	const n = 5000
+	gs := make([]*peerv1.LeaseGrant, n)
+	for i := range gs {
+		gs[i] = &peerv1.LeaseGrant{Key: key, To: "c", Id: nw.now.Add(ttl/2).UnixNano() + int64(i), Held: 1}
+	}
+	stepHandoffGrants(nw, "b", "a", 1, gs...)
+	s := a.st.shardOf(key)
+	got := s.granted[key]
+	var held int64
+	for _, g := range got {
+		held += g.held()
+	}
+	if len(got) > maxKeyGrants {
+		t.Errorf("kept %d grants of the key, want at most %d", len(got), maxKeyGrants)
+	}
+	if held != n {
+		t.Errorf("the key's grants hold %d tokens, want all %d (folded, not dropped)", held, n)
+	}
+	// The same hand-off again (a replay): nothing more is counted.
+	stepHandoffGrants(nw, "b", "a", 2, gs...)
+	held = 0
+	for _, g := range s.granted[key] {
+		held += g.held()
+	}
+	if len(s.granted[key]) > maxKeyGrants || held > 2*n {
+		t.Errorf("after a replay: %d grants holding %d", len(s.granted[key]), held)
+	}
+}
+
+// TestHandedGrantsMalformed: grants with no key, no holder, a holder name
+// longer than a key may be, or held <= 0 or beyond the key's capacity are
+// refused and counted (Malformed); a valid one beside them is kept.
+func TestHandedGrantsMalformed(t *testing.T) {
+	const ttl = 5 * time.Second
+	nw := newTestNet(t, func(c *Config) { c.LeaseTTL = ttl }, "a", "b", "c")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "a", "a", "b", "c")
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: time.Minute}
+	nw.checkAnswered(a, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner})
+	id := nw.now.Add(ttl / 2).UnixNano()
+	before := a.Metrics().Malformed.Load()
+	stepHandoffGrants(nw, "b", "a", 1,
+		nil,
+		&peerv1.LeaseGrant{To: "c", Id: id, Held: 1},
+		&peerv1.LeaseGrant{Key: key, Id: id + 1, Held: 1},
+		&peerv1.LeaseGrant{Key: key, To: strings.Repeat("c", 2000), Id: id + 2, Held: 1},
+		&peerv1.LeaseGrant{Key: key, To: "c", Id: id + 3, Held: -4},
+		&peerv1.LeaseGrant{Key: key, To: "c", Id: id + 4, Held: 11},
+		&peerv1.LeaseGrant{Key: key, To: "c", Id: id + 5, Held: 2},
+	)
+	if got := a.Metrics().Malformed.Load() - before; got != 6 {
+		t.Errorf("Malformed +%d, want 6", got)
+	}
+	gs := a.st.shardOf(key).granted[key]
+	if len(gs) != 1 || gs[0].exp != id+5 || gs[0].held() != 2 {
+		t.Errorf("kept %+v, want only the grant of 2", gs)
+	}
+}
+
+// TestAskMembersBounded: a Backup asking about 10,000 names (one member
+// named 10,000 times, and names no one knows) is answered with each known
+// member once: the answer is bounded by the receiver's view, not by the
+// question. Before, the acknowledgement echoed all 10,000.
+func TestAskMembersBounded(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b", "c")
+	a := nw.nodes["a"]
+	ask := make([]string, 0, 10_000)
+	for i := range 10_000 {
+		if i%2 == 0 {
+			ask = append(ask, "c")
+		} else {
+			ask = append(ask, "stranger")
+		}
+	}
+	nw.take("a", "b")
+	a.Step(nw.now, &peerv1.Envelope{From: "b", To: "a", Incarnation: nw.nodes["b"].cfg.Incarnation,
+		Body: &peerv1.Envelope_Backup{Backup: &peerv1.Backup{Seq: 1, AskMembers: ask}}})
+	var ack *peerv1.BackupAck
+	for _, env := range nw.take("a", "b") {
+		if b := env.GetBackupAck(); b != nil {
+			ack = b
+		}
+	}
+	if ack == nil {
+		t.Fatalf("no BackupAck")
+	}
+	if len(ack.KnownMembers) != 1 || ack.KnownMembers[0] != "c" {
+		t.Errorf("known_members has %d names, want [c]", len(ack.KnownMembers))
+	}
+}
+
+// TestSettledForOthersGrants: a member naming as settled (lease_settled)
+// grants it never had, ids in the future, or its own grants far ahead,
+// settles only its own grants: another holder's grant on the key still
+// holds the owner's bucket (leasecap.go). A negative id is malformed.
+func TestSettledForOthersGrants(t *testing.T) {
+	const ttl = 5 * time.Second
+	nw := newTestNet(t, func(c *Config) { c.LeaseTTL = ttl }, "a", "b", "c")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "a", "a", "b", "c")
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: 2 * time.Second}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
+	nw.checkAnswered(a, req)
+	id := nw.now.Add(ttl - 100*time.Millisecond).UnixNano()
+	stepHandoffGrants(nw, "b", "a", 1, &peerv1.LeaseGrant{Key: key, To: "c", Id: id, Held: 5})
+	flush := func(seq uint64, it *peerv1.FlushItem) {
+		a.Step(nw.now, &peerv1.Envelope{From: "b", To: "a", Incarnation: nw.nodes["b"].cfg.Incarnation,
+			Body: &peerv1.Envelope_Flush{Flush: &peerv1.Flush{Seq: seq, Items: []*peerv1.FlushItem{it}}}})
+	}
+	lw := limitToWire(l)
+	flush(1, &peerv1.FlushItem{Key: key, Limit: lw, LeaseSettled: id})
+	flush(2, &peerv1.FlushItem{Key: key, Limit: lw, LeaseSettled: math.MaxInt64, LeaseReturn: 5})
+	before := a.Metrics().Malformed.Load()
+	flush(3, &peerv1.FlushItem{Key: key, Limit: lw, LeaseSettled: -1})
+	if got := a.Metrics().Malformed.Load() - before; got != 1 {
+		t.Errorf("negative lease_settled: Malformed +%d, want 1", got)
+	}
+	nw.run(2500 * time.Millisecond)
+	admitted := 0
+	for range 20 {
+		if r := nw.checkAnswered(a, req); r.Allowed {
+			admitted++
+		}
+	}
+	if admitted > 5 {
+		t.Errorf("a admitted %d at +2.5s while c's grant of 5 was live, want at most 5: b settled c's grant", admitted)
+	}
+}
