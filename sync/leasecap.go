@@ -384,25 +384,29 @@ func (n *Node) handGrants(s *shard, key string, b bucket.Bucket, now time.Time) 
 }
 
 // sendGrants sends each member of v its grants in held, after the states
-// of their keys (a Handoff of grants alone, on the same ordered queue,
-// acknowledged and sent again as any hand-off). The states' batches are
+// of their keys (Handoffs of grants alone, MaxBatch at most in each, on
+// the same ordered queue, acknowledged and sent again as any hand-off). The states' batches are
 // unchanged: a KeyState that carried them grew by a slice, and every
 // hand-off's heap by as much (TestHandoffHeap).
 func (n *Node) sendGrants(now time.Time, v *view, held map[*peer][]*peerv1.LeaseGrant) {
 	for _, name := range v.names {
 		p := v.peers[name]
 		gs := held[p]
-		if p == nil || len(gs) == 0 {
+		if p == nil {
 			continue
 		}
-		p.hoSeq++
-		msg := &peerv1.Handoff{Seq: p.hoSeq, Grants: gs}
-		b := &handoffBatch{msg: msg, sentAt: now, charge: handoffCharge(msg)}
-		n.st.charge(b.charge)
-		p.hoOut = append(p.hoOut, b)
-		n.wake(p)
-		n.send(p.name, handoffBody{msg}) // kept in hoOut, never modified again: shared (see Transport)
-		n.metrics.HandoffsSent.Add(1)
+		for len(gs) > 0 { // in batches of MaxBatch, as the states (TestHandedGrantsChunked)
+			k := min(len(gs), n.cfg.MaxBatch)
+			p.hoSeq++
+			msg := &peerv1.Handoff{Seq: p.hoSeq, Grants: gs[:k:k]}
+			gs = gs[k:]
+			b := &handoffBatch{msg: msg, sentAt: now, charge: handoffCharge(msg)}
+			n.st.charge(b.charge)
+			p.hoOut = append(p.hoOut, b)
+			n.wake(p)
+			n.send(p.name, handoffBody{msg}) // kept in hoOut, never modified again: shared (see Transport)
+			n.metrics.HandoffsSent.Add(1)
+		}
 	}
 }
 

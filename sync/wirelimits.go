@@ -85,3 +85,15 @@ func (n *Node) knownOf(v *view, ask []string) []string {
 	}
 	return known
 }
+
+// validGrantIDs reports whether ids, a FlushAck's lease_grant_ids, are
+// well formed for a flush of items items: none (no grant, or an older
+// owner) or one per item, none negative. The ids that match an item are
+// used even so, a negative one as none (onFlushAck): the owner named them,
+// and only its own grants to this node are settled by them.
+func validGrantIDs(ids []int64, items int) bool {
+	if len(ids) != 0 && len(ids) != items {
+		return false
+	}
+	return !slices.ContainsFunc(ids, func(id int64) bool { return id < 0 })
+}

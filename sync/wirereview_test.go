@@ -1,14 +1,19 @@
 package sync
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // Hostile values of the peer wire fields added for leased mode's grants
@@ -203,5 +208,90 @@ func TestSettledForOthersGrants(t *testing.T) {
 	}
 	if admitted > 5 {
 		t.Errorf("a admitted %d at +2.5s while c's grant of 5 was live, want at most 5: b settled c's grant", admitted)
+	}
+}
+
+// TestHandedGrantsChunked: the grants a node hands to one member go in
+// hand-offs of at most MaxBatch grants, as the states do. Before, all of
+// them went in one: 2,500 grants of keys of 18 bytes in one Handoff of
+// 92,533 bytes (37 a grant); a node handing the grants of 30,000 such
+// leased keys to one member sent one envelope of about 1.1 MB, which a
+// receiver refuses whole beyond peer.TransportConfig.MaxEnvelopeBytes
+// (1 MiB), so it was retried and dropped.
+func TestHandedGrantsChunked(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	a := nw.nodes["a"]
+	const n = 2500
+	gs := make([]*peerv1.LeaseGrant, n)
+	id := nw.now.Add(time.Second).UnixNano()
+	for i := range gs {
+		gs[i] = &peerv1.LeaseGrant{Key: fmt.Sprintf("api\x00user-%09d", i), To: "b", Id: id, Held: 3}
+	}
+	nw.take("a", "b")
+	p := a.view.peers["b"]
+	a.sendGrants(nw.now, a.view, map[*peer][]*peerv1.LeaseGrant{p: gs})
+	sent, most, size := 0, 0, 0
+	for _, env := range nw.take("a", "b") {
+		if h := env.GetHandoff(); h != nil {
+			sent += len(h.Grants)
+			most = max(most, len(h.Grants))
+			size = max(size, proto.Size(env))
+		}
+	}
+	t.Logf("%d grants in hand-offs of at most %d grants, %d bytes", sent, most, size)
+	if sent != n || most > a.cfg.MaxBatch {
+		t.Errorf("sent %d grants, at most %d in one hand-off (%d bytes); want %d, at most MaxBatch %d", sent, most, size, n, a.cfg.MaxBatch)
+	}
+}
+
+// TestFlushAckGrantIdsMalformed: an owner's answer whose lease_grant_ids
+// are neither empty nor one per item, or negative, is counted malformed at
+// the non-owner (the ids that match an item are used, a negative one as
+// none); nothing panics and the keys' states are installed.
+func TestFlushAckGrantIdsMalformed(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	b := nw.nodes["b"]
+	r, err := ring.New(ring.DefaultConfig(), "a", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i := 0; len(keys) < 2; i++ {
+		if k := fmt.Sprintf("key-%d", i); func() bool { o, _ := r.Owner(k); return o == "a" }() {
+			keys = append(keys, k)
+		}
+	}
+	k1, k2 := keys[0], keys[1]
+	// Per answer of k items: longer, shorter, negative, sound (none).
+	tamper := []func(k int) []int64{
+		func(k int) []int64 { return make([]int64, k+3) },
+		func(k int) []int64 { return make([]int64, k-1) },
+		func(k int) []int64 { return slices.Repeat([]int64{-7}, k) },
+		func(k int) []int64 { return nil },
+	}
+	acks, bad := 0, int64(0)
+	nw.drop = func(from, to string, env *peerv1.Envelope) bool {
+		if ack := env.GetFlushAck(); ack != nil && from == "a" && acks < len(tamper) {
+			ack.LeaseGrantIds = tamper[acks](len(ack.Items))
+			if acks < 3 && len(ack.LeaseGrantIds) > 0 {
+				bad++
+			}
+			acks++
+		}
+		return false
+	}
+	l := perMinute(1000)
+	for range len(tamper) {
+		p := checkAsync(b, nw.now, check.Request{Key: k1, Hits: 1, Limit: l}, check.Request{Key: k2, Hits: 1, Limit: l})
+		nw.run(50 * time.Millisecond)
+		if !p.done {
+			t.Fatalf("check not answered")
+		}
+	}
+	if bad < 2 {
+		t.Fatalf("tampered %d answers (%d malformed), want 2 or more malformed", acks, bad)
+	}
+	if got := b.Metrics().Malformed.Load(); got != bad {
+		t.Errorf("Malformed %d at b, want %d (ids longer, shorter, negative)", got, bad)
 	}
 }
