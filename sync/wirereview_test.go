@@ -295,3 +295,61 @@ func TestFlushAckGrantIdsMalformed(t *testing.T) {
 		t.Errorf("Malformed %d at b, want %d (ids longer, shorter, negative)", got, bad)
 	}
 }
+
+// FuzzHandedGrants hands an owner arbitrary lease grants on a key it owns
+// (holders b, c, the owner itself or a stranger; ids before, within and
+// beyond LeaseTTL; any held), twice (a replay), and checks what must hold
+// whatever a member sends: no panic, at most maxKeyGrants grants kept, the
+// grants holding at most the key's capacity together, and the bucket held
+// under them (its tokens plus the grants' at most the capacity).
+func FuzzHandedGrants(f *testing.F) {
+	f.Add(int64(10), []byte{0, 1, 0, 0, 0, 0, 0, 0, 0, 5, 1, 2, 0, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	f.Add(int64(1_000_000), []byte{3, 0xff, 0xf0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, capacity int64, data []byte) {
+		if capacity <= 0 || capacity > bucket.MaxLimit {
+			capacity = 1 + (capacity&math.MaxInt64)%1000
+		}
+		nw := newTestNet(t, nil, "a", "b", "c")
+		a := nw.nodes["a"]
+		key := keyOwnedBy(t, "a", "a", "b", "c")
+		l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: capacity, Period: time.Minute}
+		if r := nw.checkAnswered(a, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}); r.Err != nil {
+			return
+		}
+		holders := []string{"b", "c", "a", "stranger"}
+		var gs []*peerv1.LeaseGrant
+		for len(data) >= 10 {
+			off := time.Duration(int16(data[1])<<8|int16(data[2])) * time.Millisecond
+			var held int64
+			for _, b := range data[3:10] {
+				held = held<<8 | int64(b)
+			}
+			held = held << 8 >> 8 // 56 bits, signed
+			if data[0]&0x80 != 0 {
+				held = math.MaxInt64 - held
+			}
+			gs = append(gs, &peerv1.LeaseGrant{Key: key, To: holders[data[0]&3], Id: nw.now.Add(off).UnixNano(), Held: held})
+			data = data[10:]
+		}
+		for seq := uint64(1); seq <= 2; seq++ {
+			stepHandoffGrants(nw, "b", "a", seq, gs...)
+			s := a.st.shardOf(key)
+			var held int64
+			for _, g := range s.granted[key] {
+				if g.held() < 0 {
+					t.Fatalf("a grant holds %d", g.held())
+				}
+				held += g.held()
+			}
+			if n := len(s.granted[key]); n > maxKeyGrants {
+				t.Fatalf("%d grants kept, want at most %d", n, maxKeyGrants)
+			}
+			if held > capacity {
+				t.Fatalf("the grants hold %d, beyond the capacity %d", held, capacity)
+			}
+			if r := remainingOn(a, nw.nowOf("a"), key); r+held > capacity {
+				t.Fatalf("bucket %d + grants %d > capacity %d", r, held, capacity)
+			}
+		}
+	})
+}
