@@ -453,6 +453,12 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 			n.metrics.Malformed.Add(1) // a grant is at most a bucket
 			continue
 		}
+		if hg.To == n.cfg.Self {
+			// This node's own lease on the key was dropped when the key
+			// became its own (dropLease): its tokens are never spent, and
+			// would only hold the bucket down (TestHandedGrantToSelf).
+			continue
+		}
 		have := s.granted[key]
 		if slices.ContainsFunc(have, func(g liveGrant) bool { return g.to == hg.To && g.exp == hg.Id }) {
 			continue

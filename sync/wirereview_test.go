@@ -353,3 +353,28 @@ func FuzzHandedGrants(f *testing.F) {
 		}
 	})
 }
+
+// TestHandedGrantToSelf: a grant handed to the key's new owner naming the
+// owner itself as its holder (it held a lease from the old owner) does not
+// hold its bucket: the node dropped that lease when the key became its own
+// (dropLease), so the grant's tokens are never spent. Before, the owner
+// held its bucket of 10 (9 left) under the grant of 5 and admitted 5 of 9
+// checks: 4 false rejections, for up to LeaseTTL.
+func TestHandedGrantToSelf(t *testing.T) {
+	const ttl = 5 * time.Second
+	nw := newTestNet(t, func(c *Config) { c.LeaseTTL = ttl }, "a", "b", "c")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "a", "a", "b", "c")
+	req := check.Request{Key: key, Hits: 1, Limit: perMinute(10), Mode: check.ModeOwner}
+	nw.checkAnswered(a, req)
+	stepHandoffGrants(nw, "b", "a", 1, &peerv1.LeaseGrant{Key: key, To: "a", Id: nw.now.Add(ttl / 2).UnixNano(), Held: 5})
+	admitted := 0
+	for range 9 {
+		if r := nw.checkAnswered(a, req); r.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 9 {
+		t.Errorf("admitted %d of 9 with 9 tokens left, want 9: a grant to a itself held the bucket", admitted)
+	}
+}
