@@ -21,10 +21,12 @@ import (
 const maxKeyGrants = 256
 
 // maxAskMembers bounds the names of a Backup's ask_members that the
-// receiver looks up: an honest sender asks about the backup targets that
-// joined in the receiver's place, at most the members of its view, each
-// once. Names beyond it are not answered (the sender asks again with its
-// next backup round) and the message is counted malformed.
+// receiver looks up, and of a BackupAck's known_members that the sender
+// looks at: an honest sender asks about the backup targets that joined in
+// the receiver's place, at most the members of its view, each once, and
+// the answer names at most those. Names beyond it are not looked at (the
+// sender asks again with its next backup round) and the message is
+// counted malformed.
 const maxAskMembers = 1024
 
 // validGrant reports whether a handed lease grant (Handoff.grants) is well
@@ -96,4 +98,19 @@ func validGrantIDs(ids []int64, items int) bool {
 		return false
 	}
 	return !slices.ContainsFunc(ids, func(id int64) bool { return id < 0 })
+}
+
+// boundKnown returns known, a BackupAck's known_members, cut to
+// maxAskMembers names (a longer list is counted malformed): an honest
+// target names at most the members it was asked about, and each fence
+// under a join hold that the acknowledgement raises looks for its joiner
+// among them (fenceHeld), so the list bounds the work of one message
+// (TestKnownMembersBounded). Names never asked about are harmless: a fence
+// looks only for its own joiner.
+func (n *Node) boundKnown(known []string) []string {
+	if len(known) > maxAskMembers {
+		n.metrics.Malformed.Add(1)
+		return known[:maxAskMembers]
+	}
+	return known
 }

@@ -378,3 +378,53 @@ func TestHandedGrantToSelf(t *testing.T) {
 		t.Errorf("admitted %d of 9 with 9 tokens left, want 9: a grant to a itself held the bucket", admitted)
 	}
 }
+
+// TestKnownMembersBounded: a backup target's acknowledgement naming
+// 100,000 members (an honest one names at most those it was asked about)
+// is counted malformed and looked at only as far as maxAskMembers: each
+// fence under a join hold looks for its joiner in the list, up to
+// MaxBatch fences an acknowledgement, so the list bounds the work of one
+// message. The batch it acknowledges is still retired.
+func TestKnownMembersBounded(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b", "c")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "a", "a", "b", "c")
+	p := checkAsync(a, nw.now, check.Request{Key: key, Hits: 1, Limit: perMinute(10), Mode: check.ModeOwner})
+	var to string
+	var seq uint64
+	for range 100 {
+		// The backup is taken off the network, the rest left.
+		nw.queue = slices.DeleteFunc(nw.queue, func(m *netMsg) bool {
+			if b := m.env.GetBackup(); b != nil && m.from == "a" && to == "" {
+				to, seq = m.to, b.Seq
+				return true
+			}
+			return false
+		})
+		if to != "" {
+			break
+		}
+		nw.now = nw.now.Add(10 * time.Millisecond)
+		a.Tick(nw.now)
+	}
+	if to == "" {
+		t.Fatalf("a sent no backup")
+	}
+	known := make([]string, 100_000)
+	for i := range known {
+		known[i] = fmt.Sprintf("m%d", i)
+	}
+	before := a.Metrics().Malformed.Load()
+	a.Step(nw.now, &peerv1.Envelope{From: to, To: "a", Incarnation: nw.nodes[to].cfg.Incarnation,
+		Body: &peerv1.Envelope_BackupAck{BackupAck: &peerv1.BackupAck{Seq: seq, BackupIncarnation: a.cfg.Incarnation, KnownMembers: known}}})
+	if got := a.Metrics().Malformed.Load() - before; got != 1 {
+		t.Errorf("Malformed +%d, want 1", got)
+	}
+	if bp := a.dur.out[to]; bp != nil && slices.ContainsFunc(bp.out, func(f *backupFlight) bool { return f.seq == seq }) {
+		t.Errorf("the acknowledged batch %d is still in flight", seq)
+	}
+	nw.run(100 * time.Millisecond)
+	if !p.done {
+		t.Errorf("the check was not answered")
+	}
+}
