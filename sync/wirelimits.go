@@ -3,6 +3,7 @@ package sync
 import (
 	"slices"
 	"strings"
+	"time"
 
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
@@ -113,4 +114,16 @@ func (n *Node) boundKnown(known []string) []string {
 		return known[:maxAskMembers]
 	}
 	return known
+}
+
+// settledBound returns settled, a flush item's lease_settled (>= 0), at
+// most the latest id a grant made here by now can have: LeaseTTL after
+// now, on cluster time. A larger one names no grant; taken as that bound,
+// it settles all the sender's grants, as its latest grant's id would.
+// Before, the largest int64 overflowed settleReturn's bound for the live
+// grants (settled + LeaseTTL), and the sender's tokens given back of a
+// live grant were refused (TestSettledFarAhead). Only the sender's own
+// grants are ever settled (TestSettledForOthersGrants).
+func (n *Node) settledBound(settled int64, now time.Time) int64 {
+	return min(settled, n.bt(now).Add(n.cfg.LeaseTTL).UnixNano())
 }

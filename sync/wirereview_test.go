@@ -428,3 +428,45 @@ func TestKnownMembersBounded(t *testing.T) {
 		t.Errorf("the check was not answered")
 	}
 }
+
+// TestSettledFarAhead: a lease_settled far in the future (the largest
+// int64) settles the sender's grants as its latest grant's id would, and
+// its tokens given back are credited as then. Before, the owner's bound
+// for the live grants (settled + LeaseTTL) overflowed, and the return of
+// a live grant was refused whole.
+func TestSettledFarAhead(t *testing.T) {
+	for _, settled := range []int64{0, math.MaxInt64} { // 0: the grant's id
+		nw := newTestNet(t, nil, "a", "b", "c")
+		a := nw.nodes["a"]
+		key := keyOwnedBy(t, "a", "a", "b", "c")
+		l := perMinute(100)
+		nw.checkAnswered(a, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner})
+		nw.run(100 * time.Millisecond) // the backup acknowledged: room for a grant
+		flush := func(seq uint64, it *peerv1.FlushItem) *peerv1.FlushAck {
+			nw.take("a", "b")
+			a.Step(nw.now, &peerv1.Envelope{From: "b", To: "a", Incarnation: nw.nodes["b"].cfg.Incarnation,
+				Body: &peerv1.Envelope_Flush{Flush: &peerv1.Flush{Seq: seq, Items: []*peerv1.FlushItem{it}}}})
+			for _, env := range nw.take("a", "b") {
+				if ack := env.GetFlushAck(); ack != nil {
+					return ack
+				}
+			}
+			return nil
+		}
+		lw := limitToWire(l)
+		ack := flush(1, &peerv1.FlushItem{Key: key, Limit: lw, Rate: 1, LeaseWant: 5})
+		if ack == nil || len(ack.Items) != 1 || ack.Items[0].LeaseGranted <= 0 || len(ack.LeaseGrantIds) != 1 {
+			t.Fatalf("no grant: %v", ack)
+		}
+		id := ack.LeaseGrantIds[0]
+		if settled == 0 {
+			settled = id
+		}
+		nw.now = nw.now.Add(10 * time.Millisecond)
+		refused := a.Metrics().LeaseTokensRefused.Load()
+		flush(2, &peerv1.FlushItem{Key: key, Limit: lw, LeaseReturn: 2, LeaseSettled: settled})
+		if got := a.Metrics().LeaseTokensRefused.Load() - refused; got != 0 {
+			t.Errorf("settled %d (the grant's id %d): %d of 2 tokens given back refused, want 0", settled, id, got)
+		}
+	}
+}
