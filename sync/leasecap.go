@@ -385,9 +385,9 @@ func (n *Node) handGrants(s *shard, key string, b bucket.Bucket, now time.Time) 
 
 // sendGrants sends each member of v its grants in held, after the states
 // of their keys (Handoffs of grants alone, MaxBatch at most in each, on
-// the same ordered queue, acknowledged and sent again as any hand-off). The states' batches are
-// unchanged: a KeyState that carried them grew by a slice, and every
-// hand-off's heap by as much (TestHandoffHeap).
+// the same ordered queue, acknowledged and sent again as any hand-off).
+// The states' batches are unchanged: a KeyState that carried them grew by
+// a slice, and every hand-off's heap by as much (TestHandoffHeap).
 func (n *Node) sendGrants(now time.Time, v *view, held map[*peer][]*peerv1.LeaseGrant) {
 	for _, name := range v.names {
 		p := v.peers[name]
@@ -466,7 +466,9 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 		if s.granted == nil {
 			s.granted = map[string][]liveGrant{}
 		}
-		s.granted[e.key] = addHandedGrant(have, hg, c) // wirelimits.go: bounded
+		if have = addHandedGrant(have, hg, c); len(have) > 0 { // wirelimits.go: bounded
+			s.granted[e.key] = have // never empty: sweepGrants reads the last
+		}
 		n.capLeased(s, key, e.b, now)
 	}
 	n.sendGrants(now, v, on)
