@@ -470,3 +470,38 @@ func TestSettledFarAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestHandedGrantsNotOwned: grants of keys the receiver does not own are
+// not counted there: those of a key of another live member are passed on
+// to it (as the states are), validated again by that owner, and those of
+// a key of the sender itself go nowhere (no bounce back).
+func TestHandedGrantsNotOwned(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b", "c")
+	a := nw.nodes["a"]
+	ofC, ofB := keyOwnedBy(t, "c", "a", "b", "c"), keyOwnedBy(t, "b", "a", "b", "c")
+	id := nw.now.Add(500 * time.Millisecond).UnixNano()
+	nw.take("a", "b")
+	nw.take("a", "c")
+	stepHandoffGrants(nw, "b", "a", 1,
+		&peerv1.LeaseGrant{Key: ofC, To: "b", Id: id, Held: 3},
+		&peerv1.LeaseGrant{Key: ofB, To: "c", Id: id, Held: 3})
+	for _, key := range []string{ofC, ofB} {
+		if gs := a.st.shardOf(key).granted[key]; len(gs) != 0 {
+			t.Errorf("a counts %d grants of %q, a key it does not own", len(gs), key)
+		}
+	}
+	var toC []*peerv1.LeaseGrant
+	for _, env := range nw.take("a", "c") {
+		if h := env.GetHandoff(); h != nil {
+			toC = append(toC, h.Grants...)
+		}
+	}
+	if len(toC) != 1 || toC[0].Key != ofC {
+		t.Errorf("passed on to c: %v, want the grant of %q", toC, ofC)
+	}
+	for _, env := range nw.take("a", "b") {
+		if h := env.GetHandoff(); h != nil && len(h.Grants) > 0 {
+			t.Errorf("grants passed back to their sender b: %v", h.Grants)
+		}
+	}
+}
