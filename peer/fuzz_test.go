@@ -72,6 +72,42 @@ func fuzzSeeds(t testing.TB) []*peerv1.DeliverRequest {
 			env.Body = &peerv1.Envelope_HandoffAck{HandoffAck: &peerv1.HandoffAck{Seq: 1, HandoffIncarnation: 1}}
 		})}},
 		{Envelopes: []*peerv1.Envelope{e("eve", flush), e("a", flush), {From: "b", To: "z"}, nil, {From: "b", To: "a"}}},
+		// The fields of the lease grants one by one and of the join hold
+		// (sync/leasecap.go, sync/fence.go), sound and hostile: settled
+		// ids of grants never made, negative or far ahead; ids longer or
+		// shorter than the items; handed grants of no key, to no one, to
+		// a itself, held < 0 or beyond any capacity, repeated; questions
+		// about members no one knows, answers naming members never asked.
+		{Envelopes: []*peerv1.Envelope{e("b", func(env *peerv1.Envelope) {
+			env.Body = &peerv1.Envelope_Flush{Flush: &peerv1.Flush{Seq: 2, Items: []*peerv1.FlushItem{
+				{Key: "api\x00k1", Limit: lim, Hits: 1, Rate: 1, LeaseWant: 3, LeaseReturn: 2, LeaseSpent: 1, LeaseSettled: t0.Add(time.Second).UnixNano()},
+				{Key: "api\x00k2", Limit: lim, LeaseSettled: -1},
+				{Key: "api\x00k3", Limit: lim, LeaseSettled: 1<<63 - 1, LeaseReturn: 5},
+			}}}
+		})}},
+		{Envelopes: []*peerv1.Envelope{e("b", func(env *peerv1.Envelope) {
+			env.Body = &peerv1.Envelope_FlushAck{FlushAck: &peerv1.FlushAck{Seq: 1, FlushIncarnation: 1,
+				Items: []*peerv1.KeyState{ks("api\x00k1", state)}, LeaseGrantIds: []int64{t0.UnixNano(), -1, 1<<63 - 1}}}
+		})}},
+		{Envelopes: []*peerv1.Envelope{e("c", func(env *peerv1.Envelope) {
+			id := t0.Add(500 * time.Millisecond).UnixNano()
+			env.Body = &peerv1.Envelope_Handoff{Handoff: &peerv1.Handoff{Seq: 2, Items: []*peerv1.KeyState{ks("api\x00k6", state)}, Grants: []*peerv1.LeaseGrant{
+				{Key: "api\x00k6", To: "b", Id: id, Held: 3},
+				{Key: "api\x00k6", To: "b", Id: id, Held: 3},
+				{Key: "api\x00k6", To: "a", Id: id + 1, Held: 1<<63 - 1},
+				{Key: "api\x00k6", To: "eve", Id: id + 2, Held: -5},
+				{Key: "", To: "b", Id: -id, Held: 1},
+				{Key: "api\x00k7", Id: 1<<63 - 1, Held: 2},
+				nil,
+			}}}
+		})}},
+		{Envelopes: []*peerv1.Envelope{e("b", func(env *peerv1.Envelope) {
+			env.Body = &peerv1.Envelope_Backup{Backup: &peerv1.Backup{Seq: 1, Items: []*peerv1.KeyState{ks("api\x00k1", state)},
+				AskMembers: []string{"c", "c", "eve", "", "a"}}}
+		})}},
+		{Envelopes: []*peerv1.Envelope{e("c", func(env *peerv1.Envelope) {
+			env.Body = &peerv1.Envelope_BackupAck{BackupAck: &peerv1.BackupAck{Seq: 1, BackupIncarnation: 1, KnownMembers: []string{"b", "eve", "zed"}}}
+		})}},
 	}
 }
 

@@ -570,8 +570,9 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	fl := bp.out[i]
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
+	known := n.boundKnown(ack.KnownMembers) // wirelimits.go
 	for _, m := range fl.marks {
-		if m.gen == m.f.gen && (fenceHeld(now, m.f, p.name, ack.KnownMembers) || !n.echoedSince(m.f)) {
+		if m.gen == m.f.gen && (fenceHeld(now, m.f, p.name, known) || !n.echoedSince(m.f)) {
 			// fence.go, resetFences: the target changed as the old one was
 			// reported failed (FenceHold, and a majority's echoes since),
 			// or a joiner took the place of one still a member; the next
@@ -649,12 +650,7 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 		n.metrics.BackupsRefused.Add(1)
 		return
 	}
-	var known []string
-	for _, m := range b.AskMembers {
-		if _, ok := v.index[m]; ok { // fence.go, holdForOldTarget
-			known = append(known, m)
-		}
-	}
+	known := n.knownOf(v, b.AskMembers) // fence.go, holdForOldTarget; wirelimits.go: bounded
 	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc, KnownMembers: known}})
 }
 

@@ -428,6 +428,9 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 	if len(ack.Items) != len(items) {
 		n.metrics.Malformed.Add(1)
 	}
+	if !validGrantIDs(ack.LeaseGrantIds, len(items)) {
+		n.metrics.Malformed.Add(1) // wirelimits.go
+	}
 	c := coarse(now)
 	// The items were listed shard by shard (flushTo).
 	n.st.lookupRuns(len(items), func(k int) (string, bool) { return items[k].Key, true },
@@ -438,7 +441,7 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 			}
 			var id int64 // the grant's, leasecap.go
 			if k < len(ack.LeaseGrantIds) {
-				id = ack.LeaseGrantIds[k]
+				id = max(0, ack.LeaseGrantIds[k]) // a negative id names no grant
 			}
 			n.installAck(now, c, v, p, s, e, items[k], ks, id, f.first)
 		})

@@ -384,25 +384,29 @@ func (n *Node) handGrants(s *shard, key string, b bucket.Bucket, now time.Time) 
 }
 
 // sendGrants sends each member of v its grants in held, after the states
-// of their keys (a Handoff of grants alone, on the same ordered queue,
-// acknowledged and sent again as any hand-off). The states' batches are
-// unchanged: a KeyState that carried them grew by a slice, and every
-// hand-off's heap by as much (TestHandoffHeap).
+// of their keys (Handoffs of grants alone, MaxBatch at most in each, on
+// the same ordered queue, acknowledged and sent again as any hand-off).
+// The states' batches are unchanged: a KeyState that carried them grew by
+// a slice, and every hand-off's heap by as much (TestHandoffHeap).
 func (n *Node) sendGrants(now time.Time, v *view, held map[*peer][]*peerv1.LeaseGrant) {
 	for _, name := range v.names {
 		p := v.peers[name]
 		gs := held[p]
-		if p == nil || len(gs) == 0 {
+		if p == nil {
 			continue
 		}
-		p.hoSeq++
-		msg := &peerv1.Handoff{Seq: p.hoSeq, Grants: gs}
-		b := &handoffBatch{msg: msg, sentAt: now, charge: handoffCharge(msg)}
-		n.st.charge(b.charge)
-		p.hoOut = append(p.hoOut, b)
-		n.wake(p)
-		n.send(p.name, handoffBody{msg}) // kept in hoOut, never modified again: shared (see Transport)
-		n.metrics.HandoffsSent.Add(1)
+		for len(gs) > 0 { // in batches of MaxBatch, as the states (TestHandedGrantsChunked)
+			k := min(len(gs), n.cfg.MaxBatch)
+			p.hoSeq++
+			msg := &peerv1.Handoff{Seq: p.hoSeq, Grants: gs[:k:k]}
+			gs = gs[k:]
+			b := &handoffBatch{msg: msg, sentAt: now, charge: handoffCharge(msg)}
+			n.st.charge(b.charge)
+			p.hoOut = append(p.hoOut, b)
+			n.wake(p)
+			n.send(p.name, handoffBody{msg}) // kept in hoOut, never modified again: shared (see Transport)
+			n.metrics.HandoffsSent.Add(1)
+		}
 	}
 }
 
@@ -422,7 +426,11 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 	most := t.Add(n.cfg.LeaseTTL).UnixNano()
 	for _, hg := range gs {
 		key := hg.GetKey()
-		if key == "" || len(key) > n.cfg.MaxKeyLen || hg.To == "" || hg.Held <= 0 || hg.Id <= t.UnixNano() || hg.Id > most {
+		if !n.validGrant(hg) {
+			n.metrics.Malformed.Add(1) // wirelimits.go
+			continue
+		}
+		if hg.Id <= t.UnixNano() || hg.Id > most {
 			continue
 		}
 		if o := v.owner(key); o != n.cfg.Self {
@@ -440,6 +448,17 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 		if e == nil || e.b.Config().Algorithm != bucket.TokenBucket {
 			continue
 		}
+		c := e.b.Config().Capacity()
+		if hg.Held > c {
+			n.metrics.Malformed.Add(1) // a grant is at most a bucket
+			continue
+		}
+		if hg.To == n.cfg.Self {
+			// This node's own lease on the key was dropped when the key
+			// became its own (dropLease): its tokens are never spent, and
+			// would only hold the bucket down (TestHandedGrantToSelf).
+			continue
+		}
 		have := s.granted[key]
 		if slices.ContainsFunc(have, func(g liveGrant) bool { return g.to == hg.To && g.exp == hg.Id }) {
 			continue
@@ -447,11 +466,9 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 		if s.granted == nil {
 			s.granted = map[string][]liveGrant{}
 		}
-		i := len(have)
-		for i > 0 && have[i-1].exp > hg.Id {
-			i--
+		if have = addHandedGrant(have, hg, c); len(have) > 0 { // wirelimits.go: bounded
+			s.granted[e.key] = have // never empty: sweepGrants reads the last
 		}
-		s.granted[e.key] = slices.Insert(have, i, liveGrant{exp: hg.Id, tokens: hg.Held, to: strings.Clone(hg.To)})
 		n.capLeased(s, key, e.b, now)
 	}
 	n.sendGrants(now, v, on)

@@ -164,7 +164,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 			// leasecap.go: tokens of a grant still counted live are
 			// refunded when it expires here; those of a grant expired
 			// here now, up to what the bucket would have kept of them.
-			refund, later = n.settleReturn(s, it.Key, p.name, back, it.LeaseSettled, e.b)
+			refund, later = n.settleReturn(s, it.Key, p.name, back, n.settledBound(it.LeaseSettled, now), e.b)
 		}
 		if refund > 0 {
 			_ = e.b.Refund(n.bt(now), refund)

@@ -152,6 +152,17 @@ func FuzzStep(f *testing.F) {
 		{From: "b", To: "a", Body: &peerv1.Envelope_Push{Push: &peerv1.Push{Items: []*peerv1.KeyState{{Key: "k", State: []byte{1, 1, 0, 10, 1, 0, 0, 0, 0, 20, 0, 0}, Share: 0.5}}}}},
 		{From: "b", To: "a", Body: &peerv1.Envelope_Handoff{Handoff: &peerv1.Handoff{Seq: 1, Items: []*peerv1.KeyState{{Key: "k"}}}}},
 		{From: "b", To: "a", Body: &peerv1.Envelope_Forward{Forward: &peerv1.Forward{Id: 1, Items: []*peerv1.ForwardItem{{Key: "k", Limit: limitToWire(perMinute(10)), Hits: 1}}}}},
+		// The grants one by one and the join hold's fields (wirelimits.go).
+		{From: "b", To: "a", Body: &peerv1.Envelope_Flush{Flush: &peerv1.Flush{Seq: 2, Items: []*peerv1.FlushItem{
+			{Key: "k", Limit: limitToWire(perMinute(10)), Hits: 1, LeaseReturn: 3, LeaseSettled: t0.Add(time.Second).UnixNano()},
+			{Key: "k", Limit: limitToWire(perMinute(10)), LeaseSettled: 1<<63 - 1}}}}},
+		{From: "b", To: "a", Body: &peerv1.Envelope_FlushAck{FlushAck: &peerv1.FlushAck{Seq: 1, Items: []*peerv1.KeyState{{Key: "k"}}, LeaseGrantIds: []int64{-1, t0.UnixNano()}}}},
+		{From: "b", To: "a", Body: &peerv1.Envelope_Handoff{Handoff: &peerv1.Handoff{Seq: 2, Grants: []*peerv1.LeaseGrant{
+			{Key: "k", To: "b", Id: t0.Add(500 * time.Millisecond).UnixNano(), Held: 4},
+			{Key: "k", To: "a", Id: t0.Add(400 * time.Millisecond).UnixNano(), Held: 1<<63 - 1},
+			{Key: "k", To: "z", Id: -1, Held: -1}}}}},
+		{From: "b", To: "a", Body: &peerv1.Envelope_Backup{Backup: &peerv1.Backup{Seq: 1, AskMembers: []string{"a", "a", "z"}}}},
+		{From: "b", To: "a", Body: &peerv1.Envelope_BackupAck{BackupAck: &peerv1.BackupAck{Seq: 1, KnownMembers: []string{"a", "z"}}}},
 	}
 	for _, s := range seeds {
 		b, _ := proto.Marshal(s)

@@ -1,0 +1,129 @@
+package sync
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// Bounds on the peer wire fields a member can fill with as many entries as
+// a message holds (docs/security.md, "Peer messages are validated, not
+// believed").
+
+// maxKeyGrants bounds the lease grants an owner counts one by one on a key
+// it was handed (Handoff.grants, leasecap.go). Honest senders hand at most
+// a few per holder of a lease on the key (a holder asks for one grant at a
+// time, and renews at half its life), so 256 covers a key leased at over a
+// hundred nodes; a hand-off listing more has the excess folded into the
+// key's latest grant: its tokens still hold the bucket, until the latest
+// expiry (the safe side), and the work per grant stays bounded.
+const maxKeyGrants = 256
+
+// maxAskMembers bounds the names of a Backup's ask_members that the
+// receiver looks up, and of a BackupAck's known_members that the sender
+// looks at: an honest sender asks about the backup targets that joined in
+// the receiver's place, at most the members of its view, each once, and
+// the answer names at most those. Names beyond it are not looked at (the
+// sender asks again with its next backup round) and the message is
+// counted malformed.
+const maxAskMembers = 1024
+
+// validGrant reports whether a handed lease grant (Handoff.grants) is well
+// formed: a key and a holder within MaxKeyLen bytes, and tokens held. Its
+// id and, once the key's bucket is found, its held against the key's
+// capacity are judged by the caller (onHandedGrants).
+func (n *Node) validGrant(g *peerv1.LeaseGrant) bool {
+	return g != nil && g.Key != "" && len(g.Key) <= n.cfg.MaxKeyLen &&
+		g.To != "" && len(g.To) <= n.cfg.MaxKeyLen && g.Held > 0
+}
+
+// addHandedGrant adds hg, a valid handed grant of at most c tokens (the
+// key's capacity), to have, the key's live grants in order of expiry, and
+// returns them. The key's grants then hold at most c tokens together: an
+// owner's bucket and its live grants hold at most one bucket (leasecap.go),
+// so more can only come from a malformed or doubled hand-off, and, summed
+// in capLeased, could overflow and lift the cap altogether
+// (TestHandedGrantsOverflow: 10 admitted at the owner on top of a live
+// grant of 5, for a bucket of 10). A grant beyond maxKeyGrants is folded
+// into the latest one (its tokens added, the later expiry kept): they
+// hold the bucket as long or longer, the safe side
+// (TestHandedGrantsBounded).
+func addHandedGrant(have []liveGrant, hg *peerv1.LeaseGrant, c int64) []liveGrant {
+	var sum int64
+	for i := range have {
+		if sum += max(0, have[i].held()); sum >= c {
+			return have // the grants hold the whole bucket already
+		}
+	}
+	h := min(hg.Held, c-sum)
+	if len(have) >= maxKeyGrants {
+		g := &have[len(have)-1]
+		g.tokens += h
+		g.exp = max(g.exp, hg.Id)
+		return have
+	}
+	i := len(have)
+	for i > 0 && have[i-1].exp > hg.Id {
+		i--
+	}
+	return slices.Insert(have, i, liveGrant{exp: hg.Id, tokens: h, to: strings.Clone(hg.To)})
+}
+
+// knownOf returns the names of ask (Backup.ask_members) that are members of
+// v, each once, looking at no more than maxAskMembers of them (a longer
+// list is counted malformed): the answer is bounded by the view, not by
+// the question (TestAskMembersBounded).
+func (n *Node) knownOf(v *view, ask []string) []string {
+	if len(ask) > maxAskMembers {
+		n.metrics.Malformed.Add(1)
+		ask = ask[:maxAskMembers]
+	}
+	var known []string
+	for _, m := range ask {
+		if _, ok := v.index[m]; ok && !slices.Contains(known, m) {
+			known = append(known, m)
+		}
+	}
+	return known
+}
+
+// validGrantIDs reports whether ids, a FlushAck's lease_grant_ids, are
+// well formed for a flush of items items: none (no grant, or an older
+// owner) or one per item, none negative. The ids that match an item are
+// used even so, a negative one as none (onFlushAck): the owner named them,
+// and only its own grants to this node are settled by them.
+func validGrantIDs(ids []int64, items int) bool {
+	if len(ids) != 0 && len(ids) != items {
+		return false
+	}
+	return !slices.ContainsFunc(ids, func(id int64) bool { return id < 0 })
+}
+
+// boundKnown returns known, a BackupAck's known_members, cut to
+// maxAskMembers names (a longer list is counted malformed): an honest
+// target names at most the members it was asked about, and each fence
+// under a join hold that the acknowledgement raises looks for its joiner
+// among them (fenceHeld), so the list bounds the work of one message
+// (TestKnownMembersBounded). Names never asked about are harmless: a fence
+// looks only for its own joiner.
+func (n *Node) boundKnown(known []string) []string {
+	if len(known) > maxAskMembers {
+		n.metrics.Malformed.Add(1)
+		return known[:maxAskMembers]
+	}
+	return known
+}
+
+// settledBound returns settled, a flush item's lease_settled (>= 0), at
+// most the latest id a grant made here by now can have: LeaseTTL after
+// now, on cluster time. A larger one names no grant; taken as that bound,
+// it settles all the sender's grants, as its latest grant's id would.
+// Before, the largest int64 overflowed settleReturn's bound for the live
+// grants (settled + LeaseTTL), and the sender's tokens given back of a
+// live grant were refused (TestSettledFarAhead). Only the sender's own
+// grants are ever settled (TestSettledForOthersGrants).
+func (n *Node) settledBound(settled int64, now time.Time) int64 {
+	return min(settled, n.bt(now).Add(n.cfg.LeaseTTL).UnixNano())
+}
