@@ -32,10 +32,11 @@ import (
 // (capLeased) before the owner decides on the key, grants from it or
 // refunds to it: at each expiry in turn, then at the present, so the refill
 // between two accesses is capped as it would be were the bucket looked at
-// every instant. It costs a lookup per owned check on a shard with live
-// grants, and what it withholds is refill a full bucket would have dropped
-// anyway while the leases' tokens were counted in it. Other algorithms than
-// the token bucket are not capped.
+// every instant. The grants are in the key's owned record (ownedKey.gr),
+// so it costs a load of a pointer per owned check, nil for a key with none,
+// and what it withholds is refill a full bucket would have dropped anyway
+// while the leases' tokens were counted in it. Other algorithms than the
+// token bucket are not capped.
 //
 // The owner knows its grants one by one: it names each in its answer
 // (FlushAck.lease_grant_ids) and the holder names in a later flush the
