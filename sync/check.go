@@ -395,19 +395,19 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 			e = ownedWith(key, b, c)
 			n.st.insertEntry(s, h, e, c)
 			reconf, err = configure(&e.b, l, n.bt(now), hits)
-			n.capLeased(s, key, e.b, now) // leasecap.go
+			n.capLeased(e, now) // leasecap.go
 			return e, reconf, err
 		}
 		if e, err = n.newOwnedBucketEntry(key, l, n.bt(now), c, closed); err != nil { // lostkey.go
 			return nil, false, err
 		}
 		n.st.insertEntry(s, h, e, c)
-		n.capLeased(s, key, e.b, now)
+		n.capLeased(e, now)
 		return e, false, nil
 	}
 	reconf, err = configure(&e.b, l, n.bt(now), hits)
 	n.boundPromoted(key, e, l, n.bt(now), closed) // lostkey.go
-	n.capLeased(s, key, e.b, now)
+	n.capLeased(e, now)
 	return e, reconf, err
 }
 

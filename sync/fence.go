@@ -447,7 +447,7 @@ func (n *Node) fenceBlocks(now time.Time, v *view, r *check.Request) bool {
 		return false
 	}
 	if e != nil && e.b.Config().Algorithm == r.Limit.Algorithm {
-		n.capLeased(s, r.Key, e.b, now) // leasecap.go: at each expiry, before the peek moves the bucket on
+		n.capLeased(e, now) // leasecap.go: at each expiry, before the peek moves the bucket on
 		if d, err := e.b.Take(n.bt(now), 0); err == nil && d.Remaining < r.Hits {
 			return false // rejected whatever the fence: a rejection drains nothing
 		}

@@ -354,10 +354,11 @@ func TestLateReturnAfterFullBucket(t *testing.T) {
 // grantIDOf returns the id of the latest grant the owner n made on key
 // (its expiry there), or 0.
 func grantIDOf(n *Node, key string) int64 {
-	gs := n.st.shardOf(key).granted[key]
-	if len(gs) == 0 {
+	e := n.st.lookupOwned(n.st.shardOf(key), key)
+	if e == nil || e.gr == nil || len(e.gr.live) == 0 {
 		return 0
 	}
+	gs := e.gr.live
 	return gs[len(gs)-1].exp
 }
 

@@ -32,10 +32,11 @@ import (
 // (capLeased) before the owner decides on the key, grants from it or
 // refunds to it: at each expiry in turn, then at the present, so the refill
 // between two accesses is capped as it would be were the bucket looked at
-// every instant. It costs a lookup per owned check on a shard with live
-// grants, and what it withholds is refill a full bucket would have dropped
-// anyway while the leases' tokens were counted in it. Other algorithms than
-// the token bucket are not capped.
+// every instant. The grants are in the key's owned record (ownedKey.gr),
+// so it costs a load of a pointer per owned check, nil for a key with none,
+// and what it withholds is refill a full bucket would have dropped anyway
+// while the leases' tokens were counted in it. Other algorithms than the
+// token bucket are not capped.
 //
 // The owner knows its grants one by one: it names each in its answer
 // (FlushAck.lease_grant_ids) and the holder names in a later flush the
@@ -85,6 +86,63 @@ type lateGrant struct {
 	to        string
 }
 
+// keyGrants is an owned key's grants: live ones by expiry, late ones in
+// the order they expired. An owned record holds them (ownedKey.gr) while
+// either list is not empty, nil otherwise; shard.strayGrants holds those
+// of a key with no owned record (looseGrants).
+type keyGrants struct {
+	live []liveGrant
+	late []lateGrant
+}
+
+// grantsFor returns e's grants, new if it has none, and lists e in s's
+// leased list for the sweep.
+func (s *shard) grantsFor(e *ownedKey) *keyGrants {
+	if e.gr == nil {
+		e.gr = &keyGrants{}
+	}
+	if !e.has(flagGrants) {
+		e.set(flagGrants)
+		s.leased = append(s.leased, e)
+	}
+	return e.gr
+}
+
+// tidyGrants drops e's grants when it has none left.
+func (e *ownedKey) tidyGrants() {
+	if g := e.gr; g != nil && len(g.live) == 0 && len(g.late) == 0 {
+		e.gr = nil
+	}
+}
+
+// looseGrants moves the grants of e, an owned record leaving s's owned
+// table, to s.strayGrants: a key's grants outlive its record, as its fence
+// does (looseFence), and a record of the key made again takes them back
+// (adoptGrants).
+func (st *store) looseGrants(s *shard, e *ownedKey) {
+	if e.gr == nil {
+		return
+	}
+	if s.strayGrants == nil {
+		s.strayGrants = map[string]*keyGrants{}
+	}
+	s.strayGrants[e.key] = e.gr
+	e.gr = nil
+}
+
+// adoptGrants gives e, an owned record just put in s's owned table, its
+// key's grants if s.strayGrants holds some.
+func (st *store) adoptGrants(s *shard, e *ownedKey) {
+	if len(s.strayGrants) == 0 {
+		return
+	}
+	if g, ok := s.strayGrants[e.key]; ok {
+		delete(s.strayGrants, e.key)
+		e.gr = g
+		s.grantsFor(e)
+	}
+}
+
 // observeLate raises the peak of every late grant in ls to what the
 // bucket b and the live tokens on live grants held together at t: what
 // they hold now, or, if more, what they held when last observed plus the
@@ -120,43 +178,36 @@ func observeLate(ls []lateGrant, b bucket.Bucket, t time.Time, live int64) {
 	}
 }
 
-// noteGrant records g tokens of key granted to the member named to at now,
-// and returns the grant's id (its expiry here; 0 for no grant).
-func (n *Node) noteGrant(s *shard, key, to string, g int64, now time.Time) int64 {
+// noteGrant records g tokens granted to the member named to at now on the
+// key of e, an owned record of s, and returns the grant's id (its expiry
+// here; 0 for no grant).
+func (n *Node) noteGrant(s *shard, e *ownedKey, to string, g int64, now time.Time) int64 {
 	if g <= 0 {
 		return 0
 	}
-	if s.granted == nil {
-		s.granted = map[string][]liveGrant{}
-	}
 	exp := n.bt(now).Add(n.cfg.LeaseTTL).UnixNano()
-	gs, ok := s.granted[key]
-	if !ok {
-		key = strings.Clone(key) // key may point into a message
-	}
+	gr := s.grantsFor(e)
+	gs := gr.live
 	i := len(gs) // by expiry: cluster time may step back
 	for i > 0 && gs[i-1].exp > exp {
 		i--
 	}
-	s.granted[key] = slices.Insert(gs, i, liveGrant{exp: exp, tokens: g, to: to})
+	gr.live = slices.Insert(gs, i, liveGrant{exp: exp, tokens: g, to: to})
 	return exp
 }
 
-// capLeased applies the cap (see above) to b, the owned bucket of key, up
-// to now, and forgets the grants expired by now.
-func (n *Node) capLeased(s *shard, key string, b bucket.Bucket, now time.Time) {
-	if len(s.granted) == 0 && len(s.late) == 0 {
+// capLeased applies the cap (see above) to the bucket of e, an owned
+// record, up to now, and forgets the grants expired by now.
+func (n *Node) capLeased(e *ownedKey, now time.Time) {
+	gr := e.gr
+	if gr == nil {
 		return
 	}
-	gs := s.granted[key]
-	ls, hasLate := s.late[key]
-	if len(gs) == 0 && !hasLate {
-		return
-	}
+	b := e.b
+	gs, ls := gr.live, gr.late
 	l := b.Config()
 	if l.Algorithm != bucket.TokenBucket {
-		delete(s.granted, key)
-		delete(s.late, key)
+		e.gr = nil
 		return
 	}
 	var live int64
@@ -183,29 +234,23 @@ func (n *Node) capLeased(s *shard, key string, b bucket.Bucket, now time.Time) {
 	capTokens(b, t, c-live)
 	observeLate(ls, b, t, live)
 	if i == len(gs) {
-		delete(s.granted, key)
+		gr.live = nil
 	} else if i > 0 {
-		s.granted[key] = slices.Delete(gs, 0, i)
+		gr.live = slices.Delete(gs, 0, i)
 	}
-	n.keepLate(s, key, ls, t.UnixNano())
+	n.keepLate(gr, ls, t.UnixNano())
+	e.tidyGrants()
 }
 
-// keepLate stores ls as key's late grants, less those forgotten by t
+// keepLate stores ls as the late grants of gr, less those forgotten by t
 // (older than grantMemory).
-func (n *Node) keepLate(s *shard, key string, ls []lateGrant, t int64) {
+func (n *Node) keepLate(gr *keyGrants, ls []lateGrant, t int64) {
 	mem := int64(n.grantMemory())
 	ls = slices.DeleteFunc(ls, func(g lateGrant) bool { return g.left <= 0 || t-g.id > mem })
 	if len(ls) == 0 {
-		delete(s.late, key)
-		return
+		ls = nil
 	}
-	if s.late == nil {
-		s.late = map[string][]lateGrant{}
-	}
-	if _, ok := s.late[key]; !ok {
-		key = strings.Clone(key) // key may point into a message
-	}
-	s.late[key] = ls
+	gr.late = ls
 }
 
 // settleReturn applies, for key's owned token bucket b (capped up to now
@@ -223,13 +268,17 @@ func (n *Node) keepLate(s *shard, key string, ls []lateGrant, t int64) {
 // member and key, its bound that of the latest grant only: a late return
 // was refunded into a bucket that had been full since an earlier grant
 // (the fault checker's leased seed 758, TestLateReturnAfterFullBucket).
-func (n *Node) settleReturn(s *shard, key, to string, back, settled int64, b bucket.Bucket) (refund, later int64) {
+func (n *Node) settleReturn(e *ownedKey, to string, back, settled int64) (refund, later int64) {
 	upto := settled
 	if upto <= 0 {
 		upto = math.MaxInt64
 	}
-	c := b.Config().Capacity()
-	ls := s.late[key]
+	c := e.b.Config().Capacity()
+	gr := e.gr
+	if gr == nil {
+		gr = &keyGrants{} // none: nothing to credit (not kept)
+	}
+	ls := gr.late
 	rest := back
 	for i := range ls {
 		g := &ls[i]
@@ -258,7 +307,7 @@ func (n *Node) settleReturn(s *shard, key, to string, back, settled int64, b buc
 	if settled > 0 {
 		liveUpto = settled + n.cfg.LeaseTTL.Nanoseconds()
 	}
-	later = claimLive(s.granted[key], to, rest, liveUpto, func(g *liveGrant) *int64 { return &g.back })
+	later = claimLive(gr.live, to, rest, liveUpto, func(g *liveGrant) *int64 { return &g.back })
 	if refund > 0 {
 		// Another late grant's tokens would have shared the bucket with
 		// these since its expiry: its room is less by as much.
@@ -272,7 +321,7 @@ func (n *Node) settleReturn(s *shard, key, to string, back, settled int64, b buc
 				ls[i].left = 0
 			}
 		}
-		gs := s.granted[key]
+		gs := gr.live
 		for i := range gs {
 			if g := &gs[i]; g.to == to && g.exp <= settled {
 				g.spent = g.tokens - g.back
@@ -280,18 +329,22 @@ func (n *Node) settleReturn(s *shard, key, to string, back, settled int64, b buc
 		}
 	}
 	if len(ls) > 0 {
-		n.keepLate(s, key, ls, math.MinInt64/2)
+		n.keepLate(gr, ls, math.MinInt64/2)
+		e.tidyGrants()
 	}
 	return refund, later
 }
 
-// spentLive counts up to spent tokens of key's grants to the member named
+// spentLive counts up to spent tokens of e's grants to the member named
 // to as spent, the oldest grants first: from now on they no longer hold the
 // cap. A member reporting more than it holds moves nothing beyond its own
 // live grants, and at worst lets the bucket refill as it would with no
 // leases at all.
-func (n *Node) spentLive(s *shard, key, to string, spent int64) {
-	claimLive(s.granted[key], to, spent, math.MaxInt64, func(g *liveGrant) *int64 { return &g.spent })
+func (n *Node) spentLive(e *ownedKey, to string, spent int64) {
+	if e.gr == nil {
+		return
+	}
+	claimLive(e.gr.live, to, spent, math.MaxInt64, func(g *liveGrant) *int64 { return &g.spent })
 }
 
 // claimLive moves up to k tokens of the grants gs to the member named to
@@ -336,25 +389,41 @@ func capTokens(b bucket.Bucket, t time.Time, most int64) {
 
 // sweepGrants applies the cap of s's keys whose grants have all expired
 // and forgets them: a key not looked at again is not left uncapped. It
-// forgets late grants older than grantMemory.
+// forgets late grants older than grantMemory, of keys with no live grant.
+// The grants of a key with no owned record (strayGrants) are forgotten
+// uncapped, live ones once all have expired.
 func (n *Node) sweepGrants(s *shard, now time.Time) {
 	t := n.bt(now).UnixNano()
-	for key, ls := range s.late {
-		if _, ok := s.granted[key]; !ok {
-			n.keepLate(s, key, ls, t)
+	keep := s.leased[:0]
+	for _, e := range s.leased {
+		if !e.has(flagGrants) {
+			continue // retired: its grants went with looseGrants
 		}
-	}
-	if len(s.granted) == 0 {
-		return
-	}
-	for key, gs := range s.granted {
-		if gs[len(gs)-1].exp > t {
+		if gr := e.gr; gr != nil {
+			if len(gr.live) == 0 {
+				n.keepLate(gr, gr.late, t)
+			} else if gr.live[len(gr.live)-1].exp <= t {
+				n.capLeased(e, now) // forgets them all
+			}
+			e.tidyGrants()
+		}
+		if e.gr == nil {
+			e.clear(flagGrants)
 			continue
 		}
-		if e := n.st.lookupOwned(s, key); e != nil {
-			n.capLeased(s, key, e.b, now)
+		keep = append(keep, e)
+	}
+	clear(s.leased[len(keep):])
+	s.leased = keep
+	for key, gr := range s.strayGrants {
+		if len(gr.live) == 0 {
+			n.keepLate(gr, gr.late, t)
+		} else if gr.live[len(gr.live)-1].exp <= t {
+			gr.live = nil
 		}
-		delete(s.granted, key)
+		if len(gr.live) == 0 && len(gr.late) == 0 {
+			delete(s.strayGrants, key)
+		}
 	}
 }
 
@@ -370,16 +439,18 @@ func (n *Node) sweepGrants(s *shard, now time.Time) {
 // refunded by the new owner nor hold it (under-admission, the safe side);
 // late grants do not go either: their tokens given back later are refused
 // by the new owner.
-func (n *Node) handGrants(s *shard, key string, b bucket.Bucket, now time.Time) []*peerv1.LeaseGrant {
-	n.capLeased(s, key, b, now)
+func (n *Node) handGrants(e *ownedKey, now time.Time) []*peerv1.LeaseGrant {
+	n.capLeased(e, now)
+	if e.gr == nil {
+		return nil
+	}
 	var out []*peerv1.LeaseGrant
-	for _, g := range s.granted[key] {
+	for _, g := range e.gr.live {
 		if h := g.tokens - g.spent - g.back; h > 0 {
-			out = append(out, &peerv1.LeaseGrant{Key: key, To: g.to, Id: g.exp, Held: h})
+			out = append(out, &peerv1.LeaseGrant{Key: e.key, To: g.to, Id: g.exp, Held: h})
 		}
 	}
-	delete(s.granted, key)
-	delete(s.late, key)
+	e.gr = nil
 	return out
 }
 
@@ -459,17 +530,17 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 			// would only hold the bucket down (TestHandedGrantToSelf).
 			continue
 		}
-		have := s.granted[key]
+		var have []liveGrant
+		if e.gr != nil {
+			have = e.gr.live
+		}
 		if slices.ContainsFunc(have, func(g liveGrant) bool { return g.to == hg.To && g.exp == hg.Id }) {
 			continue
 		}
-		if s.granted == nil {
-			s.granted = map[string][]liveGrant{}
-		}
 		if have = addHandedGrant(have, hg, c); len(have) > 0 { // wirelimits.go: bounded
-			s.granted[e.key] = have // never empty: sweepGrants reads the last
+			s.grantsFor(e).live = have
 		}
-		n.capLeased(s, key, e.b, now)
+		n.capLeased(e, now)
 	}
 	n.sendGrants(now, v, on)
 }

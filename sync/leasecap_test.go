@@ -157,3 +157,71 @@ func TestLeaseCapSurvivesHandoff(t *testing.T) {
 		t.Errorf("admitted %d in %v..%v: %+.2f hits over the envelope", wj-wi+1, adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
 	}
 }
+
+// TestGrantsOutliveRecord: an owned key's grants are kept in its record
+// (ownedKey.gr) and live as long as they did in the shard's map keyed by
+// the key: when the record leaves the owned table (evicted, or the key
+// becomes a view) they go to shard.strayGrants, and a record of the key
+// made again takes them back, its bucket held under them (capacity 60
+// less the 30 out); the sweep caps a record's expired grants (30 tokens
+// neither spent nor given back become a late grant), forgets them after
+// grantMemory and unlists the record; a stray key's live grants are
+// forgotten, uncapped, once all expired.
+func TestGrantsOutliveRecord(t *testing.T) {
+	nw := newTestNet(t, nil, "a")
+	a := nw.nodes["a"]
+	const key = "user:0000042"
+	l := perMinute(60)
+	checkSync(t, a, t0, check.Request{Key: key, Hits: 1, Limit: l})
+	s := a.st.shardOf(key)
+	e := a.st.lookupOwned(s, key)
+	_ = e.b.Drain(t0, 30) // the grant's tokens
+	a.noteGrant(s, e, "b", 30, t0)
+	g := e.gr
+	if g == nil || len(g.live) != 1 || !e.has(flagGrants) || len(s.leased) != 1 {
+		t.Fatalf("after a grant: grants %+v, listed %v (%d)", g, e.has(flagGrants), len(s.leased))
+	}
+
+	a.st.removeEntry(s, key, e)
+	if e.gr != nil || s.strayGrants[key] != g {
+		t.Fatalf("evicted: the record keeps %+v, strayGrants %+v", e.gr, s.strayGrants[key])
+	}
+	at := t0.Add(10 * time.Second)
+	checkSync(t, a, at, check.Request{Key: key, Hits: 1, Limit: l})
+	e = a.st.lookupOwned(s, key)
+	if e.gr != g || len(s.strayGrants) != 0 || !e.has(flagGrants) {
+		t.Fatalf("made again: grants %+v, stray %d, listed %v", e.gr, len(s.strayGrants), e.has(flagGrants))
+	}
+	if got := remainingOn(a, at, key); got != 29 {
+		t.Errorf("made again: %d tokens remaining, want 29 (60 - 30 out - 1)", got)
+	}
+
+	v := a.st.toCached(s, e)
+	if e.gr != nil || s.strayGrants[key] != g {
+		t.Fatalf("to a view: the record keeps %+v, strayGrants %+v", e.gr, s.strayGrants[key])
+	}
+	if e = a.st.toOwned(s, v); e.gr != g || len(s.strayGrants) != 0 {
+		t.Fatalf("owned again: grants %+v, stray %d", e.gr, len(s.strayGrants))
+	}
+
+	exp := t0.Add(a.cfg.LeaseTTL)
+	a.sweepGrants(s, exp)
+	if e.gr == nil || len(e.gr.live) != 0 || len(e.gr.late) != 1 || e.gr.late[0].left != 30 || len(s.leased) != 1 {
+		t.Fatalf("swept at expiry: grants %+v, listed %d, want one late grant of 30", e.gr, len(s.leased))
+	}
+	a.sweepGrants(s, exp.Add(a.grantMemory()+time.Second))
+	if e.gr != nil || e.has(flagGrants) || len(s.leased) != 0 {
+		t.Fatalf("swept after grantMemory: grants %+v, listed %v (%d)", e.gr, e.has(flagGrants), len(s.leased))
+	}
+
+	a.noteGrant(s, e, "b", 5, exp)
+	a.st.removeEntry(s, key, e)
+	a.sweepGrants(s, exp.Add(a.cfg.LeaseTTL-time.Millisecond))
+	if len(s.strayGrants) != 1 {
+		t.Fatalf("stray grants forgotten before they expired")
+	}
+	a.sweepGrants(s, exp.Add(a.cfg.LeaseTTL))
+	if len(s.strayGrants) != 0 || len(s.leased) != 0 {
+		t.Errorf("stray grants kept after they expired: %d, listed %d", len(s.strayGrants), len(s.leased))
+	}
+}

@@ -194,7 +194,7 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 					continue
 				}
 				p, lost := nv.peers[owner], nv.lost[owner] != nil
-				grants := n.handGrants(s, key, e.b, now) // leasecap.go
+				grants := n.handGrants(e, now) // leasecap.go
 				if p != nil || lost {
 					state, _ := e.b.AppendBinary(nil)
 					ks := &peerv1.KeyState{Key: key, State: state, Demand: e.dem}

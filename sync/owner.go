@@ -153,7 +153,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		// leasecap.go: spent, those tokens no longer hold the cap (the
 		// cap was applied up to now by ownedEntry, so they count as spent
 		// from now on). Only p's live grants can be counted out.
-		n.spentLive(s, it.Key, p.name, it.LeaseSpent)
+		n.spentLive(e, p.name, it.LeaseSpent)
 	}
 	var refund int64
 	if it.LeaseReturn > 0 || it.LeaseSettled > 0 {
@@ -164,11 +164,11 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 			// leasecap.go: tokens of a grant still counted live are
 			// refunded when it expires here; those of a grant expired
 			// here now, up to what the bucket would have kept of them.
-			refund, later = n.settleReturn(s, it.Key, p.name, back, n.settledBound(it.LeaseSettled, now), e.b)
+			refund, later = n.settleReturn(e, p.name, back, n.settledBound(it.LeaseSettled, now))
 		}
 		if refund > 0 {
 			_ = e.b.Refund(n.bt(now), refund)
-			n.capLeased(s, it.Key, e.b, now)
+			n.capLeased(e, now)
 		}
 		if refund+later > 0 {
 			n.metrics.LeasesReturned.Add(1)
@@ -184,7 +184,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 	if it.LeaseWant > 0 && len(v.lost) == 0 && !v.orphaned(it.Key) && !v.takingOver(it.Key) { // a minority side grants nothing, nor an orphaned key (quorum.go), nor one taken over not OwnerLeaseTTL since its confirmation (confirm.go)
 		granted, covered = n.grantLease(e, now, it)
 		p.recordGrant(it.Key, granted, now, n.grantMemory())
-		grantID = n.noteGrant(s, it.Key, p.name, granted, now) // leasecap.go
+		grantID = n.noteGrant(s, e, p.name, granted, now) // leasecap.go
 	}
 	if it.Hits > 0 || refund > 0 || granted > 0 || len(it.View) > 0 {
 		// A grant its fence covers, and a refund (the state only less

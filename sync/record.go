@@ -72,6 +72,20 @@ type ownedKey struct {
 	// store.fenced, whence the key's next owned record takes it back
 	// (looseFence, forgetFence, adoptFence).
 	fen *fence
+	// gr is the key's lease grants (leasecap.go) while it has some, nil
+	// otherwise: kept in the record for the reason fen is, so that leased
+	// mode's cap (capLeased) finds them with the record, not in a map of
+	// the shard keyed by the key (about 10% of a leased decision's CPU in
+	// CoreUniform's profile; docs/bench.md, "The grants in the record").
+	// The store moves them to shard.strayGrants when the record leaves the
+	// owned table and back when one comes (looseGrants, adoptGrants), as
+	// it does the fence. A second pointer, not one to the fence and the
+	// grants together: with both the record and its bucket fill the
+	// 112-byte size class the fence alone put them in (104 bytes), one
+	// pointer would leave them there as well, and would put the fence,
+	// there on every owned key a backup target fences, behind one more
+	// allocation and one more load (TestRecordSizes).
+	gr *keyGrants
 }
 
 // cachedKey is a non-owner's view of a key's state at its owner.
@@ -131,6 +145,9 @@ const (
 	// flagBackup: an owned key changed since its last backup and is listed
 	// in its shard's backup list (backup.go).
 	flagBackup
+	// flagGrants: an owned key is listed in its shard's leased list (it
+	// has, or had since the last sweep, lease grants: leasecap.go).
+	flagGrants
 )
 
 const (
@@ -195,7 +212,8 @@ func (o *ownedKey) interested() bool { return o.interest != 0 }
 // two, and the bucket on the cache lines the store reads before it anyway.
 // A key is charged an ownedAlloc whatever its role (recordCharge), so that
 // a change of role keeps its charge: 112 bytes, 16 more than a
-// cachedAlloc since the owned record holds its fence (TestRecordSizes).
+// cachedAlloc since the owned record holds its fence and its grants
+// (TestRecordSizes).
 type (
 	ownedAlloc struct {
 		r  ownedKey
@@ -270,6 +288,7 @@ func (st *store) toOwned(s *shard, v *cachedKey) *ownedKey {
 	x.r.ownDemand = v.dem
 	st.replace(s, v, &x.r)
 	st.adoptFence(&x.r)
+	st.adoptGrants(s, &x.r)
 	return &x.r
 }
 
@@ -280,6 +299,7 @@ func (st *store) toOwned(s *shard, v *cachedKey) *ownedKey {
 // another owner (flagMoved, and flagSynced: it holds an owner's state).
 func (st *store) toCached(s *shard, o *ownedKey) *cachedKey {
 	st.looseFence(o)
+	st.looseGrants(s, o)
 	x := new(cachedAlloc)
 	x.r.key, x.r.b, x.r.dem = o.key, bucket.MoveIn(&x.sp, o.b), o.ownDemand
 	x.r.meta = o.meta&^flagMask | uint32(flagMoved|flagSynced)

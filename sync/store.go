@@ -30,12 +30,12 @@ type shard struct {
 	local, share map[string]*localKey
 	// leases holds this node's leases on keys owned elsewhere (leased mode).
 	leases map[string]*lease
-	// granted holds, per owned key, the lease grants that may still be
-	// spent, by expiry (leasecap.go); nil until the first grant.
-	granted map[string][]liveGrant
-	// late holds, per owned key, the grants expired here that their
-	// holders have not settled yet (leasecap.go); nil until the first.
-	late map[string][]lateGrant
+	// leased lists the owned records with lease grants (ownedKey.gr),
+	// each once (flagGrants), for the sweep (sweepGrants); strayGrants
+	// holds the grants of keys with no owned record here (leasecap.go,
+	// looseGrants), nil until the first.
+	leased      []*ownedKey
+	strayGrants map[string]*keyGrants
 	// dirty lists cached keys with something to flush (flagDirty set);
 	// changed lists owned keys with stale interested nodes (flagChanged).
 	dirty, changed []string
@@ -315,6 +315,7 @@ func (st *store) removeEntry(s *shard, key string, e record) {
 	case *ownedKey:
 		s.own.del(st.hash(key), e)
 		st.looseFence(e)
+		st.looseGrants(s, e)
 	case *cachedKey:
 		s.view.del(st.hash(key), e)
 	}
@@ -418,6 +419,7 @@ func (st *store) insertEntry(s *shard, h uint64, e record, c uint32) {
 	case *ownedKey:
 		s.own.put(h, e)
 		st.adoptFence(e)
+		st.adoptGrants(s, e)
 	case *cachedKey:
 		s.view.put(h, e)
 	}

@@ -14,8 +14,9 @@ import (
 
 // TestRecordSizes pins a record of the table and its bucket at one
 // allocation: 112 bytes for an owned key (96 until its fence pointer came
-// into the record, issue 14), 96 for a cached view; and a local bucket at
-// 64. A key is charged the owned size in either role (recordCharge).
+// into the record, issue 14; its grants pointer fills the class, 104 to
+// 112 bytes), 96 for a cached view; and a local bucket at 64. A key is
+// charged the owned size in either role (recordCharge).
 func TestRecordSizes(t *testing.T) {
 	for _, c := range []struct {
 		name       string

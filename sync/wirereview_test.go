@@ -88,8 +88,7 @@ func TestHandedGrantsBounded(t *testing.T) {
 		gs[i] = &peerv1.LeaseGrant{Key: key, To: "c", Id: nw.now.Add(ttl/2).UnixNano() + int64(i), Held: 1}
 	}
 	stepHandoffGrants(nw, "b", "a", 1, gs...)
-	s := a.st.shardOf(key)
-	got := s.granted[key]
+	got := liveGrantsOf(a, key)
 	var held int64
 	for _, g := range got {
 		held += g.held()
@@ -103,11 +102,11 @@ func TestHandedGrantsBounded(t *testing.T) {
 	// The same hand-off again (a replay): nothing more is counted.
 	stepHandoffGrants(nw, "b", "a", 2, gs...)
 	held = 0
-	for _, g := range s.granted[key] {
+	for _, g := range liveGrantsOf(a, key) {
 		held += g.held()
 	}
-	if len(s.granted[key]) > maxKeyGrants || held > 2*n {
-		t.Errorf("after a replay: %d grants holding %d", len(s.granted[key]), held)
+	if len(liveGrantsOf(a, key)) > maxKeyGrants || held > 2*n {
+		t.Errorf("after a replay: %d grants holding %d", len(liveGrantsOf(a, key)), held)
 	}
 }
 
@@ -135,7 +134,7 @@ func TestHandedGrantsMalformed(t *testing.T) {
 	if got := a.Metrics().Malformed.Load() - before; got != 6 {
 		t.Errorf("Malformed +%d, want 6", got)
 	}
-	gs := a.st.shardOf(key).granted[key]
+	gs := liveGrantsOf(a, key)
 	if len(gs) != 1 || gs[0].exp != id+5 || gs[0].held() != 2 {
 		t.Errorf("kept %+v, want only the grant of 2", gs)
 	}
@@ -333,15 +332,14 @@ func FuzzHandedGrants(f *testing.F) {
 		}
 		for seq := uint64(1); seq <= 2; seq++ {
 			stepHandoffGrants(nw, "b", "a", seq, gs...)
-			s := a.st.shardOf(key)
 			var held int64
-			for _, g := range s.granted[key] {
+			for _, g := range liveGrantsOf(a, key) {
 				if g.held() < 0 {
 					t.Fatalf("a grant holds %d", g.held())
 				}
 				held += g.held()
 			}
-			if n := len(s.granted[key]); n > maxKeyGrants {
+			if n := len(liveGrantsOf(a, key)); n > maxKeyGrants {
 				t.Fatalf("%d grants kept, want at most %d", n, maxKeyGrants)
 			}
 			if held > capacity {
@@ -486,7 +484,7 @@ func TestHandedGrantsNotOwned(t *testing.T) {
 		&peerv1.LeaseGrant{Key: ofC, To: "b", Id: id, Held: 3},
 		&peerv1.LeaseGrant{Key: ofB, To: "c", Id: id, Held: 3})
 	for _, key := range []string{ofC, ofB} {
-		if gs := a.st.shardOf(key).granted[key]; len(gs) != 0 {
+		if gs := liveGrantsOf(a, key); len(gs) != 0 {
 			t.Errorf("a counts %d grants of %q, a key it does not own", len(gs), key)
 		}
 	}
@@ -504,4 +502,20 @@ func TestHandedGrantsNotOwned(t *testing.T) {
 			t.Errorf("grants passed back to their sender b: %v", h.Grants)
 		}
 	}
+}
+
+// liveGrantsOf returns the live grants n counts on key: in its owned
+// record, or among its shard's stray grants when it has none.
+func liveGrantsOf(n *Node, key string) []liveGrant {
+	s := n.st.shardOf(key)
+	if e := n.st.lookupOwned(s, key); e != nil {
+		if e.gr == nil {
+			return nil
+		}
+		return e.gr.live
+	}
+	if g := s.strayGrants[key]; g != nil {
+		return g.live
+	}
+	return nil
 }
