@@ -150,11 +150,14 @@ type backupFlight struct {
 }
 
 // fenceMark is a fence's bound once a backup is acknowledged: f.bound
-// rises to mark unless f was reset since (gen).
+// rises to mark unless f was reset since (gen), or the acknowledgement
+// says the target did not keep the state (BackupAck.dropped names item,
+// the state's index in its batch).
 type fenceMark struct {
 	f    *fence
 	gen  uint64
 	mark int64
+	item int
 }
 
 // heldBackup is one key's state kept for its owner.
@@ -467,6 +470,7 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 			fl := &backupFlight{seq: bp.seq, items: items[:k:k], sentAt: now, early: early}
 			j := 0
 			for j < len(idx) && idx[j] < sent+k {
+				ms[j].item = idx[j] - sent
 				j++
 			}
 			if j > 0 {
@@ -570,7 +574,27 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	fl := bp.out[i]
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
+	dropped := ack.Dropped
 	for _, m := range fl.marks {
+		if len(dropped) > 0 && slices.Contains(dropped, uint32(m.item)) {
+			// The target did not keep the state (it held its most
+			// backups): the bound stays. The checks waiting on the fence
+			// go by the policy now, as if their wait were over (asking
+			// again at each Tick of their wait sent one backup per Tick:
+			// 379 per check waiting, TestHeldFloodKeepsFence), and the
+			// key's next check asks for a backup again.
+			n.metrics.BackupKeysNotKept.Add(1)
+			if m.gen == m.f.gen && m.f.promised == m.mark {
+				for i := range m.f.holds {
+					m.f.holds[i].until = now
+				}
+				if len(m.f.holds) > 0 {
+					n.releaseFence(now, c, n.view, m.f) // promised still covers them: none asks again
+				}
+				m.f.promised = m.f.bound
+			}
+			continue
+		}
 		if m.gen == m.f.gen && (fenceHeld(now, m.f, p.name, ack.KnownMembers) || !n.echoedSince(m.f)) {
 			// fence.go, resetFences: the target changed as the old one was
 			// reported failed (FenceHold, and a majority's echoes since),
@@ -610,16 +634,22 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 		run [lookupRun]*peerv1.KeyState
 		hs  [lookupRun]*heldBackup
 	)
+	var (
+		at      [lookupRun]uint32
+		dropped []uint32
+	)
 	items := b.Items
 	v := n.view
 	refused := false
-	for len(items) > 0 {
+	for next := uint32(0); len(items) > 0; {
 		k := 0
 		for len(items) > 0 && k < len(run) {
 			ks := items[0]
 			items = items[1:]
+			next++
 			if ks == nil || ks.Key == "" || len(ks.Key) > n.cfg.MaxKeyLen {
 				n.metrics.Malformed.Add(1)
+				dropped = append(dropped, next-1)
 				continue
 			}
 			if v.owner(ks.Key) != p.name {
@@ -631,7 +661,7 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 				refused = true
 				continue
 			}
-			run[k], hs[k] = ks, d.held[ks.Key]
+			run[k], hs[k], at[k] = ks, d.held[ks.Key], next-1
 			k++
 		}
 		// A key held afresh by an item of the run may come again later in
@@ -642,7 +672,11 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 			if h == nil && added {
 				h = d.held[ks.Key]
 			}
-			added = n.holdBackup(now, p, uint32(inc), ks, h) || added
+			fresh, kept := n.holdBackup(now, p, uint32(inc), ks, h)
+			added = added || fresh
+			if !kept {
+				dropped = append(dropped, at[j]) // fence.go: its fence must not rise
+			}
 		}
 	}
 	if refused {
@@ -655,17 +689,19 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 			known = append(known, m)
 		}
 	}
-	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc, KnownMembers: known}})
+	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc, KnownMembers: known, Dropped: dropped}})
 }
 
 // holdBackup keeps the state ks that p backed up with this node,
 // merged with h, what this node holds of its key (nil: nothing), and
-// reports whether it held the key afresh.
-func (n *Node) holdBackup(now time.Time, p *peer, life uint32, ks *peerv1.KeyState, h *heldBackup) bool {
+// reports whether it held the key afresh and whether it kept the state:
+// not when it held its most backups already, or the state did not decode
+// (the acknowledgement then names it, so that its fence does not rise).
+func (n *Node) holdBackup(now time.Time, p *peer, life uint32, ks *peerv1.KeyState, h *heldBackup) (fresh, kept bool) {
 	d := &n.dur
 	bk, ok := n.decodeStateInto(d.spare, ks)
 	if !ok {
-		return false
+		return false, false
 	}
 	if bk == d.spare {
 		d.spare = nil // in use now; what bk no longer needs becomes spare
@@ -680,12 +716,13 @@ func (n *Node) holdBackup(now time.Time, p *peer, life uint32, ks *peerv1.KeySta
 	case h == nil && (len(d.held) >= n.cfg.MaxKeys || !n.st.holdCharge(len(ks.Key), coarse(now))):
 		n.metrics.BackupKeysDropped.Add(1)
 		d.spare = bk
+		return false, false
 	case h == nil:
 		if d.held == nil {
 			d.held = map[string]*heldBackup{}
 		}
 		d.held[ks.Key] = &heldBackup{from: p.name, life: life, b: bk, dem: ks.Demand, reserve: max(0, ks.Reserve)}
-		return true
+		return true, true
 	case h.from != p.name || h.b.Merge(n.bt(now), bk) != nil:
 		d.spare = h.b
 		h.from, h.life, h.b, h.dem, h.reserve = p.name, life, bk, ks.Demand, max(0, ks.Reserve)
@@ -693,7 +730,7 @@ func (n *Node) holdBackup(now time.Time, p *peer, life uint32, ks *peerv1.KeySta
 		h.life, h.dem, h.reserve = life, ks.Demand, max(0, ks.Reserve)
 		d.spare = bk
 	}
-	return false
+	return false, true
 }
 
 // sweepHeld drops, once per SweepInterval, the held states that have

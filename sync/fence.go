@@ -68,6 +68,15 @@ import (
 // fresh owner-mode keys left one fence, 144 bytes, per key, outside the
 // budget; TestFenceFloodBounded).
 //
+// A target that does not keep a state it is sent (it holds its most
+// backups, MaxKeys or half the byte budget, backup.go holdBackup) names it
+// in its acknowledgement (BackupAck.dropped): that key's bound does not
+// rise, the checks waiting on it go by the policy at once, and its next
+// check asks for a backup again. Before, the drop was acknowledged as a
+// keep: after a flood of fresh keys had filled its holder, a key spent on
+// the bound so raised was admitted again after its owner's restart (200 on
+// a key of 100 an hour, TestHeldFloodKeepsFence).
+//
 // The fence covers what the backup target knows. Its limit: a key's new
 // owner that is not its backup holder (two members lost at once, the owner
 // and its target, e.g. both on the minority side of a partition) starts from

@@ -1784,7 +1784,12 @@ type BackupAck struct {
 	BackupIncarnation uint64                 `protobuf:"varint,2,opt,name=backup_incarnation,json=backupIncarnation,proto3" json:"backup_incarnation,omitempty"`
 	// known_members are those of the Backup's ask_members on the receiver's
 	// ring when it took the Backup in.
-	KnownMembers  []string `protobuf:"bytes,3,rep,name=known_members,json=knownMembers,proto3" json:"known_members,omitempty"`
+	KnownMembers []string `protobuf:"bytes,3,rep,name=known_members,json=knownMembers,proto3" json:"known_members,omitempty"`
+	// dropped are the indexes, in the Backup's items, of the states the
+	// receiver did not keep (it held its most backups, or the state did not
+	// decode): the acknowledgement raises no fence of their keys
+	// (sync/fence.go). An older node sends none: it acknowledged every item.
+	Dropped       []uint32 `protobuf:"varint,4,rep,packed,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1836,6 +1841,13 @@ func (x *BackupAck) GetBackupIncarnation() uint64 {
 func (x *BackupAck) GetKnownMembers() []string {
 	if x != nil {
 		return x.KnownMembers
+	}
+	return nil
+}
+
+func (x *BackupAck) GetDropped() []uint32 {
+	if x != nil {
+		return x.Dropped
 	}
 	return nil
 }
@@ -1980,11 +1992,12 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
 	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\x12\x1f\n" +
 	"\vask_members\x18\x03 \x03(\tR\n" +
-	"askMembers\"q\n" +
+	"askMembers\"\x8b\x01\n" +
 	"\tBackupAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12-\n" +
 	"\x12backup_incarnation\x18\x02 \x01(\x04R\x11backupIncarnation\x12#\n" +
-	"\rknown_members\x18\x03 \x03(\tR\fknownMembers*j\n" +
+	"\rknown_members\x18\x03 \x03(\tR\fknownMembers\x12\x18\n" +
+	"\adropped\x18\x04 \x03(\rR\adropped*j\n" +
 	"\tErrorCode\x12\x13\n" +
 	"\x0fERROR_CODE_NONE\x10\x00\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_OWNER\x10\x01\x12\x16\n" +

@@ -1,0 +1,72 @@
+package sync
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/check"
+)
+
+// keysHeldBy returns n keys that owner owns among members and whose
+// backups go to holder, none of them skip.
+func keysHeldBy(t *testing.T, owner, holder string, members []string, n int, skip string) []string {
+	t.Helper()
+	var out []string
+	for _, k := range keysOwnedBy(t, owner, members, 20*n) {
+		if k != skip && keyHolder(t, k, owner, members) == holder {
+			out = append(out, k)
+			if len(out) == n {
+				break
+			}
+		}
+	}
+	if len(out) < n {
+		t.Fatalf("%d keys of %s held by %s, want %d", len(out), owner, holder, n)
+	}
+	return out
+}
+
+// TestHeldFloodKeepsFence (issue 15): a flood of fresh keys fills the
+// backups a holder may keep (MaxKeys), after which it drops the backups of
+// later keys; it acknowledged them all the same, so the owner's fence rose
+// for a key of which the holder kept no state, and whoever started from
+// the holder's backups started that key from nothing. Here a stranger's
+// owner-mode checks of 4×MaxKeys fresh keys of c's, held by b, fill b;
+// the victim, c's key, is then spent in owner mode (fail-closed) through
+// a, and c is killed and back at once: b gives it back the states it
+// holds, none of the victim's, and c admits the key's 100 again. On main:
+// 100 before the restart, 100 after it, 200 on a key of 100 an hour. Now
+// b's acknowledgement names the items it did not keep, their fences do
+// not rise, and the victim's checks go by the policy (fail-closed:
+// rejected) until b has room: 100 in all.
+func TestHeldFloodKeepsFence(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	const budget = 16
+	nw := newTestNet(t, func(cfg *Config) {
+		localShareNode(cfg)
+		if cfg.Self == "b" {
+			cfg.MaxKeys = budget
+		}
+	}, members...)
+	b := nw.nodes["b"]
+	key := keyMoving(t, "c", "b", members, []string{"a", "b"})
+	for _, k := range keysHeldBy(t, "c", "b", members, 4*budget, key) {
+		nw.checkAnswered(nw.nodes["a"], check.Request{Key: k, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner})
+	}
+	nw.run(time.Second)
+	t.Logf("after the flood: b holds %d backups, dropped %d", len(b.dur.held), b.Metrics().BackupKeysDropped.Load())
+	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
+	before := runRequestLoad(t, nw, []string{"a"}, req, 120*5*time.Millisecond, nil)
+	nw.run(time.Second)
+	held := b.heldState(key) != nil
+	nw.nodes["c"] = nil
+	nw.now = nw.now.Add(time.Millisecond)
+	c := nw.add("c", func(cfg *Config) { localShareNode(cfg); cfg.Incarnation = 7 })
+	c.SetMembers(nw.now, members)
+	after := runRequestLoad(t, nw, members, req, 2*time.Second, nil)
+	t.Logf("victim: admitted %d before c's restart (%d degraded; b holds its backup: %v), %d after it (%v)",
+		before.admitted, before.degraded, held, after.admitted, after.byNode)
+	if total := before.admitted + after.admitted; total > 100 {
+		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
+	}
+}
