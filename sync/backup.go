@@ -258,10 +258,75 @@ func (n *Node) withoutSelf(r *ring.Ring) *ring.Ring {
 	return s
 }
 
+// maxReleases bounds the releases waiting to be sent (store.released):
+// beyond it a forgotten fence's held state stays unsweepable, as before
+// releases (safe: it only says more than the key spent).
+const maxReleases = 4096
+
+// noteRelease notes the state of e, an owned record leaving the store
+// whose fence f was forgotten (store.forgetFence: all f spent is within
+// what its target acknowledged, and this node drains nothing more of the
+// key until a later fence's backup is acknowledged), for a release to the
+// key's backup target (sendReleases). A fence that never sent a backup
+// has nothing to release.
+func (st *store) noteRelease(e *ownedKey, f *fence) {
+	if f.promised == 0 || len(st.released) >= maxReleases {
+		return
+	}
+	state, err := e.b.AppendBinary(nil)
+	if err != nil {
+		return
+	}
+	st.released = append(st.released, &peerv1.KeyState{Key: e.key, State: state, Demand: e.dem})
+}
+
+// sendReleases sends the states noted by noteRelease to their keys'
+// backup targets, as Backups marked release (reserve 0; no
+// acknowledgement), so that the holder, its reserve gone, may sweep each
+// state once it has refilled (sweepHeld). Before, a held state with a
+// reserve was never swept (its reserve drained at the sweep's instant, it
+// never looked refilled): after a flood of fresh keys the holder kept
+// MaxKeys of them for good, and dropped the later keys' backups. It runs
+// before every backup round, so that a release goes after every backup of
+// the forgotten fence and before any of the key's next fence (one link
+// delivers in order). A key no longer this node's, or with no live
+// target, is not released (its held state stays, as before).
+func (n *Node) sendReleases(v *view) {
+	st := n.st
+	if len(st.released) == 0 {
+		return
+	}
+	var out map[string][]*peerv1.KeyState
+	for _, ks := range st.released {
+		if v.owner(ks.Key) != n.cfg.Self {
+			continue
+		}
+		p := n.fenceTarget(v, ks.Key)
+		if p == nil || p.gone {
+			continue
+		}
+		if out == nil {
+			out = map[string][]*peerv1.KeyState{}
+		}
+		out[p.name] = append(out[p.name], ks)
+	}
+	clear(st.released)
+	st.released = st.released[:0]
+	for _, name := range v.names {
+		items := out[name]
+		for len(items) > 0 {
+			k := min(len(items), n.cfg.MaxBatch)
+			n.send(name, backupBody{&peerv1.Backup{Items: items[:k:k], Release: true}})
+			items = items[k:]
+		}
+	}
+}
+
 // tickBackups runs a backup round when one is due, or an early one asked
 // for (earlyDue).
 func (n *Node) tickBackups(now time.Time, v *view) {
 	n.sweepHeld(now)
+	n.sendReleases(v)
 	if early := n.earlyDue(now); early || !now.Before(n.dur.nextBackup) {
 		n.backupRound(now, v, early)
 	}
@@ -296,6 +361,7 @@ func (n *Node) backupEarly(now time.Time, v *view, hurry bool) {
 // marked again), then sends the state of every owned key changed since its
 // last backup to the key's target, in batches of MaxBatch.
 func (n *Node) backupRound(now time.Time, v *view, early bool) {
+	n.sendReleases(v) // before any backup of a released key's next fence
 	d := &n.dur
 	d.early = false
 	// The next round is due FlushInterval on, never later: each early
@@ -626,6 +692,10 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 // algorithm, replaces it), and acknowledges them.
 func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 	n.metrics.BackupsReceived.Add(1)
+	if b.Release {
+		n.onRelease(now, p, inc, b.Items)
+		return
+	}
 	d := &n.dur
 	// The held states of up to lookupRun items are looked up at once, before
 	// any is decoded and merged: those lookups, mostly cache misses, then
@@ -690,6 +760,28 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 		}
 	}
 	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc, KnownMembers: known, Dropped: dropped}})
+}
+
+// onRelease takes in the last states of keys whose fence p forgot
+// (Backup.release, sendReleases): each is merged into the state this node
+// holds of the key from p, which takes its reserve, 0, and may then be
+// swept once refilled. A key held from another owner, or not held, is
+// left alone (nothing is held afresh); none is acknowledged.
+func (n *Node) onRelease(now time.Time, p *peer, inc uint64, items []*peerv1.KeyState) {
+	d := &n.dur
+	v := n.view
+	for _, ks := range items {
+		if ks == nil || ks.Key == "" || len(ks.Key) > n.cfg.MaxKeyLen {
+			n.metrics.Malformed.Add(1)
+			continue
+		}
+		h := d.held[ks.Key]
+		if h == nil || h.from != p.name || v.owner(ks.Key) != p.name {
+			continue
+		}
+		ks.Reserve = 0
+		n.holdBackup(now, p, uint32(inc), ks, h)
+	}
 }
 
 // holdBackup keeps the state ks that p backed up with this node,

@@ -70,3 +70,42 @@ func TestHeldFloodKeepsFence(t *testing.T) {
 		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
 	}
 }
+
+// TestHeldFloodSwept: after a flood of fresh keys, the holder's backups go
+// once the keys have refilled, and later keys' backups are kept again.
+// a owns 500 fresh keys, checked once each in owner mode, under a budget
+// of 64 keys on both nodes: b keeps 64 backups and drops the rest. Before,
+// a held state with a reserve was never swept (fenced drains the reserve
+// at the sweep's instant, so it never looked refilled): b still held its
+// 64 flood backups 10 minutes later, and every later key's backup was
+// dropped (acknowledged as kept, before TestHeldFloodKeepsFence's fix; now
+// its checks went by the policy). Now a, forgetting a fence with its
+// record (swept idle or evicted, all spent within the bound), sends b the
+// key's last state with reserve 0 (a release), and b sweeps it once
+// refilled.
+func TestHeldFloodSwept(t *testing.T) {
+	const budget, flood = 64, 500
+	members := []string{"a", "b"}
+	nw := newTestNet(t, func(cfg *Config) { withWait(cfg); cfg.MaxKeys = budget }, members...)
+	a, b := nw.nodes["a"], nw.nodes["b"]
+	keys := keysOwnedBy(t, "a", members, flood+1)
+	for _, k := range keys[:flood] {
+		nw.checkAnswered(a, check.Request{Key: k, Hits: 1, Limit: perMinute(60), Mode: check.ModeOwner})
+	}
+	nw.run(time.Second)
+	t.Logf("after the flood: b holds %d backups, dropped %d", len(b.dur.held), b.Metrics().BackupKeysDropped.Load())
+	nw.run(2*time.Minute + 2*b.cfg.SweepInterval)
+	held := len(b.dur.held)
+	t.Logf("after the sweeps: b holds %d backups", held)
+	if held > 1 {
+		t.Errorf("after the flood's keys refilled and the sweeps: b holds %d backups, want at most 1", held)
+	}
+	victim := keys[flood]
+	req := check.Request{Key: victim, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
+	res := runRequestLoad(t, nw, []string{"a"}, req, 50*5*time.Millisecond, nil)
+	nw.run(time.Second)
+	t.Logf("a later key: admitted %d of %d (%d degraded); b holds its backup: %v", res.admitted, res.checks, res.degraded, b.heldState(victim) != nil)
+	if res.admitted != 50 || b.heldState(victim) == nil {
+		t.Errorf("a later key: admitted %d of 50, b holds its backup: %v; want 50 and held", res.admitted, b.heldState(victim) != nil)
+	}
+}
