@@ -640,9 +640,12 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	fl := bp.out[i]
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
-	dropped := ack.Dropped
+	dropped := ack.Dropped // ascending as onBackup sends it; sorted here if not
+	if !slices.IsSorted(dropped) {
+		dropped = slices.Sorted(slices.Values(dropped))
+	}
 	for _, m := range fl.marks {
-		if len(dropped) > 0 && slices.Contains(dropped, uint32(m.item)) {
+		if _, found := slices.BinarySearch(dropped, uint32(m.item)); found {
 			// The target did not keep the state (it held its most
 			// backups): the bound stays. The checks waiting on the fence
 			// go by the policy now, as if their wait were over (asking
