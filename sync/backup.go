@@ -127,6 +127,13 @@ type durability struct {
 	// received state instead of allocating (bucket.DecodeInto); nil when
 	// there is none.
 	spare bucket.Bucket
+	// released lists, oldest first, the held keys their owner released
+	// (onRelease: reserve 0), at most maxReleases: a full holder makes room
+	// for a new key's backup by dropping the first of them that has
+	// refilled (roomForHeld), as the next sweep would, rather than drop
+	// the newcomer. Entries whose key was swept or held again since are
+	// skipped when met.
+	released []string
 }
 
 // backupPeer is this node's backup traffic to one target.
@@ -784,7 +791,53 @@ func (n *Node) onRelease(now time.Time, p *peer, inc uint64, items []*peerv1.Key
 		}
 		ks.Reserve = 0
 		n.holdBackup(now, p, uint32(inc), ks, h)
+		if len(d.released) < maxReleases {
+			d.released = append(d.released, ks.Key)
+		}
 	}
+}
+
+// heldRoom reports whether a backup held afresh, of a key of keyLen
+// bytes, fits (MaxKeys held states, and holdCharge's half of the byte
+// budget), charging it if so; when it does not, released states that say
+// nothing any more make room (roomForHeld).
+func (n *Node) heldRoom(now time.Time, keyLen int) bool {
+	for {
+		if len(n.dur.held) < n.cfg.MaxKeys && n.st.holdCharge(keyLen, coarse(now)) {
+			return true
+		}
+		if !n.roomForHeld(now) {
+			return false
+		}
+	}
+}
+
+// roomForHeld drops the first released held state (dur.released) that
+// says nothing any more, reserve 0 and refilled, as sweepHeld would, and
+// reports whether it did: a full holder then keeps a new key's backup
+// instead of dropping it. It looks at the oldest release only (and drops
+// the stale entries before it), so a drop costs O(1) amortised: releases
+// come in the order the owner forgot the fences, roughly the order they
+// refill.
+func (n *Node) roomForHeld(now time.Time) bool {
+	d := &n.dur
+	for len(d.released) > 0 {
+		key := d.released[0]
+		h := d.held[key]
+		if h != nil && h.reserve == 0 {
+			if !h.b.Idle(n.bt(now)) {
+				return false
+			}
+			delete(d.held, key)
+			n.st.releaseHeld(len(key))
+		}
+		d.released[0] = ""
+		d.released = d.released[1:]
+		if h != nil && h.reserve == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // holdBackup keeps the state ks that p backed up with this node,
@@ -808,7 +861,7 @@ func (n *Node) holdBackup(now time.Time, p *peer, life uint32, ks *peerv1.KeySta
 		h.b, h.reserve = h.fenced(n.bt(now)), 0
 	}
 	switch {
-	case h == nil && (len(d.held) >= n.cfg.MaxKeys || !n.st.holdCharge(len(ks.Key), coarse(now))):
+	case h == nil && !n.heldRoom(now, len(ks.Key)):
 		n.metrics.BackupKeysDropped.Add(1)
 		d.spare = bk
 		return false, false
@@ -849,6 +902,10 @@ func (n *Node) sweepHeld(now time.Time) {
 			n.st.releaseHeld(len(key))
 		}
 	}
+	d.released = slices.DeleteFunc(d.released, func(key string) bool {
+		h := d.held[key]
+		return h == nil || h.reserve != 0
+	})
 }
 
 // takeHeld removes and returns, sorted by key, the held states whose

@@ -109,3 +109,35 @@ func TestHeldFloodSwept(t *testing.T) {
 		t.Errorf("a later key: admitted %d of 50, b holds its backup: %v; want 50 and held", res.admitted, b.heldState(victim) != nil)
 	}
 }
+
+// TestHeldFloodMakesRoom: a full holder keeps a new key's backup by
+// dropping a released state that has refilled, as its next sweep would,
+// rather than drop the newcomer. As TestHeldFloodSwept, with b's sweep
+// an hour apart: only the room made for the later key lets b keep it.
+// Without (b still full of released, refilled flood states): the later
+// key admitted 0 of 50 (fail-closed), its backup dropped.
+func TestHeldFloodMakesRoom(t *testing.T) {
+	const budget, flood = 64, 500
+	members := []string{"a", "b"}
+	nw := newTestNet(t, func(cfg *Config) {
+		withWait(cfg)
+		cfg.MaxKeys = budget
+		if cfg.Self == "b" {
+			cfg.SweepInterval = time.Hour
+		}
+	}, members...)
+	a, b := nw.nodes["a"], nw.nodes["b"]
+	keys := keysOwnedBy(t, "a", members, flood+1)
+	for _, k := range keys[:flood] {
+		nw.checkAnswered(a, check.Request{Key: k, Hits: 1, Limit: perMinute(60), Mode: check.ModeOwner})
+	}
+	nw.run(2*time.Minute + 2*a.cfg.SweepInterval)
+	t.Logf("after the flood's keys refilled: b holds %d backups, %d released", len(b.dur.held), len(b.dur.released))
+	victim := keys[flood]
+	req := check.Request{Key: victim, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
+	res := runRequestLoad(t, nw, []string{"a"}, req, 50*5*time.Millisecond, nil)
+	t.Logf("a later key: admitted %d of %d (%d degraded); b holds %d backups, its backup: %v", res.admitted, res.checks, res.degraded, len(b.dur.held), b.heldState(victim) != nil)
+	if res.admitted != 50 || b.heldState(victim) == nil {
+		t.Errorf("a later key: admitted %d of 50, b holds its backup: %v; want 50 and held", res.admitted, b.heldState(victim) != nil)
+	}
+}
