@@ -66,7 +66,10 @@ import (
 // records the budget holds (issues 14/15: before, a fence outlived its
 // record until a membership change moved its key away, and a flood of
 // fresh owner-mode keys left one fence, 144 bytes, per key, outside the
-// budget; TestFenceFloodBounded).
+// budget; TestFenceFloodBounded). A forgotten fence releases the key's
+// held copy: its last state, reserve 0 (backup.go, sendReleases), so that
+// the target sweeps it once refilled (TestHeldFloodSwept); a held state
+// with a reserve was never swept.
 //
 // A target that does not keep a state it is sent (it holds its most
 // backups, MaxKeys or half the byte budget, backup.go holdBackup) names it
