@@ -38,7 +38,8 @@ func keysHeldBy(t *testing.T, owner, holder string, members []string, n int, ski
 // 100 before the restart, 100 after it, 200 on a key of 100 an hour. Now
 // b's acknowledgement names the items it did not keep, their fences do
 // not rise, and the victim's checks go by the policy (fail-closed:
-// rejected) until b has room: 100 in all.
+// rejected) until b has room: 0 before the restart and 0 after it (b
+// stays full of the flood's keys, of an hour's limit).
 func TestHeldFloodKeepsFence(t *testing.T) {
 	members := []string{"a", "b", "c"}
 	const budget = 16
