@@ -121,6 +121,7 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 		{"ringlimit_backups_received_total", "Backup messages kept for other owners.", &c.BackupsReceived},
 		{"ringlimit_backup_keys_dropped_total", "Backed-up key states not kept because MaxKeys states were held or the byte budget (--max-key-bytes) had no room.", &c.BackupKeysDropped},
 		{"ringlimit_backup_keys_restored_total", "Held key states given to a key's new owner after its owner failed or restarted.", &c.BackupKeysRestored},
+		{"ringlimit_backup_keys_not_kept_total", "Backed-up key states this node's backup target acknowledged as not kept (it held its most backups); their keys' fences did not rise.", &c.BackupKeysNotKept},
 		{"ringlimit_backups_refused_total", "Backup messages not acknowledged because they carried a key the sender does not own in this node's view (its fence does not rise).", &c.BackupsRefused},
 		{"ringlimit_clock_steps_total", "Times this node's clock correction moved (every state it held shifted with it).", &c.ClockSteps},
 		{"ringlimit_clock_rebased_total", "Messages whose states were shifted on receipt to this node's cluster time (a sender whose clock is not yet measured, or whose cluster time differs).", &c.ClockRebased},

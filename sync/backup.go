@@ -127,6 +127,13 @@ type durability struct {
 	// received state instead of allocating (bucket.DecodeInto); nil when
 	// there is none.
 	spare bucket.Bucket
+	// released lists, oldest first, the held keys their owner released
+	// (onRelease: reserve 0), at most maxReleases: a full holder makes room
+	// for a new key's backup by dropping the first of them that has
+	// refilled (roomForHeld), as the next sweep would, rather than drop
+	// the newcomer. Entries whose key was swept or held again since are
+	// skipped when met.
+	released []string
 }
 
 // backupPeer is this node's backup traffic to one target.
@@ -150,11 +157,14 @@ type backupFlight struct {
 }
 
 // fenceMark is a fence's bound once a backup is acknowledged: f.bound
-// rises to mark unless f was reset since (gen).
+// rises to mark unless f was reset since (gen), or the acknowledgement
+// says the target did not keep the state (BackupAck.dropped names item,
+// the state's index in its batch).
 type fenceMark struct {
 	f    *fence
 	gen  uint64
 	mark int64
+	item int
 }
 
 // heldBackup is one key's state kept for its owner.
@@ -255,10 +265,75 @@ func (n *Node) withoutSelf(r *ring.Ring) *ring.Ring {
 	return s
 }
 
+// maxReleases bounds the releases waiting to be sent (store.released):
+// beyond it a forgotten fence's held state stays unsweepable, as before
+// releases (safe: it only says more than the key spent).
+const maxReleases = 4096
+
+// noteRelease notes the state of e, an owned record leaving the store
+// whose fence f was forgotten (store.forgetFence: all f spent is within
+// what its target acknowledged, and this node drains nothing more of the
+// key until a later fence's backup is acknowledged), for a release to the
+// key's backup target (sendReleases). A fence that never sent a backup
+// has nothing to release.
+func (st *store) noteRelease(e *ownedKey, f *fence) {
+	if f.promised == 0 || len(st.released) >= maxReleases {
+		return
+	}
+	state, err := e.b.AppendBinary(nil)
+	if err != nil {
+		return
+	}
+	st.released = append(st.released, &peerv1.KeyState{Key: e.key, State: state, Demand: e.dem})
+}
+
+// sendReleases sends the states noted by noteRelease to their keys'
+// backup targets, as Backups marked release (reserve 0; no
+// acknowledgement), so that the holder, its reserve gone, may sweep each
+// state once it has refilled (sweepHeld). Before, a held state with a
+// reserve was never swept (its reserve drained at the sweep's instant, it
+// never looked refilled): after a flood of fresh keys the holder kept
+// MaxKeys of them for good, and dropped the later keys' backups. It runs
+// before every backup round, so that a release goes after every backup of
+// the forgotten fence and before any of the key's next fence (one link
+// delivers in order). A key no longer this node's, or with no live
+// target, is not released (its held state stays, as before).
+func (n *Node) sendReleases(v *view) {
+	st := n.st
+	if len(st.released) == 0 {
+		return
+	}
+	var out map[string][]*peerv1.KeyState
+	for _, ks := range st.released {
+		if v.owner(ks.Key) != n.cfg.Self {
+			continue
+		}
+		p := n.fenceTarget(v, ks.Key)
+		if p == nil || p.gone {
+			continue
+		}
+		if out == nil {
+			out = map[string][]*peerv1.KeyState{}
+		}
+		out[p.name] = append(out[p.name], ks)
+	}
+	clear(st.released)
+	st.released = st.released[:0]
+	for _, name := range v.names {
+		items := out[name]
+		for len(items) > 0 {
+			k := min(len(items), n.cfg.MaxBatch)
+			n.send(name, backupBody{&peerv1.Backup{Items: items[:k:k], Release: true}})
+			items = items[k:]
+		}
+	}
+}
+
 // tickBackups runs a backup round when one is due, or an early one asked
 // for (earlyDue).
 func (n *Node) tickBackups(now time.Time, v *view) {
 	n.sweepHeld(now)
+	n.sendReleases(v)
 	if early := n.earlyDue(now); early || !now.Before(n.dur.nextBackup) {
 		n.backupRound(now, v, early)
 	}
@@ -293,6 +368,7 @@ func (n *Node) backupEarly(now time.Time, v *view, hurry bool) {
 // marked again), then sends the state of every owned key changed since its
 // last backup to the key's target, in batches of MaxBatch.
 func (n *Node) backupRound(now time.Time, v *view, early bool) {
+	n.sendReleases(v) // before any backup of a released key's next fence
 	d := &n.dur
 	d.early = false
 	// The next round is due FlushInterval on, never later: each early
@@ -467,6 +543,7 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 			fl := &backupFlight{seq: bp.seq, items: items[:k:k], sentAt: now, early: early}
 			j := 0
 			for j < len(idx) && idx[j] < sent+k {
+				ms[j].item = idx[j] - sent
 				j++
 			}
 			if j > 0 {
@@ -571,7 +648,30 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
 	known := n.boundKnown(ack.KnownMembers) // wirelimits.go
+	dropped := ack.Dropped                  // ascending as onBackup sends it; sorted here if not
+	if !slices.IsSorted(dropped) {
+		dropped = slices.Sorted(slices.Values(dropped))
+	}
 	for _, m := range fl.marks {
+		if _, found := slices.BinarySearch(dropped, uint32(m.item)); found {
+			// The target did not keep the state (it held its most
+			// backups): the bound stays. The checks waiting on the fence
+			// go by the policy now, as if their wait were over (asking
+			// again at each Tick of their wait sent one backup per Tick:
+			// 379 per check waiting, TestHeldFloodKeepsFence), and the
+			// key's next check asks for a backup again.
+			n.metrics.BackupKeysNotKept.Add(1)
+			if m.gen == m.f.gen && m.f.promised == m.mark {
+				for i := range m.f.holds {
+					m.f.holds[i].until = now
+				}
+				if len(m.f.holds) > 0 {
+					n.releaseFence(now, c, n.view, m.f) // promised still covers them: none asks again
+				}
+				m.f.promised = m.f.bound
+			}
+			continue
+		}
 		if m.gen == m.f.gen && (fenceHeld(now, m.f, p.name, known) || !n.echoedSince(m.f)) {
 			// fence.go, resetFences: the target changed as the old one was
 			// reported failed (FenceHold, and a majority's echoes since),
@@ -603,6 +703,10 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 // algorithm, replaces it), and acknowledges them.
 func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 	n.metrics.BackupsReceived.Add(1)
+	if b.Release {
+		n.onRelease(now, p, inc, b.Items)
+		return
+	}
 	d := &n.dur
 	// The held states of up to lookupRun items are looked up at once, before
 	// any is decoded and merged: those lookups, mostly cache misses, then
@@ -611,16 +715,22 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 		run [lookupRun]*peerv1.KeyState
 		hs  [lookupRun]*heldBackup
 	)
+	var (
+		at      [lookupRun]uint32
+		dropped []uint32
+	)
 	items := b.Items
 	v := n.view
 	refused := false
-	for len(items) > 0 {
+	for next := uint32(0); len(items) > 0; {
 		k := 0
 		for len(items) > 0 && k < len(run) {
 			ks := items[0]
 			items = items[1:]
+			next++
 			if ks == nil || ks.Key == "" || len(ks.Key) > n.cfg.MaxKeyLen {
 				n.metrics.Malformed.Add(1)
+				dropped = append(dropped, next-1)
 				continue
 			}
 			if v.owner(ks.Key) != p.name {
@@ -632,7 +742,7 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 				refused = true
 				continue
 			}
-			run[k], hs[k] = ks, d.held[ks.Key]
+			run[k], hs[k], at[k] = ks, d.held[ks.Key], next-1
 			k++
 		}
 		// A key held afresh by an item of the run may come again later in
@@ -643,7 +753,11 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 			if h == nil && added {
 				h = d.held[ks.Key]
 			}
-			added = n.holdBackup(now, p, uint32(inc), ks, h) || added
+			fresh, kept := n.holdBackup(now, p, uint32(inc), ks, h)
+			added = added || fresh
+			if !kept {
+				dropped = append(dropped, at[j]) // fence.go: its fence must not rise
+			}
 		}
 	}
 	if refused {
@@ -651,17 +765,87 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 		return
 	}
 	known := n.knownOf(v, b.AskMembers) // fence.go, holdForOldTarget; wirelimits.go: bounded
-	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc, KnownMembers: known}})
+	n.send(p.name, backupAckBody{&peerv1.BackupAck{Seq: b.Seq, BackupIncarnation: inc, KnownMembers: known, Dropped: dropped}})
+}
+
+// onRelease takes in the last states of keys whose fence p forgot
+// (Backup.release, sendReleases): each is merged into the state this node
+// holds of the key from p, which takes its reserve, 0, and may then be
+// swept once refilled. A key held from another owner, or not held, is
+// left alone (nothing is held afresh); none is acknowledged.
+func (n *Node) onRelease(now time.Time, p *peer, inc uint64, items []*peerv1.KeyState) {
+	d := &n.dur
+	v := n.view
+	for _, ks := range items {
+		if ks == nil || ks.Key == "" || len(ks.Key) > n.cfg.MaxKeyLen {
+			n.metrics.Malformed.Add(1)
+			continue
+		}
+		h := d.held[ks.Key]
+		if h == nil || h.from != p.name || v.owner(ks.Key) != p.name {
+			continue
+		}
+		ks.Reserve = 0
+		n.holdBackup(now, p, uint32(inc), ks, h)
+		if len(d.released) < maxReleases {
+			d.released = append(d.released, ks.Key)
+		}
+	}
+}
+
+// heldRoom reports whether a backup held afresh, of a key of keyLen
+// bytes, fits (MaxKeys held states, and holdCharge's half of the byte
+// budget), charging it if so; when it does not, released states that say
+// nothing any more make room (roomForHeld).
+func (n *Node) heldRoom(now time.Time, keyLen int) bool {
+	for {
+		if len(n.dur.held) < n.cfg.MaxKeys && n.st.holdCharge(keyLen, coarse(now)) {
+			return true
+		}
+		if !n.roomForHeld(now) {
+			return false
+		}
+	}
+}
+
+// roomForHeld drops the first released held state (dur.released) that
+// says nothing any more, reserve 0 and refilled, as sweepHeld would, and
+// reports whether it did: a full holder then keeps a new key's backup
+// instead of dropping it. It looks at the oldest release only (and drops
+// the stale entries before it), so a drop costs O(1) amortised: releases
+// come in the order the owner forgot the fences, roughly the order they
+// refill.
+func (n *Node) roomForHeld(now time.Time) bool {
+	d := &n.dur
+	for len(d.released) > 0 {
+		key := d.released[0]
+		h := d.held[key]
+		if h != nil && h.reserve == 0 {
+			if !h.b.Idle(n.bt(now)) {
+				return false
+			}
+			delete(d.held, key)
+			n.st.releaseHeld(len(key))
+		}
+		d.released[0] = ""
+		d.released = d.released[1:]
+		if h != nil && h.reserve == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // holdBackup keeps the state ks that p backed up with this node,
 // merged with h, what this node holds of its key (nil: nothing), and
-// reports whether it held the key afresh.
-func (n *Node) holdBackup(now time.Time, p *peer, life uint32, ks *peerv1.KeyState, h *heldBackup) bool {
+// reports whether it held the key afresh and whether it kept the state:
+// not when it held its most backups already, or the state did not decode
+// (the acknowledgement then names it, so that its fence does not rise).
+func (n *Node) holdBackup(now time.Time, p *peer, life uint32, ks *peerv1.KeyState, h *heldBackup) (fresh, kept bool) {
 	d := &n.dur
 	bk, ok := n.decodeStateInto(d.spare, ks)
 	if !ok {
-		return false
+		return false, false
 	}
 	if bk == d.spare {
 		d.spare = nil // in use now; what bk no longer needs becomes spare
@@ -673,15 +857,16 @@ func (n *Node) holdBackup(now time.Time, p *peer, life uint32, ks *peerv1.KeySta
 		h.b, h.reserve = h.fenced(n.bt(now)), 0
 	}
 	switch {
-	case h == nil && (len(d.held) >= n.cfg.MaxKeys || !n.st.holdCharge(len(ks.Key), coarse(now))):
+	case h == nil && !n.heldRoom(now, len(ks.Key)):
 		n.metrics.BackupKeysDropped.Add(1)
 		d.spare = bk
+		return false, false
 	case h == nil:
 		if d.held == nil {
 			d.held = map[string]*heldBackup{}
 		}
 		d.held[ks.Key] = &heldBackup{from: p.name, life: life, b: bk, dem: ks.Demand, reserve: max(0, ks.Reserve)}
-		return true
+		return true, true
 	case h.from != p.name || h.b.Merge(n.bt(now), bk) != nil:
 		d.spare = h.b
 		h.from, h.life, h.b, h.dem, h.reserve = p.name, life, bk, ks.Demand, max(0, ks.Reserve)
@@ -689,7 +874,7 @@ func (n *Node) holdBackup(now time.Time, p *peer, life uint32, ks *peerv1.KeySta
 		h.life, h.dem, h.reserve = life, ks.Demand, max(0, ks.Reserve)
 		d.spare = bk
 	}
-	return false
+	return false, true
 }
 
 // sweepHeld drops, once per SweepInterval, the held states that have
@@ -713,6 +898,10 @@ func (n *Node) sweepHeld(now time.Time) {
 			n.st.releaseHeld(len(key))
 		}
 	}
+	d.released = slices.DeleteFunc(d.released, func(key string) bool {
+		h := d.held[key]
+		return h == nil || h.reserve != 0
+	})
 }
 
 // takeHeld removes and returns, sorted by key, the held states whose

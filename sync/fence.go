@@ -66,7 +66,19 @@ import (
 // records the budget holds (issues 14/15: before, a fence outlived its
 // record until a membership change moved its key away, and a flood of
 // fresh owner-mode keys left one fence, 144 bytes, per key, outside the
-// budget; TestFenceFloodBounded).
+// budget; TestFenceFloodBounded). A forgotten fence releases the key's
+// held copy: its last state, reserve 0 (backup.go, sendReleases), so that
+// the target sweeps it once refilled (TestHeldFloodSwept); a held state
+// with a reserve was never swept.
+//
+// A target that does not keep a state it is sent (it holds its most
+// backups, MaxKeys or half the byte budget, backup.go holdBackup) names it
+// in its acknowledgement (BackupAck.dropped): that key's bound does not
+// rise, the checks waiting on it go by the policy at once, and its next
+// check asks for a backup again. Before, the drop was acknowledged as a
+// keep: after a flood of fresh keys had filled its holder, a key spent on
+// the bound so raised was admitted again after its owner's restart (200 on
+// a key of 100 an hour, TestHeldFloodKeepsFence).
 //
 // The fence covers what the backup target knows. Its limit: a key's new
 // owner that is not its backup holder (two members lost at once, the owner

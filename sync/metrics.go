@@ -73,9 +73,12 @@ type Metrics struct {
 	// owner left without handing off, or restarted (backup.go).
 	// BackupsRefused counts backup messages not acknowledged because they
 	// carried a key the sender does not own in this node's view.
+	// BackupKeysNotKept counts, at the owner, the states its backup target
+	// acknowledged as not kept (BackupKeysDropped there): their fences did
+	// not rise (fence.go).
 	BackupsSent, BackupKeys, BackupsRetried                atomic.Int64
 	BackupsReceived, BackupKeysDropped, BackupKeysRestored atomic.Int64
-	BackupsRefused                                         atomic.Int64
+	BackupsRefused, BackupKeysNotKept                      atomic.Int64
 	// ClockOffsetNs is this node's clock minus cluster time, in ns, as last
 	// measured (clock.go); ClockSkewed is 1 while its magnitude exceeds
 	// Config.MaxClockOffset, else 0. ClockSteps counts the times the

@@ -9,6 +9,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/ringlimit/ringlimit/bucket"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
 // numShards is the number of shards of the keyed store. A power of two, so a
@@ -135,6 +136,10 @@ type store struct {
 	// partition count (Config.Ring.PartitionCount).
 	gone       map[int]*fence
 	partitions int
+	// released holds the last states of the keys whose fence was forgotten
+	// with their record, to send to their backup targets with reserve 0
+	// (backup.go, sendReleases), at most maxReleases.
+	released []*peerv1.KeyState
 }
 
 // partitionOf returns key's ring partition (ring.Ring.PartitionOf, which
@@ -249,6 +254,7 @@ func (st *store) looseFence(e *ownedKey) {
 	}
 	e.fen = nil
 	if st.forgetFence(e.key, f) {
+		st.noteRelease(e, f) // backup.go: its held state may be swept
 		return
 	}
 	if st.fenced == nil {

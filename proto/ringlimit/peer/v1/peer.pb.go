@@ -1721,7 +1721,16 @@ type Backup struct {
 	// backup targets that joined in the receiver's place for keys backed up
 	// to it under a join hold (sync/fence.go, holdForOldTarget). The
 	// acknowledgement answers which of them the receiver's ring holds.
-	AskMembers    []string `protobuf:"bytes,3,rep,name=ask_members,json=askMembers,proto3" json:"ask_members,omitempty"`
+	AskMembers []string `protobuf:"bytes,3,rep,name=ask_members,json=askMembers,proto3" json:"ask_members,omitempty"`
+	// release: the items are the last states of keys whose fence the sender
+	// forgot (their record left its store, all it spent within what the
+	// receiver acknowledged; sync/store.go forgetFence), each with reserve
+	// 0: the sender drains nothing more of them until a later backup is
+	// acknowledged. The receiver merges each into the state it holds of the
+	// key from the sender and takes its reserve, so that the state may be
+	// swept once refilled; it holds none afresh and sends no
+	// acknowledgement (seq is 0). An older node keeps them as backups.
+	Release       bool `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1777,6 +1786,13 @@ func (x *Backup) GetAskMembers() []string {
 	return nil
 }
 
+func (x *Backup) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
 // BackupAck acknowledges a Backup.
 type BackupAck struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -1784,7 +1800,12 @@ type BackupAck struct {
 	BackupIncarnation uint64                 `protobuf:"varint,2,opt,name=backup_incarnation,json=backupIncarnation,proto3" json:"backup_incarnation,omitempty"`
 	// known_members are those of the Backup's ask_members on the receiver's
 	// ring when it took the Backup in.
-	KnownMembers  []string `protobuf:"bytes,3,rep,name=known_members,json=knownMembers,proto3" json:"known_members,omitempty"`
+	KnownMembers []string `protobuf:"bytes,3,rep,name=known_members,json=knownMembers,proto3" json:"known_members,omitempty"`
+	// dropped are the indexes, in the Backup's items, of the states the
+	// receiver did not keep (it held its most backups, or the state did not
+	// decode): the acknowledgement raises no fence of their keys
+	// (sync/fence.go). An older node sends none: it acknowledged every item.
+	Dropped       []uint32 `protobuf:"varint,4,rep,packed,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1836,6 +1857,13 @@ func (x *BackupAck) GetBackupIncarnation() uint64 {
 func (x *BackupAck) GetKnownMembers() []string {
 	if x != nil {
 		return x.KnownMembers
+	}
+	return nil
+}
+
+func (x *BackupAck) GetDropped() []uint32 {
+	if x != nil {
+		return x.Dropped
 	}
 	return nil
 }
@@ -1975,16 +2003,18 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"HandoffAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12/\n" +
-	"\x13handoff_incarnation\x18\x02 \x01(\x04R\x12handoffIncarnation\"n\n" +
+	"\x13handoff_incarnation\x18\x02 \x01(\x04R\x12handoffIncarnation\"\x88\x01\n" +
 	"\x06Backup\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
 	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\x12\x1f\n" +
 	"\vask_members\x18\x03 \x03(\tR\n" +
-	"askMembers\"q\n" +
+	"askMembers\x12\x18\n" +
+	"\arelease\x18\x04 \x01(\bR\arelease\"\x8b\x01\n" +
 	"\tBackupAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12-\n" +
 	"\x12backup_incarnation\x18\x02 \x01(\x04R\x11backupIncarnation\x12#\n" +
-	"\rknown_members\x18\x03 \x03(\tR\fknownMembers*j\n" +
+	"\rknown_members\x18\x03 \x03(\tR\fknownMembers\x12\x18\n" +
+	"\adropped\x18\x04 \x03(\rR\adropped*j\n" +
 	"\tErrorCode\x12\x13\n" +
 	"\x0fERROR_CODE_NONE\x10\x00\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_OWNER\x10\x01\x12\x16\n" +
