@@ -81,6 +81,9 @@ type Node struct {
 	// owned state in such a takeover, not yet bounded (lostkey.go).
 	taken    map[int]time.Time
 	promoted map[string]bool
+	// unowned holds, once leaving, the states this node had no member to
+	// hand to, by key (leave.go, keepUnowned).
+	unowned map[string]*peerv1.KeyState
 }
 
 // view is one membership: a ring and the peers on it. It is never modified
