@@ -7,6 +7,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // Announced leaves. A node that leaves gracefully hands its keys to their
@@ -182,4 +183,43 @@ func (n *Node) handUnowned(now time.Time, v *view) {
 		delete(n.unowned, key)
 	}
 	n.sendHandoffs(now, v, out)
+}
+
+// noteLeftUnannounced records, as taken over now (n.taken, lostkey.go),
+// the partitions that move to this node between before and after from a
+// member the driver's membership dropped as left (neither failed nor lost)
+// without its leave announced to this node: it did not know this node
+// when it left (a restarted or joining node, not yet gossiped to it), so
+// nothing it held of them may ever come, and it may have stopped before
+// learning of this node (handUnowned's hand-off then never goes). It
+// decided nothing after its Leave, which came before the membership
+// dropped it: a closed check's key with no state here starts drained as
+// of now (startDrained), and a cached view promoted in the change is
+// bounded by that (boundPromoted). Without it such a key started drained
+// as of this node's start, or full, though the leaving member had admitted
+// on it since (TestLeftUnannouncedOwnerDrainedFromTheChange).
+func (n *Node) noteLeftUnannounced(now time.Time, before, after *ring.Ring) {
+	if before == nil || after == nil || !after.Has(n.cfg.Self) || n.leaving {
+		return
+	}
+	moves, err := ring.Diff(before, after)
+	if err != nil {
+		return
+	}
+	at := n.bt(now)
+	for _, m := range moves {
+		if m.To != n.cfg.Self || m.From == "" || m.From == n.cfg.Self || after.Has(m.From) {
+			continue
+		}
+		if _, announced := n.dur.departed[m.From]; announced {
+			continue
+		}
+		if _, failed := n.quorum.failed[m.From]; failed || n.quorum.forgotten[m.From] || slices.Contains(n.members, m.From) {
+			continue
+		}
+		if n.taken == nil {
+			n.taken = map[int]time.Time{}
+		}
+		n.taken[m.Partition] = at
+	}
 }

@@ -87,3 +87,66 @@ func leavingHandsUnowned(t *testing.T, mode check.Mode) {
 		t.Errorf("n1 admitted nothing, want the refill since n3 spent the key (%d)", bound)
 	}
 }
+
+// TestLeftUnannouncedOwnerDrainedFromTheChange: as
+// TestLeavingNodeHandsUnownedStateToLateMember, but n3 stops before it
+// learns of n1 (gossip slow to tell it), so its state of the key goes
+// nowhere, and n1 learns of n3's leave from gossip. Before, n1 started the
+// key drained as of its own start, before n3 spent it; now as of the
+// change that gave it the key (noteLeftUnannounced), after n3's last
+// admission.
+func TestLeftUnannouncedOwnerDrainedFromTheChange(t *testing.T) {
+	for _, mode := range []check.Mode{check.ModeOwner, check.ModeLeased} {
+		t.Run(mode.String(), func(t *testing.T) { leftUnannounced(t, mode) })
+	}
+}
+
+func leftUnannounced(t *testing.T, mode check.Mode) {
+	all := []string{"n1", "n2", "n3"}
+	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
+	nw := newTestNet(t, tweak, all...)
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 100, Period: 100 * time.Second}
+	nw.isolate("n1")
+	nw.nodes["n1"] = nil
+	nw.names = []string{"n2", "n3"}
+	nw.failNode([]string{"n2", "n3"}, []string{"n1"}, "n2", "n3")
+	nw.heal()
+	nw.run(time.Second)
+	var key string
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		_, taken := nw.nodes["n3"].takeoverStart(k)
+		if ownerOn(t, k, all...) == "n3" && nw.nodes["n3"].view.owner(k) == "n3" && !taken && ownerOn(t, k, "n1", "n3") == "n3" {
+			key = k
+		}
+	}
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: mode, Policy: check.PolicyFailClosed}
+	nw.names = []string{"n2", "n3", "n1"}
+	n1 := nw.add("n1", func(cfg *Config) { tweak(cfg); cfg.Incarnation = 7; cfg.Joining = true })
+	n1.SetMembers(nw.now, []string{"n1", "n3"})
+	nw.run(10 * time.Second)
+	spentFrom := nw.now
+	spent := runRequestLoad(t, nw, []string{"n3"}, req, 150*5*time.Millisecond, nil)
+	nw.nodes["n2"].Leave(nw.now)
+	nw.run(time.Second)
+	nw.nodes["n3"].Leave(nw.now)
+	nw.run(time.Second)
+
+	// n3 and n2 stop; gossip tells n1 that n3 has left.
+	nw.isolate("n3")
+	nw.nodes["n2"], nw.nodes["n3"] = nil, nil
+	nw.names = []string{"n1"}
+	n1.SetMembers(nw.now, []string{"n1"})
+	res := runRequestLoad(t, nw, []string{"n1"}, req, 2*time.Second, nil)
+	bound := int(nw.now.Sub(spentFrom)/time.Second) + 1
+	t.Logf("%s: n3 admitted %d; n1 %d of %d (%d degraded), at most %d refilled since n3 spent it", key, spent.admitted, res.admitted, res.checks, res.degraded, bound)
+	if spent.admitted != 100 {
+		t.Fatalf("n3 admitted %d, want 100", spent.admitted)
+	}
+	if res.admitted > bound {
+		t.Errorf("n1 admitted %d after n3 spent the key, want at most %d (the refill since)", res.admitted, bound)
+	}
+	if res.admitted == 0 {
+		t.Errorf("n1 admitted nothing, want the refill since it took the key")
+	}
+}
