@@ -76,8 +76,9 @@ type Node struct {
 	// (lostkey.go); zero before it.
 	started time.Time
 	// taken holds, per partition this node took over from a failed member
-	// (confirm.go) and still owns, the instant (cluster time) it began
-	// deciding it as owner; promoted, the keys whose cached view became
+	// (confirm.go), or gained from a member whose leave was not announced
+	// to it (leave.go, noteLeftUnannounced), and still owns, the instant
+	// (cluster time) it began deciding it as owner; promoted, the keys whose cached view became
 	// owned state in such a takeover, not yet bounded (lostkey.go).
 	taken    map[int]time.Time
 	promoted map[string]bool
