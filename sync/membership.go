@@ -156,9 +156,11 @@ func (n *Node) applyMembers(now time.Time) {
 	n.awaitFormerOrphans(now, old, nv)                // quorum.go
 	n.restoreBackups(now, old, nv)                    // backup.go: before checks see nv
 	n.view = nv
-	n.forgetTaken(nv) // lostkey.go
+	n.forgetTaken(nv)                       // lostkey.go
+	n.noteLeftUnannounced(now, old.ring, r) // leave.go
 	n.moveKeys(now, old, nv)
 	n.handBackToLost(now, nv) // lostowner.go
+	n.handUnowned(now, nv)    // leave.go
 	for _, name := range old.names {
 		if p := old.peers[name]; p != nil && nv.peers[name] == nil {
 			n.abandon(now, nv, p)
@@ -209,6 +211,9 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 					} else {
 						n.keepForLost(owner, ks) // lostowner.go: handed to it when it is back
 					}
+				} else if n.leaving {
+					state, _ := e.b.AppendBinary(nil)
+					n.keepUnowned(now, &peerv1.KeyState{Key: key, State: state, Demand: e.dem}) // leave.go: no one to hand it to yet
 				}
 				n.st.toCached(s, e)
 			case *cachedKey:
@@ -313,6 +318,9 @@ func (n *Node) abandon(now time.Time, nv *view, p *peer) {
 				out[q] = append(out[q], ks)
 			} else if bk, ok := n.decodeState(ks); ok {
 				n.mergeState(now, nv, ks.Key, bk, ks.Demand)
+				if n.leaving && nv.lost[nv.owner(ks.Key)] == nil {
+					n.keepUnowned(now, ks) // leave.go: no one to hand it to yet
+				}
 			}
 		}
 	}
@@ -384,6 +392,9 @@ func (n *Node) onHandoff(now time.Time, v *view, p *peer, inc uint64, h *peerv1.
 		if b, ok := n.decodeState(ks); ok {
 			n.mergeState(now, v, ks.Key, b, ks.Demand)
 			n.noteHanded(v, p.name, ks.Key) // await.go
+			if n.leaving && v.peers[v.owner(ks.Key)] == nil && v.lost[v.owner(ks.Key)] == nil {
+				n.keepUnowned(now, ks) // leave.go: no one to hand it to yet
+			}
 			if q := v.peers[v.owner(ks.Key)]; q != nil && q != p && !q.gone {
 				if on == nil {
 					on = map[*peer][]*peerv1.KeyState{}

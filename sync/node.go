@@ -76,11 +76,15 @@ type Node struct {
 	// (lostkey.go); zero before it.
 	started time.Time
 	// taken holds, per partition this node took over from a failed member
-	// (confirm.go) and still owns, the instant (cluster time) it began
-	// deciding it as owner; promoted, the keys whose cached view became
+	// (confirm.go), or gained from a member whose leave was not announced
+	// to it (leave.go, noteLeftUnannounced), and still owns, the instant
+	// (cluster time) it began deciding it as owner; promoted, the keys whose cached view became
 	// owned state in such a takeover, not yet bounded (lostkey.go).
 	taken    map[int]time.Time
 	promoted map[string]bool
+	// unowned holds, once leaving, the states this node had no member to
+	// hand to, by key (leave.go, keepUnowned).
+	unowned map[string]*peerv1.KeyState
 }
 
 // view is one membership: a ring and the peers on it. It is never modified
