@@ -194,3 +194,40 @@ func TestUnjoinedJoinerFirstSeesPartOfTheCluster(t *testing.T) {
 		t.Errorf("c answered %+v, want a rejection: the key was spent on a", r)
 	}
 }
+
+// TestStandInsDroppedTakeNothing: the stand-ins of a node that had not
+// joined (SetExpected, "seed host:port") were never members; when the
+// driver drops them with the first real membership, the partitions that
+// move from them to the node are not taken over from a member that left
+// unannounced (leave.go, noteLeftUnannounced). A fresh key of 10 an hour
+// that the joiner owns admits its burst to a fail-closed owner-mode check.
+// Before, every such key started drained as of the join and admitted 0
+// (through real nodes: TestJoinUnderConcurrentClients, 0 of 100).
+func TestStandInsDroppedTakeNothing(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b")
+	after := []string{"a", "b", "c"}
+	// A key of a stand-in's on the unjoined c's ring, and c's after the join.
+	key := keyMoving(t, "seed a", "c", []string{"c", "seed a", "seed b"}, after)
+	c := nw.add("c", func(cfg *Config) { cfg.HandoffWait = DefaultConfig().HandoffWait })
+	nw.names = after
+	c.SetExpected([]string{"seed a", "seed b"})
+	c.SetMembership(nw.now, []string{"c"}, nil)
+	c.SetExpected(nil)
+	nw.setMembers(after, "a", "b", "c")
+	nw.settle()
+	l := perHour(10)
+	admitted := 0
+	for range 10 {
+		p := checkAsync(c, nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner, Policy: check.PolicyFailClosed})
+		nw.settle()
+		if !p.done {
+			t.Fatalf("check of %q never completed", key)
+		}
+		if r := p.resps[0]; r.Err == nil && r.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("c admitted %d of a fresh key's burst of 10, want 10", admitted)
+	}
+}

@@ -156,8 +156,8 @@ func (n *Node) applyMembers(now time.Time) {
 	n.awaitFormerOrphans(now, old, nv)                // quorum.go
 	n.restoreBackups(now, old, nv)                    // backup.go: before checks see nv
 	n.view = nv
-	n.forgetTaken(nv)                       // lostkey.go
-	n.noteLeftUnannounced(now, old.ring, r) // leave.go
+	n.forgetTaken(nv)                                     // lostkey.go
+	n.noteLeftUnannounced(now, old.ring, r, old.standIns) // leave.go
 	n.moveKeys(now, old, nv)
 	n.handBackToLost(now, nv) // lostowner.go
 	n.handUnowned(now, nv)    // leave.go
