@@ -186,6 +186,8 @@ type evictCand struct {
 	r   record               // nil for a local bucket
 	l   *localKey            // nil for a record
 	m   map[string]*localKey // nil for s.m
+	// local: l is a ModeLocal key's (marked when evicted, evicted.go).
+	local bool
 }
 
 // evict removes the least recently used eighth of s's keys that may go
@@ -198,28 +200,35 @@ func (st *store) evict(s *shard, c uint32) bool {
 	cands := st.cands[:0]
 	for k, o := range s.own.all() {
 		if s.leases[k] == nil {
-			cands = append(cands, evictCand{ageOf(c, o.used()), k, o, nil, nil})
+			cands = append(cands, evictCand{ageOf(c, o.used()), k, o, nil, nil, false})
 		}
 	}
 	for k, v := range s.view.all() {
 		if !v.has(flagDirty) && v.inFlight == 0 && s.leases[k] == nil {
-			cands = append(cands, evictCand{ageOf(c, v.used()), k, v, nil, nil})
+			cands = append(cands, evictCand{ageOf(c, v.used()), k, v, nil, nil, false})
 		}
 	}
 	for k, l := range s.local {
-		cands = append(cands, evictCand{ageOf(c, l.used()), k, nil, l, s.local})
+		cands = append(cands, evictCand{ageOf(c, l.used()), k, nil, l, s.local, true})
 	}
 	for k, l := range s.share {
-		cands = append(cands, evictCand{ageOf(c, l.used()), k, nil, l, s.share})
+		cands = append(cands, evictCand{ageOf(c, l.used()), k, nil, l, s.share, false})
 	}
 	slices.SortFunc(cands, func(a, b evictCand) int {
 		return cmp.Or(cmp.Compare(b.age, a.age), cmp.Compare(a.key, b.key))
 	})
 	n := max(1, len(cands)/8)
 	for _, cd := range cands[:min(n, len(cands))] {
-		if cd.m == nil {
+		switch {
+		case cd.m == nil:
+			if o, ok := cd.r.(*ownedKey); ok {
+				st.markEvicted(st.hash(cd.key)^markOwned, o.b, st.now)
+			}
 			st.removeEntry(s, cd.key, cd.r)
-		} else {
+		default:
+			if cd.local {
+				st.markEvicted(st.hash(cd.key)^markLocal, cd.l.b, st.now)
+			}
 			st.removeFrom(cd.m, cd.key, cd.l)
 		}
 	}

@@ -81,9 +81,17 @@ func (n *Node) startDrained(key string, l bucket.Limit, now time.Time, closed bo
 
 // newOwnedBucketEntry returns a new owned record of key under l for this
 // node, at now (cluster time), for a request closed or not: a fresh bucket,
-// or one drained as of this node's start or takeover (startDrained).
+// or one drained as of this node's start or takeover (startDrained), or
+// as its evicted mark says (markedStart), whichever is the later.
 func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c uint32, closed bool) (*ownedKey, error) {
 	at, drained := n.startDrained(key, l, now, closed)
+	marked := false
+	if n.st.marks.slots != nil {
+		// evicted.go: the key was evicted here while not fresh.
+		if m, ok := n.st.markedStart(n.st.hash(key)^markOwned, l, now); ok && (!drained || m.After(at)) {
+			at, drained, marked = m, true, true
+		}
+	}
 	if !drained {
 		if n.view != nil && n.view.unconfirmed(key) {
 			// A flush applied while the takeover is unconfirmed (no check
@@ -100,7 +108,9 @@ func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c 
 	if err := e.b.Drain(at, e.b.Config().Capacity()); err != nil {
 		return nil, err
 	}
-	n.metrics.DrainedStarts.Add(1)
+	if !marked {
+		n.metrics.DrainedStarts.Add(1)
+	}
 	return e, nil
 }
 
