@@ -180,3 +180,41 @@ func TestMarks(t *testing.T) {
 		}
 	}
 }
+
+// TestFloodMarksCostNewKeys measures what the marks cost keys never seen
+// (evicted.go): 5,000 flood keys of 100 an hour, one hit each, through a
+// node of MaxKeys 512 (1,024 slots) share almost every slot with a mark.
+// A flood key that meets a shared mark starts as consumed as it says, takes
+// its hit and, evicted, marks its slot later still: the marks reach up to
+// a refill of the flood's limit (an hour here) beyond the flood. Until
+// they lapse a new key whose slot holds one starts drained (its burst
+// lost, refilling at its rate), and so does a new key whose slot a spent
+// key evicted by the same churn marked since. Once the marks lapsed and
+// the keys stored are idle (evicted unmarked), new keys start full. Run
+// with -v for the figures.
+func TestFloodMarksCostNewKeys(t *testing.T) {
+	nw := newTestNet(t, func(c *Config) { c.MaxKeys = 64 * 8 }, "a")
+	a := nw.nodes["a"]
+	hourly := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 100, Period: time.Hour}
+	for i := range 5000 {
+		checkSync(t, a, t0.Add(time.Duration(i)*200*time.Microsecond), check.Request{Key: fmt.Sprintf("flood%d", i), Hits: 1, Limit: hourly, Mode: check.ModeOwner})
+	}
+	burst := func(at time.Time, prefix string, n int) int {
+		got := 0
+		for i := range n {
+			if checkSync(t, a, at, check.Request{Key: fmt.Sprintf("%s%d", prefix, i), Hits: 5, Limit: perMinute(5), Mode: check.ModeOwner}).Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	during := burst(t0.Add(2*time.Second), "new", 1000)
+	between := burst(t0.Add(40*time.Second), "next", 1000)
+	later := burst(t0.Add(3*time.Minute), "later", 100)
+	after := burst(t0.Add(2*time.Hour), "after", 100)
+	t.Logf("new keys of 5 a minute admitting their burst of 5: %d of 1000 at t0+2s, %d of 1000 at t0+40s, %d of 100 at t0+3min, %d of 100 at t0+2h",
+		during, between, later, after)
+	if after != 100 {
+		t.Errorf("t0+2h: %d of 100 new keys admitted their burst, want 100", after)
+	}
+}
