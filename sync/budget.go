@@ -31,12 +31,16 @@ import (
 // key), the keys that cannot go kept: cached keys with hits not yet
 // flushed (dirty or in flight) and keys with a live lease. If that shard
 // has none to give, the next shards are tried in turn. The cost of an
-// evicted key in accuracy: an owned key evicted while spent restarts from a
-// fresh bucket at its next check (up to its limit admitted again, once
-// per eviction); a cached view evicted restarts as a fresh view (it asks
-// the owner at once and admits at most limit/N meanwhile, as a key seen
-// for the first time); a held backup dropped leaves the key with its
-// cached-mode rebuild only if its owner crashes (consistency.md).
+// evicted key in accuracy: an owned or local key evicted while not fresh
+// is marked (evicted.go) and restarts at its next check as consumed as it
+// was, or more: a flood of fresh keys no longer refills a victim's spent
+// key (issue 15: 5 of 5 admitted again before, 0 now,
+// TestFloodKeepsEvictedKeySpent); what the marks cost keys never seen is
+// there. A cached view evicted restarts as a fresh view (it asks the owner
+// at once and admits at most limit/N meanwhile, as a key seen for the
+// first time); a Concurrency or SmoothWarmingUp key restarts fresh; a
+// held backup dropped leaves the key with its cached-mode rebuild only if
+// its owner crashes (consistency.md).
 
 // The charges, in bytes, of a key's share of the index that finds it: a
 // table slot (12 bytes at 3/8 to 3/4 load: 1.33 to 2.67 slots a key, 1.85

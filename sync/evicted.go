@@ -153,7 +153,7 @@ func drainedSince(l bucket.Limit, now, full time.Time) (time.Time, bool) {
 	if !markable(l.Algorithm) {
 		return time.Time{}, false
 	}
-	b, err := bucket.New(l, now)
+	b, err := bucket.New(l, now) // a probe: NewIn on a local Space escapes as well
 	if err != nil || b.Drain(now, b.Config().Capacity()) != nil {
 		return time.Time{}, false
 	}

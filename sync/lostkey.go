@@ -84,21 +84,21 @@ func (n *Node) startDrained(key string, l bucket.Limit, now time.Time, closed bo
 // or one drained as of this node's start or takeover (startDrained), or
 // as its evicted mark says (markedStart), whichever is the later.
 func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c uint32, closed bool) (*ownedKey, error) {
-	at, drained := n.startDrained(key, l, now, closed)
-	marked := false
+	at, lost := n.startDrained(key, l, now, closed)
+	if !lost && n.view != nil && n.view.unconfirmed(key) {
+		// A flush applied while the takeover is unconfirmed (no check
+		// is decided then): the bound is the first decision's after
+		// the confirmation, as for a promoted view (boundPromoted).
+		n.markPromoted(key)
+	}
+	drained := lost
 	if n.st.marks.slots != nil {
 		// evicted.go: the key was evicted here while not fresh.
 		if m, ok := n.st.markedStart(n.st.hash(key)^markOwned, l, now); ok && (!drained || m.After(at)) {
-			at, drained, marked = m, true, true
+			at, drained = m, true
 		}
 	}
 	if !drained {
-		if n.view != nil && n.view.unconfirmed(key) {
-			// A flush applied while the takeover is unconfirmed (no check
-			// is decided then): the bound is the first decision's after
-			// the confirmation, as for a promoted view (boundPromoted).
-			n.markPromoted(key)
-		}
 		return newOwned(key, l, now, c)
 	}
 	e, err := newOwned(key, l, at, c)
@@ -108,7 +108,7 @@ func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c 
 	if err := e.b.Drain(at, e.b.Config().Capacity()); err != nil {
 		return nil, err
 	}
-	if !marked {
+	if lost {
 		n.metrics.DrainedStarts.Add(1)
 	}
 	return e, nil
