@@ -14,23 +14,28 @@ import (
 // instant at which each evicted key's bucket would have been full again
 // (its Decision.ResetAt at the eviction); a new record of a key whose
 // mark is still ahead starts drained so that it is full at that instant,
-// no sooner (startMarked): for a token bucket, capacity − rate × (mark −
-// now) tokens.
+// no sooner (markedStart): for a token bucket, capacity − rate × (mark −
+// now) tokens. It starts at most drained at now: a debt beyond the
+// capacity (hits drained past the limit) is not kept, and a mark further
+// ahead than a refill of the new record's limit (a shared slot's, or a
+// limit since shortened) costs it no more than its burst.
 //
-// A slot holds the mark in units of markUnit (rounded up) in its high 48
-// bits and a fingerprint of the key (16 other bits of its hash, never 0)
-// in its low 16. Two keys whose marks are both live in one slot share it:
+// A slot holds the mark in units of 2^markShift ns (rounded up) in its
+// high 48 bits and a fingerprint of the key (16 other bits of its hash,
+// never 0) in its low 16. Two keys whose marks are both live in one slot share it:
 // it keeps the later mark and fingerprint 0, which applies to every key of
 // the slot. So a collision only ever makes a key start more consumed than
 // it was (under-admission), never less: no evicted key admits more than
 // its bucket would have. The cost is that a key never seen, or idle when
 // evicted, whose slot holds a live mark of a shared slot or of its own
-// fingerprint (1 in 65,535 keys), starts drained as of at most now and
-// refills at its own rate: at most its burst under-admitted, once. An
-// attacker who floods spent keys under long periods fills the slots with
-// shared marks, and then every new key of the node starts drained until
-// the marks lapse: a flood costs new keys their first burst, not a spent
-// key its limit.
+// fingerprint (1 in 32,768 keys), starts drained as of at most now and
+// refills at its own rate: at most its burst under-admitted, once. A
+// flood that evicts more spent keys than there are slots fills them with
+// shared marks, and a flood key restarted from one and spent again marks
+// its slot later still, up to a refill of the flood's own limits ahead:
+// until those lapse, new keys start drained (TestFloodMarksCostNewKeys).
+// A flood costs new keys their first burst, no longer a spent key its
+// limit.
 //
 // Owned records and local keys (ModeLocal) are marked and restarted so;
 // each role hashes the key with its own salt, so that a local key's mark
