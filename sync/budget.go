@@ -186,13 +186,21 @@ func (st *store) releaseHeld(keyLen int) {
 // evictCand is a key that evict may remove.
 type evictCand struct {
 	age uint32
+	// in is where the key is: inTables (r), inLocal or inShare (l). A
+	// byte beside age rather than the map, so that a candidate takes 48
+	// bytes (the sort moves them).
+	in  uint8
 	key string
-	r   record               // nil for a local bucket
-	l   *localKey            // nil for a record
-	m   map[string]*localKey // nil for s.m
-	// local: l is a ModeLocal key's (marked when evicted, evicted.go).
-	local bool
+	r   record    // nil for a local bucket
+	l   *localKey // nil for a record
 }
+
+// Where an evictCand's key is: its shard's tables, local or share map.
+const (
+	inTables uint8 = iota
+	inLocal
+	inShare
+)
 
 // evict removes the least recently used eighth of s's keys that may go
 // (by last use, ties broken by key, so the choice is deterministic), at
@@ -204,36 +212,36 @@ func (st *store) evict(s *shard, c uint32) bool {
 	cands := st.cands[:0]
 	for k, o := range s.own.all() {
 		if s.leases[k] == nil {
-			cands = append(cands, evictCand{ageOf(c, o.used()), k, o, nil, nil, false})
+			cands = append(cands, evictCand{ageOf(c, o.used()), inTables, k, o, nil})
 		}
 	}
 	for k, v := range s.view.all() {
 		if !v.has(flagDirty) && v.inFlight == 0 && s.leases[k] == nil {
-			cands = append(cands, evictCand{ageOf(c, v.used()), k, v, nil, nil, false})
+			cands = append(cands, evictCand{ageOf(c, v.used()), inTables, k, v, nil})
 		}
 	}
 	for k, l := range s.local {
-		cands = append(cands, evictCand{ageOf(c, l.used()), k, nil, l, s.local, true})
+		cands = append(cands, evictCand{ageOf(c, l.used()), inLocal, k, nil, l})
 	}
 	for k, l := range s.share {
-		cands = append(cands, evictCand{ageOf(c, l.used()), k, nil, l, s.share, false})
+		cands = append(cands, evictCand{ageOf(c, l.used()), inShare, k, nil, l})
 	}
 	slices.SortFunc(cands, func(a, b evictCand) int {
 		return cmp.Or(cmp.Compare(b.age, a.age), cmp.Compare(a.key, b.key))
 	})
 	n := max(1, len(cands)/8)
 	for _, cd := range cands[:min(n, len(cands))] {
-		switch {
-		case cd.m == nil:
+		switch cd.in {
+		case inTables:
 			if o, ok := cd.r.(*ownedKey); ok {
 				st.markEvicted(st.hash(cd.key)^markOwned, o.b, st.now)
 			}
 			st.removeEntry(s, cd.key, cd.r)
-		default:
-			if cd.local {
-				st.markEvicted(st.hash(cd.key)^markLocal, cd.l.b, st.now)
-			}
-			st.removeFrom(cd.m, cd.key, cd.l)
+		case inLocal:
+			st.markEvicted(st.hash(cd.key)^markLocal, cd.l.b, st.now)
+			st.removeFrom(s.local, cd.key, cd.l)
+		case inShare:
+			st.removeFrom(s.share, cd.key, cd.l)
 		}
 	}
 	clear(cands) // hold no entry or key past this call

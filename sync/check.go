@@ -398,7 +398,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 			n.capLeased(s, key, e.b, now) // leasecap.go
 			return e, reconf, err
 		}
-		if e, err = n.newOwnedBucketEntry(key, l, n.bt(now), c, closed); err != nil { // lostkey.go
+		if e, err = n.newOwnedBucketEntry(key, h, l, n.bt(now), c, closed); err != nil { // lostkey.go
 			return nil, false, err
 		}
 		n.st.insertEntry(s, h, e, n.bt(now), c)

@@ -79,9 +79,10 @@ func markSlots(maxKeys int64) int {
 }
 
 // markNanos returns t in nanoseconds since 1970, or false when before it
-// (a mark needs a positive instant) or beyond 2262.
+// (a mark needs a positive instant) or beyond 2255 (UnixNano's range ends
+// in 2262).
 func markNanos(t time.Time) (int64, bool) {
-	if t.Unix() <= 0 || t.Year() >= 2262 {
+	if u := t.Unix(); u <= 0 || u >= 9e9 {
 		return 0, false
 	}
 	return t.UnixNano(), true

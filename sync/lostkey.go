@@ -79,11 +79,12 @@ func (n *Node) startDrained(key string, l bucket.Limit, now time.Time, closed bo
 	return at, true
 }
 
-// newOwnedBucketEntry returns a new owned record of key under l for this
-// node, at now (cluster time), for a request closed or not: a fresh bucket,
-// or one drained as of this node's start or takeover (startDrained), or
-// as its evicted mark says (markedStart), whichever is the later.
-func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c uint32, closed bool) (*ownedKey, error) {
+// newOwnedBucketEntry returns a new owned record of key, of store hash h,
+// under l for this node, at now (cluster time), for a request closed or
+// not: a fresh bucket, or one drained as of this node's start or takeover
+// (startDrained), or as its evicted mark says (markedStart), whichever is
+// the later.
+func (n *Node) newOwnedBucketEntry(key string, h uint64, l bucket.Limit, now time.Time, c uint32, closed bool) (*ownedKey, error) {
 	at, lost := n.startDrained(key, l, now, closed)
 	if !lost && n.view != nil && n.view.unconfirmed(key) {
 		// A flush applied while the takeover is unconfirmed (no check
@@ -94,7 +95,7 @@ func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c 
 	drained := lost
 	if n.st.marks.slots != nil {
 		// evicted.go: the key was evicted here while not fresh.
-		if m, ok := n.st.markedStart(n.st.hash(key)^markOwned, l, now); ok && (!drained || m.After(at)) {
+		if m, ok := n.st.markedStart(h^markOwned, l, now); ok && (!drained || m.After(at)) {
 			at, drained = m, true
 		}
 	}
