@@ -35,8 +35,8 @@ import (
 // is marked (evicted.go) and restarts at its next check as consumed as it
 // was, or more: a flood of fresh keys no longer refills a victim's spent
 // key (issue 15: 5 of 5 admitted again before, 0 now,
-// TestFloodKeepsEvictedKeySpent); what the marks cost keys never seen is
-// there. A cached view evicted restarts as a fresh view (it asks the owner
+// TestFloodKeepsEvictedKeySpent; evicted.go says what the marks cost keys
+// never seen). A cached view evicted restarts as a fresh view (it asks the owner
 // at once and admits at most limit/N meanwhile, as a key seen for the
 // first time); a Concurrency or SmoothWarmingUp key restarts fresh; a
 // held backup dropped leaves the key with its cached-mode rebuild only if
