@@ -134,7 +134,7 @@ func TestByteBudget(t *testing.T) {
 // full, and allocates per inserted key no more than it did while filling
 // up without evicting (the key's entry, and the table's growth then): not
 // a list of candidates per eviction. The heap does not balloon while
-// evicting.
+// evicting, beyond the fixed table of evicted marks.
 func TestEvictionHeapFlat(t *testing.T) {
 	const bound = 64_000
 	name := func(i int) string { return fmt.Sprintf("flood:%07d", i) }
@@ -156,8 +156,11 @@ func TestEvictionHeapFlat(t *testing.T) {
 	if got := n.Metrics().Keys.Load(); got > bound {
 		t.Errorf("Keys %d, want at most %d", got, bound)
 	}
-	if float64(flooded-before) > 1.10*float64(full-before) {
-		t.Errorf("live heap grew from %d to %d bytes while evicting", full-before, flooded-before)
+	// The table of evicted marks (evicted.go), allocated at the first
+	// eviction of a key not fresh, is a fixed cost: 512 KiB here.
+	marks := uint64(8 * len(n.st.marks.slots))
+	if float64(flooded-before-marks) > 1.10*float64(full-before) {
+		t.Errorf("live heap grew from %d to %d bytes while evicting (%d of them the marks' table)", full-before, flooded-before, marks)
 	}
 	if evictPer > fillPer {
 		t.Errorf("%.0f bytes allocated per inserted key while evicting, more than the %.0f while filling", evictPer, fillPer)

@@ -26,7 +26,7 @@ func (n *Node) cachedEntry(s *shard, key string, l bucket.Limit, hits int64, now
 	if e, err = newCached(key, l, n.bt(now), c); err != nil {
 		return nil, nil, false, false, err
 	}
-	n.st.insertEntry(s, h, e, c)
+	n.st.insertEntry(s, h, e, n.bt(now), c)
 	return e, nil, true, false, nil
 }
 

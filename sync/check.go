@@ -359,11 +359,11 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *check.Request, resp *chec
 	e := s.local[r.Key]
 	if e == nil {
 		var err error
-		if e, err = newLocal(r.Limit, n.bt(now), c); err != nil {
+		if e, err = n.st.newLocalMarked(r.Key, r.Limit, n.bt(now), c); err != nil {
 			resp.Err = err
 			return
 		}
-		n.st.insertInto(s, s.local, r.Key, e, c)
+		n.st.insertInto(s, s.local, r.Key, e, n.bt(now), c)
 	} else if resp.Reconfigured, resp.Err = configure(&e.b, r.Limit, n.bt(now), r.Hits); resp.Err != nil {
 		return
 	}
@@ -393,15 +393,15 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 			// quorum.go: dropped on the return from a minority side, and no
 			// hand-off came.
 			e = ownedWith(key, b, c)
-			n.st.insertEntry(s, h, e, c)
+			n.st.insertEntry(s, h, e, n.bt(now), c)
 			reconf, err = configure(&e.b, l, n.bt(now), hits)
 			n.capLeased(e, now) // leasecap.go
 			return e, reconf, err
 		}
-		if e, err = n.newOwnedBucketEntry(key, l, n.bt(now), c, closed); err != nil { // lostkey.go
+		if e, err = n.newOwnedBucketEntry(key, h, l, n.bt(now), c, closed); err != nil { // lostkey.go
 			return nil, false, err
 		}
-		n.st.insertEntry(s, h, e, c)
+		n.st.insertEntry(s, h, e, n.bt(now), c)
 		n.capLeased(e, now)
 		return e, false, nil
 	}

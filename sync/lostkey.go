@@ -79,18 +79,27 @@ func (n *Node) startDrained(key string, l bucket.Limit, now time.Time, closed bo
 	return at, true
 }
 
-// newOwnedBucketEntry returns a new owned record of key under l for this
-// node, at now (cluster time), for a request closed or not: a fresh bucket,
-// or one drained as of this node's start or takeover (startDrained).
-func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c uint32, closed bool) (*ownedKey, error) {
-	at, drained := n.startDrained(key, l, now, closed)
-	if !drained {
-		if n.view != nil && n.view.unconfirmed(key) {
-			// A flush applied while the takeover is unconfirmed (no check
-			// is decided then): the bound is the first decision's after
-			// the confirmation, as for a promoted view (boundPromoted).
-			n.markPromoted(key)
+// newOwnedBucketEntry returns a new owned record of key, of store hash h,
+// under l for this node, at now (cluster time), for a request closed or
+// not: a fresh bucket, or one drained as of this node's start or takeover
+// (startDrained), or as its evicted mark says (markedStart), whichever is
+// the later.
+func (n *Node) newOwnedBucketEntry(key string, h uint64, l bucket.Limit, now time.Time, c uint32, closed bool) (*ownedKey, error) {
+	at, lost := n.startDrained(key, l, now, closed)
+	if !lost && n.view != nil && n.view.unconfirmed(key) {
+		// A flush applied while the takeover is unconfirmed (no check
+		// is decided then): the bound is the first decision's after
+		// the confirmation, as for a promoted view (boundPromoted).
+		n.markPromoted(key)
+	}
+	drained := lost
+	if n.st.marks.slots != nil {
+		// evicted.go: the key was evicted here while not fresh.
+		if m, ok := n.st.markedStart(h^markOwned, l, now); ok && (!drained || m.After(at)) {
+			at, drained = m, true
 		}
+	}
+	if !drained {
 		return newOwned(key, l, now, c)
 	}
 	e, err := newOwned(key, l, at, c)
@@ -100,7 +109,9 @@ func (n *Node) newOwnedBucketEntry(key string, l bucket.Limit, now time.Time, c 
 	if err := e.b.Drain(at, e.b.Config().Capacity()); err != nil {
 		return nil, err
 	}
-	n.metrics.DrainedStarts.Add(1)
+	if lost {
+		n.metrics.DrainedStarts.Add(1)
+	}
 	return e, nil
 }
 

@@ -436,11 +436,11 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 			e := ownedWith(key, b, c)
 			e.dem = demand
 			markBackup(s, e)
-			n.st.insertEntry(s, h, e, c)
+			n.st.insertEntry(s, h, e, n.bt(now), c)
 		} else {
 			e := cachedWith(key, b, c)
 			e.set(flagMoved | flagSynced)
-			n.st.insertEntry(s, h, e, c)
+			n.st.insertEntry(s, h, e, n.bt(now), c)
 		}
 		return
 	}

@@ -90,7 +90,7 @@ func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *chec
 				e.b, resp.Reconfigured = b, reconf
 			}
 		}
-		n.st.insertInto(s, s.share, r.Key, e, c)
+		n.st.insertInto(s, s.share, r.Key, e, n.bt(now), c)
 	} else if resp.Reconfigured, resp.Err = configure(&e.b, l, n.bt(now), r.Hits); resp.Err != nil {
 		return
 	}

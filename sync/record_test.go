@@ -21,7 +21,7 @@ func TestRoleChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.st.insertEntry(s, a.st.hash(key), v, c)
+	a.st.insertEntry(s, a.st.hash(key), v, t0, c)
 	_, _ = v.b.Take(t0, 7)
 	v.dem, v.pending, v.inFlight, v.share, v.asked = 3, 2, 1, 0.25, 9
 	v.set(flagDirty | flagSynced)

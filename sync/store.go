@@ -110,7 +110,11 @@ type store struct {
 	// heldNext is the shard a held backup evicts from next.
 	heldNext int
 	// cands is evict's list of candidates, kept for the next eviction.
-	cands   []evictCand
+	cands []evictCand
+	// marks remembers the keys evicted while not fresh (evicted.go); now
+	// is the latest bucket time of an insert, the instant evict marks at.
+	marks   marks
+	now     time.Time
 	metrics *Metrics
 	// dirtyShards and changedShards have shard i's bit set while its dirty
 	// (changed) list is not empty, so that flushes and pushes visit only
@@ -346,6 +350,7 @@ func (st *store) forget() {
 
 func newStore(maxKeys int, maxBytes int64, partitions int, m *Metrics) *store {
 	st := &store{maxKeys: int64(maxKeys), maxBytes: maxBytes, partitions: partitions, metrics: m, seed: maphash.MakeSeed()}
+	st.marks.size = markSlots(st.maxKeys)
 	for i := range st.shards {
 		s := &st.shards[i]
 		s.bit = 1 << i
@@ -402,8 +407,10 @@ func (st *store) lookupCached(s *shard, key string) *cachedKey {
 func (s *shard) entries() int { return s.own.len() + s.view.len() + len(s.local) + len(s.share) }
 
 // insertInto adds l under a copy of key to the map into, first evicting
-// the least recently used keys of its shard if the store is full.
-func (st *store) insertInto(s *shard, into map[string]*localKey, key string, l *localKey, c uint32) {
+// the least recently used keys of its shard if the store is full; now is
+// the bucket time.
+func (st *store) insertInto(s *shard, into map[string]*localKey, key string, l *localKey, now time.Time, c uint32) {
+	st.now = now
 	need := localCharge(len(key))
 	if st.full(need) {
 		st.makeRoom(s, c, need)
@@ -416,7 +423,8 @@ func (st *store) insertInto(s *shard, into map[string]*localKey, key string, l *
 
 // insertEntry adds e, a record whose key has the store hash h and is in
 // neither of s's tables, to its role's, first evicting as insertInto does.
-func (st *store) insertEntry(s *shard, h uint64, e record, c uint32) {
+func (st *store) insertEntry(s *shard, h uint64, e record, now time.Time, c uint32) {
+	st.now = now
 	need := recordCharge(len(headOf(e).key))
 	if st.full(need) {
 		st.makeRoom(s, c, need)

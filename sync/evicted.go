@@ -1,0 +1,217 @@
+package sync
+
+import (
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// Evicted marks (issue 15). A key evicted while its bucket is not fresh
+// (budget.go) would start again from a fresh bucket at its next check: a
+// stranger who floods the store with fresh keys past its budget would give
+// a victim's spent key its whole limit again, once per eviction. So the
+// store remembers, in a fixed table indexed by the key's store hash, the
+// instant at which each evicted key's bucket would have been full again
+// (its Decision.ResetAt at the eviction); a new record of a key whose
+// mark is still ahead starts drained so that it is full at that instant,
+// no sooner (markedStart): for a token bucket, capacity − rate × (mark −
+// now) tokens. It starts at most drained at now: a debt beyond the
+// capacity (hits drained past the limit) is not kept, and a mark further
+// ahead than a refill of the new record's limit (a shared slot's, or a
+// limit since shortened) costs it no more than its burst.
+//
+// A slot holds the mark in units of 2^markShift ns (rounded up) in its
+// high 48 bits and a fingerprint of the key (16 other bits of its hash,
+// never 0) in its low 16. Two keys whose marks are both live in one slot share it:
+// it keeps the later mark and fingerprint 0, which applies to every key of
+// the slot. So a collision only ever makes a key start more consumed than
+// it was (under-admission), never less: no evicted key admits more than
+// its bucket would have. The cost is that a key never seen, or idle when
+// evicted, whose slot holds a live mark of a shared slot or of its own
+// fingerprint (1 in 32,768 keys), starts drained as of at most now and
+// refills at its own rate: at most its burst under-admitted, once. A
+// flood that evicts more spent keys than there are slots fills them with
+// shared marks, and a flood key restarted from one and spent again marks
+// its slot later still, up to a refill of the flood's own limits ahead:
+// until those lapse, new keys start drained (TestFloodMarksCostNewKeys).
+// A flood costs new keys their first burst, no longer a spent key its
+// limit.
+//
+// Owned records and local keys (ModeLocal) are marked and restarted so;
+// each role hashes the key with its own salt, so that a local key's mark
+// does not fall on the owned record of the same key. A cached view evicted
+// restarts fresh (it asks the owner at once and admits at most limit/N
+// meanwhile); a local-share bucket starts from the key's view. Neither a
+// Concurrency bucket nor a SmoothWarmingUp one is marked (markable): those
+// restart fresh, as before.
+//
+// Memory: markSlots(MaxKeys) slots of 8 bytes, a power of two from 1,024
+// to 65,536 (8 KiB to 512 KiB), allocated at the first mark. CPU: an
+// eviction takes Idle and, for a key not idle, a peek of its bucket; an
+// insert of a fresh owned or local record reads one slot once the table
+// exists.
+
+// markShift sets the resolution of a mark: 2^16 ns, 65.5 µs.
+const markShift = 16
+
+// Salts xored into a key's store hash to mark its roles apart.
+const (
+	markOwned uint64 = 0
+	markLocal uint64 = 0x9e3779b97f4a7c15
+)
+
+// marks is the store's table of evicted marks.
+type marks struct {
+	// slots is nil until the first mark; len(slots) is a power of two.
+	slots []uint64
+	// size is the slot count to allocate (markSlots).
+	size int
+}
+
+// markSlots returns the slots of the marks table of a store of maxKeys
+// keys: maxKeys rounded up to a power of two, from 1,024 to 65,536.
+func markSlots(maxKeys int64) int {
+	n := 1 << 10
+	for int64(n) < maxKeys && n < 1<<16 {
+		n <<= 1
+	}
+	return n
+}
+
+// markNanos returns t in nanoseconds since 1970, or false when before it
+// (a mark needs a positive instant) or beyond 2255 (UnixNano's range ends
+// in 2262).
+func markNanos(t time.Time) (int64, bool) {
+	if u := t.Unix(); u <= 0 || u >= 9e9 {
+		return 0, false
+	}
+	return t.UnixNano(), true
+}
+
+// fingerprint returns h's fingerprint: 16 bits of it not used for the
+// slot, never 0 (the shared slot's).
+func fingerprint(h uint64) uint64 { return h>>48 | 1 }
+
+// mark records that the key of salted hash h, evicted at now, would have
+// been full again at full.
+func (m *marks) mark(h uint64, now, full time.Time) {
+	ns, ok := markNanos(full)
+	if !ok || !full.After(now) {
+		return
+	}
+	if m.slots == nil {
+		m.slots = make([]uint64, m.size)
+	}
+	q := uint64((ns + 1<<markShift - 1) >> markShift)
+	i := h & uint64(len(m.slots)-1)
+	fp := fingerprint(h)
+	old := m.slots[i]
+	if old != 0 && m.live(old, now) {
+		if oq := old >> (64 - 48); oq > q {
+			q = oq
+		}
+		if old&0xffff != fp {
+			fp = 0 // two keys' live marks: the slot is shared
+		}
+	}
+	m.slots[i] = q<<16 | fp
+}
+
+// live reports whether slot value v holds a mark still ahead of now.
+func (m *marks) live(v uint64, now time.Time) bool {
+	ns, ok := markNanos(now)
+	return !ok || int64(v>>16)<<markShift > ns
+}
+
+// until returns the mark that applies to the key of salted hash h at now,
+// and whether one does.
+func (m *marks) until(h uint64, now time.Time) (time.Time, bool) {
+	if m.slots == nil {
+		return time.Time{}, false
+	}
+	v := m.slots[h&uint64(len(m.slots)-1)]
+	if v == 0 || !m.live(v, now) {
+		return time.Time{}, false
+	}
+	if fp := v & 0xffff; fp != 0 && fp != fingerprint(h) {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(v>>16)<<markShift), true
+}
+
+// markEvicted marks b, the bucket of a key of salted hash h evicted at
+// now, if it is not fresh.
+func (st *store) markEvicted(h uint64, b bucket.Bucket, now time.Time) {
+	if !markable(b.Config().Algorithm) || now.IsZero() || b.Idle(now) {
+		return
+	}
+	d, err := b.Take(now, 0)
+	if err != nil {
+		return
+	}
+	st.marks.mark(h, now, d.ResetAt)
+}
+
+// drainedSince returns the instant from which a bucket of l, drained
+// then, is full again at full: full less the time a bucket of l drained
+// at now takes to be full (its ResetAt), at most now.
+func drainedSince(l bucket.Limit, now, full time.Time) (time.Time, bool) {
+	if !markable(l.Algorithm) {
+		return time.Time{}, false
+	}
+	b, err := bucket.New(l, now) // a probe: NewIn on a local Space escapes as well
+	if err != nil || b.Drain(now, b.Config().Capacity()) != nil {
+		return time.Time{}, false
+	}
+	d, err := b.Take(now, 0)
+	if err != nil {
+		return time.Time{}, false
+	}
+	at := full.Add(-d.ResetAt.Sub(now))
+	if at.After(now) {
+		at = now
+	}
+	return at, true
+}
+
+// markable reports whether the keys of algorithm a are marked: not a
+// Concurrency bucket (its permits are released, not refilled), nor a
+// SmoothWarmingUp one, whose fresh state is its coldest (its first permit
+// at once, the next ones spaced by the cold interval) and a drained one
+// its hottest (permits at the stable interval), so that a start drained
+// earlier is not a start more consumed (TestMarkedStartNeverAdmitsMore
+// showed one admitted where the evicted bucket would not have).
+func markable(a bucket.Algorithm) bool {
+	return a != bucket.Concurrency && a != bucket.SmoothWarmingUp
+}
+
+// markedStart returns, for a new record of l at now of a key of salted
+// hash h, the instant from which it starts drained (drainedSince its
+// mark), and whether it must.
+func (st *store) markedStart(h uint64, l bucket.Limit, now time.Time) (time.Time, bool) {
+	full, ok := st.marks.until(h, now)
+	if !ok {
+		return time.Time{}, false
+	}
+	return drainedSince(l, now, full)
+}
+
+// newLocalMarked is newLocal for a ModeLocal key, started drained as its
+// mark says (markedStart) if it has one.
+func (st *store) newLocalMarked(key string, l bucket.Limit, now time.Time, c uint32) (*localKey, error) {
+	if st.marks.slots == nil {
+		return newLocal(l, now, c)
+	}
+	at, ok := st.markedStart(st.hash(key)^markLocal, l, now)
+	if !ok {
+		return newLocal(l, now, c)
+	}
+	e, err := newLocal(l, at, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.b.Drain(at, e.b.Config().Capacity()); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
