@@ -468,15 +468,8 @@ func (n *Node) sendGrants(now time.Time, v *view, held map[*peer][]*peerv1.Lease
 		}
 		for len(gs) > 0 { // in batches of MaxBatch, as the states (TestHandedGrantsChunked)
 			k := min(len(gs), n.cfg.MaxBatch)
-			p.hoSeq++
-			msg := &peerv1.Handoff{Seq: p.hoSeq, Grants: gs[:k:k]}
+			n.sendHandoff(now, p, &peerv1.Handoff{Grants: gs[:k:k]}) // membership.go
 			gs = gs[k:]
-			b := &handoffBatch{msg: msg, sentAt: now, charge: handoffCharge(msg)}
-			n.st.charge(b.charge)
-			p.hoOut = append(p.hoOut, b)
-			n.wake(p)
-			n.send(p.name, handoffBody{msg}) // kept in hoOut, never modified again: shared (see Transport)
-			n.metrics.HandoffsSent.Add(1)
 		}
 	}
 }

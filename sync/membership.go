@@ -355,18 +355,24 @@ func (n *Node) sendHandoffs(now time.Time, v *view, out map[*peer][]*peerv1.KeyS
 		items := out[p]
 		for len(items) > 0 {
 			k := min(len(items), n.cfg.MaxBatch)
-			p.hoSeq++
-			msg := &peerv1.Handoff{Seq: p.hoSeq, Items: items[:k:k]}
+			n.sendHandoff(now, p, &peerv1.Handoff{Items: items[:k:k]})
 			items = items[k:]
-			b := &handoffBatch{msg: msg, sentAt: now, charge: handoffCharge(msg)}
-			n.st.charge(b.charge)
-			p.hoOut = append(p.hoOut, b)
-			n.wake(p)
-			n.send(p.name, handoffBody{msg}) // kept in hoOut, never modified again: shared (see Transport)
-			n.metrics.HandoffsSent.Add(1)
 			n.metrics.HandoffKeys.Add(int64(k))
 		}
 	}
+}
+
+// sendHandoff numbers msg in p's sequence of hand-offs and sends it,
+// kept (and charged) until p acknowledges it.
+func (n *Node) sendHandoff(now time.Time, p *peer, msg *peerv1.Handoff) {
+	p.hoSeq++
+	msg.Seq = p.hoSeq
+	b := &handoffBatch{msg: msg, sentAt: now, charge: handoffCharge(msg)}
+	n.st.charge(b.charge)
+	p.hoOut = append(p.hoOut, b)
+	n.wake(p)
+	n.send(p.name, handoffBody{msg}) // kept in hoOut, never modified again: shared (see Transport)
+	n.metrics.HandoffsSent.Add(1)
 }
 
 // onHandoff merges states handed to this node and acknowledges them. A
