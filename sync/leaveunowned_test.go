@@ -28,7 +28,19 @@ func TestLeavingNodeHandsUnownedStateToLateMember(t *testing.T) {
 	}
 }
 
-func leavingHandsUnowned(t *testing.T, mode check.Mode) {
+// leavingScene is the common start of the two tests below: n3 has spent
+// the key and left (n1 failed, n2 departed), n1 restarted Joining.
+type leavingScene struct {
+	nw        *testNet
+	n1        *Node
+	key       string
+	req       check.Request
+	spentFrom time.Time
+	spent     ownerLoad
+}
+
+// leavingStart plays the scene to n3's leave.
+func leavingStart(t *testing.T, mode check.Mode) leavingScene {
 	all := []string{"n1", "n2", "n3"}
 	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
 	nw := newTestNet(t, tweak, all...)
@@ -62,12 +74,18 @@ func leavingHandsUnowned(t *testing.T, mode check.Mode) {
 	spent := runRequestLoad(t, nw, []string{"n3"}, req, 150*5*time.Millisecond, nil)
 
 	// n2 leaves; n3 takes its announcement, then leaves with no one on its
-	// ring (n1 failed, n2 departed), then learns of n1.
+	// ring (n1 failed, n2 departed).
 	nw.nodes["n2"].Leave(nw.now)
 	nw.run(time.Second)
-	n3 := nw.nodes["n3"]
-	n3.Leave(nw.now)
+	nw.nodes["n3"].Leave(nw.now)
 	nw.run(time.Second)
+	return leavingScene{nw: nw, n1: n1, key: key, req: req, spentFrom: spentFrom, spent: spent}
+}
+
+func leavingHandsUnowned(t *testing.T, mode check.Mode) {
+	sc := leavingStart(t, mode)
+	nw, n1, key, req, spentFrom, spent := sc.nw, sc.n1, sc.key, sc.req, sc.spentFrom, sc.spent
+	// Then n3 learns of n1.
 	nw.nodes["n2"] = nil
 	nw.names = []string{"n3", "n1"}
 	nw.setMembers([]string{"n1", "n3"}, "n3")
@@ -102,35 +120,8 @@ func TestLeftUnannouncedOwnerDrainedFromTheChange(t *testing.T) {
 }
 
 func leftUnannounced(t *testing.T, mode check.Mode) {
-	all := []string{"n1", "n2", "n3"}
-	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
-	nw := newTestNet(t, tweak, all...)
-	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 100, Period: 100 * time.Second}
-	nw.isolate("n1")
-	nw.nodes["n1"] = nil
-	nw.names = []string{"n2", "n3"}
-	nw.failNode([]string{"n2", "n3"}, []string{"n1"}, "n2", "n3")
-	nw.heal()
-	nw.run(time.Second)
-	var key string
-	for i := 0; key == ""; i++ {
-		k := fmt.Sprintf("key-%d", i)
-		_, taken := nw.nodes["n3"].takeoverStart(k)
-		if ownerOn(t, k, all...) == "n3" && nw.nodes["n3"].view.owner(k) == "n3" && !taken && ownerOn(t, k, "n1", "n3") == "n3" {
-			key = k
-		}
-	}
-	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: mode, Policy: check.PolicyFailClosed}
-	nw.names = []string{"n2", "n3", "n1"}
-	n1 := nw.add("n1", func(cfg *Config) { tweak(cfg); cfg.Incarnation = 7; cfg.Joining = true })
-	n1.SetMembers(nw.now, []string{"n1", "n3"})
-	nw.run(10 * time.Second)
-	spentFrom := nw.now
-	spent := runRequestLoad(t, nw, []string{"n3"}, req, 150*5*time.Millisecond, nil)
-	nw.nodes["n2"].Leave(nw.now)
-	nw.run(time.Second)
-	nw.nodes["n3"].Leave(nw.now)
-	nw.run(time.Second)
+	sc := leavingStart(t, mode)
+	nw, n1, key, req, spentFrom, spent := sc.nw, sc.n1, sc.key, sc.req, sc.spentFrom, sc.spent
 
 	// n3 and n2 stop; gossip tells n1 that n3 has left.
 	nw.isolate("n3")
