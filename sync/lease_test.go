@@ -292,6 +292,32 @@ func TestLeaseReportsSpendsOfLiveGrantsOnly(t *testing.T) {
 	}
 }
 
+// grantReturnScene is the start of TestLateReturnAfterFullBucket and
+// TestSettledGrantFreesLaterReturns: b owns key, a key of 50 per 5 s, on
+// the net {a, b}. flush steps at b a flush from a of one item of key (its
+// next seq); own has b admit n checks of its own, each one a hit.
+func grantReturnScene(t *testing.T) (nw *testNet, a, b *Node, key string, flush func(*peerv1.FlushItem), own func(n int)) {
+	nw = newTestNet(t, nil, "a", "b")
+	a, b = nw.nodes["a"], nw.nodes["b"]
+	key = keyOwnedBy(t, "b", "a", "b")
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 50, Period: 5 * time.Second}
+	seq := uint64(0)
+	flush = func(it *peerv1.FlushItem) {
+		seq++
+		it.Key, it.Limit = key, limitToWire(l)
+		b.Step(nw.now, &peerv1.Envelope{From: "a", To: "b", Incarnation: a.cfg.Incarnation,
+			Body: &peerv1.Envelope_Flush{Flush: &peerv1.Flush{Seq: seq, Items: []*peerv1.FlushItem{it}}}})
+	}
+	own = func(n int) {
+		for range n {
+			if r := nw.checkAnswered(b, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}); !r.Allowed {
+				t.Fatalf("owner's check rejected: %+v", r)
+			}
+		}
+	}
+	return nw, a, b, key, flush, own
+}
+
 // TestLateReturnAfterFullBucket: a lease's tokens given back long after
 // the grant, when the owner's bucket has been full since (the fault
 // checker's leased seed 758: a holder's lease outlived by a 3.9 s
@@ -307,24 +333,7 @@ func TestLeaseReportsSpendsOfLiveGrantsOnly(t *testing.T) {
 // settled grant (an older holder): the owner credits the tokens to a's
 // grants oldest first.
 func TestLateReturnAfterFullBucket(t *testing.T) {
-	nw := newTestNet(t, nil, "a", "b")
-	a, b := nw.nodes["a"], nw.nodes["b"]
-	key := keyOwnedBy(t, "b", "a", "b")
-	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 50, Period: 5 * time.Second}
-	seq := uint64(0)
-	flush := func(it *peerv1.FlushItem) {
-		seq++
-		it.Key, it.Limit = key, limitToWire(l)
-		b.Step(nw.now, &peerv1.Envelope{From: "a", To: "b", Incarnation: a.cfg.Incarnation,
-			Body: &peerv1.Envelope_Flush{Flush: &peerv1.Flush{Seq: seq, Items: []*peerv1.FlushItem{it}}}})
-	}
-	own := func(n int) {
-		for range n {
-			if r := nw.checkAnswered(b, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}); !r.Allowed {
-				t.Fatalf("owner's check rejected: %+v", r)
-			}
-		}
-	}
+	nw, _, b, key, flush, own := grantReturnScene(t)
 	nw.run(time.Second) // b holds its owner lease (ownerlease.go)
 	own(1)              // the key warm at b, its backup at a acknowledged
 	nw.run(100 * time.Millisecond)
@@ -375,24 +384,7 @@ func grantIDOf(n *Node, key string) int64 {
 // one bound per holder and key from its oldest grant, cost leased
 // apikey-100h's false rejections 1.50% -> 4.40% so.
 func TestSettledGrantFreesLaterReturns(t *testing.T) {
-	nw := newTestNet(t, nil, "a", "b")
-	a, b := nw.nodes["a"], nw.nodes["b"]
-	key := keyOwnedBy(t, "b", "a", "b")
-	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 50, Period: 5 * time.Second}
-	seq := uint64(0)
-	flush := func(it *peerv1.FlushItem) {
-		seq++
-		it.Key, it.Limit = key, limitToWire(l)
-		b.Step(nw.now, &peerv1.Envelope{From: "a", To: "b", Incarnation: a.cfg.Incarnation,
-			Body: &peerv1.Envelope_Flush{Flush: &peerv1.Flush{Seq: seq, Items: []*peerv1.FlushItem{it}}}})
-	}
-	own := func(n int) {
-		for range n {
-			if r := nw.checkAnswered(b, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}); !r.Allowed {
-				t.Fatalf("owner's check rejected: %+v", r)
-			}
-		}
-	}
+	nw, a, b, key, flush, own := grantReturnScene(t)
 	nw.run(time.Second)
 	own(1)
 	nw.run(100 * time.Millisecond)
