@@ -168,16 +168,7 @@ func TestEvictedFenceKeepsHold(t *testing.T) {
 // 100: a admitted 10 more from its fresh record within the old fence's
 // bound).
 func TestEvictedFenceKeepsJoinHold(t *testing.T) {
-	before := []string{"a", "b", "c", "d"}
-	all := append(before[:4:4], "e")
-	majority := []string{"b", "c", "d"}
-	var key, tg string
-	for i := 0; key == ""; i++ {
-		k := fmt.Sprintf("key-%d", i)
-		if ownerOn(t, k, before...) == "a" && ownerOn(t, k, all...) == "a" && ownerOn(t, k, without(all, "a")...) == "e" {
-			key, tg = k, ownerOn(t, k, majority...)
-		}
-	}
+	before, _, _, key, tg := joinTargetKey(t)
 	const budget = 16
 	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed; cfg.MaxKeys = budget }
 	nw := newTestNet(t, tweak, before...)
@@ -193,20 +184,7 @@ func TestEvictedFenceKeepsJoinHold(t *testing.T) {
 	if isOwned(a, key) {
 		t.Fatalf("a still holds %s after %d fresh keys under a budget of %d", key, 4*budget, budget)
 	}
-	nw.cutBetween([]string{"a", "e"}, majority)
-	nw.add("e", tweak)
-	nw.names = append(nw.names, "e")
-	nw.failNode(all, nil, "a", "e")
-	cutOff := runRequestLoad(t, nw, []string{"a"}, req, 3*time.Second, map[time.Duration]func(){
-		1500 * time.Millisecond: func() { nw.failNode(majority, []string{"a"}, majority...) },
-		2500 * time.Millisecond: func() { nw.failNode([]string{"a", "e"}, majority, "a", "e") },
-	})
-	taken := runRequestLoad(t, nw, majority, req, 4*time.Second, nil)
-	t.Logf("%s: target %s, then e; admitted %d before the cut, %d by a after it (%d degraded), %d by the majority (%v)",
-		key, tg, first.admitted, cutOff.admitted, cutOff.degraded, taken.admitted, taken.byNode)
-	if total := first.admitted + cutOff.admitted + taken.admitted; total > 100 {
-		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
-	}
+	cutJoinTake(t, nw, tweak, req, key, tg, first)
 }
 
 // TestLooseFenceSettledAtSweep: a fence whose record leaves the store while

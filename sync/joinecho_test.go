@@ -1,7 +1,6 @@
 package sync
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -26,16 +25,7 @@ import (
 // only when tg's acknowledgement shows that tg knows e. Owner mode,
 // fail-closed, a key of 100 an hour.
 func TestJoinHoldEndsOnlyOnceOldTargetKnowsJoiner(t *testing.T) {
-	before := []string{"a", "b", "c", "d"}
-	all := append(before[:4:4], "e")
-	majority := []string{"b", "c", "d"}
-	var key, tg string
-	for i := 0; key == ""; i++ {
-		k := fmt.Sprintf("key-%d", i)
-		if ownerOn(t, k, before...) == "a" && ownerOn(t, k, all...) == "a" && ownerOn(t, k, without(all, "a")...) == "e" {
-			key, tg = k, ownerOn(t, k, majority...)
-		}
-	}
+	before, all, majority, key, tg := joinTargetKey(t)
 	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
 	nw := newTestNet(t, tweak, before...)
 	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
@@ -66,15 +56,7 @@ func TestJoinHoldEndsOnlyOnceOldTargetKnowsJoiner(t *testing.T) {
 // e's acknowledgements raise a's bound, and a's backups of the key go to
 // e only.
 func TestJoinHoldEndsWhenOldTargetLearnsJoiner(t *testing.T) {
-	before := []string{"a", "b", "c", "d"}
-	all := append(before[:4:4], "e")
-	var key, tg string
-	for i := 0; key == ""; i++ {
-		k := fmt.Sprintf("key-%d", i)
-		if ownerOn(t, k, before...) == "a" && ownerOn(t, k, all...) == "a" && ownerOn(t, k, without(all, "a")...) == "e" {
-			key, tg = k, ownerOn(t, k, without(before, "a")...)
-		}
-	}
+	before, all, _, key, tg := joinTargetKey(t)
 	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
 	nw := newTestNet(t, tweak, before...)
 	req := check.Request{Key: key, Hits: 1, Limit: perHour(1000), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
@@ -130,16 +112,7 @@ func TestJoinHoldEndedJoinerCutOffWithOwner(t *testing.T) {
 }
 
 func joinerCutOffWithOwner(t *testing.T, allTold bool) {
-	before := []string{"a", "b", "c", "d"}
-	all := append(before[:4:4], "e")
-	majority := []string{"b", "c", "d"}
-	var key, tg string
-	for i := 0; key == ""; i++ {
-		k := fmt.Sprintf("key-%d", i)
-		if ownerOn(t, k, before...) == "a" && ownerOn(t, k, all...) == "a" && ownerOn(t, k, without(all, "a")...) == "e" {
-			key, tg = k, ownerOn(t, k, majority...)
-		}
-	}
+	before, all, majority, key, tg := joinTargetKey(t)
 	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
 	nw := newTestNet(t, tweak, before...)
 	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}

@@ -23,21 +23,41 @@ import (
 // on main (40 before the cut, 60 by a after it, 50 by the majority), 100
 // now (10 by a: the reserve tg drains; 50 by the majority).
 func TestJoinedTargetOnCutOffSideRaisesNothing(t *testing.T) {
-	before := []string{"a", "b", "c", "d"}
-	all := append(before[:4:4], "e")
-	majority := []string{"b", "c", "d"}
-	var key, tg string
+	before, _, _, key, tg := joinTargetKey(t)
+	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
+	nw := newTestNet(t, tweak, before...)
+	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
+	first := runRequestLoad(t, nw, []string{"a"}, req, 40*5*time.Millisecond, nil)
+	// The cut, then e's join, seen on a's side only.
+	cutJoinTake(t, nw, tweak, req, key, tg, first)
+}
+
+// joinTargetKey finds the key of the join tests (jointarget_test.go,
+// joinecho_test.go, fencegc_test.go): a owns it on the ring of before, {a,
+// b, c, d}, and on that of all, before and e; on all without a it is e's.
+// tg is its owner on the majority's ring, {b, c, d}: a's backup target
+// before e joins.
+func joinTargetKey(t *testing.T) (before, all, majority []string, key, tg string) {
+	before = []string{"a", "b", "c", "d"}
+	all = append(before[:4:4], "e")
+	majority = []string{"b", "c", "d"}
 	for i := 0; key == ""; i++ {
 		k := fmt.Sprintf("key-%d", i)
 		if ownerOn(t, k, before...) == "a" && ownerOn(t, k, all...) == "a" && ownerOn(t, k, without(all, "a")...) == "e" {
 			key, tg = k, ownerOn(t, k, majority...)
 		}
 	}
-	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
-	nw := newTestNet(t, tweak, before...)
-	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
-	first := runRequestLoad(t, nw, []string{"a"}, req, 40*5*time.Millisecond, nil)
-	// The cut, then e's join, seen on a's side only.
+	return before, all, majority, key, tg
+}
+
+// cutJoinTake plays the rest of TestJoinedTargetOnCutOffSideRaisesNothing
+// on nw, where a admitted first of req: a silent cut puts {a, e} apart
+// from {b, c, d}, e joins on a's side (made with tweak), a spends the key
+// for 3 s while each side sees the other fail, then the majority takes it
+// over for 4 s. It fails the test if more than 100 were admitted in all.
+func cutJoinTake(t *testing.T, nw *testNet, tweak func(*Config), req check.Request, key, tg string, first ownerLoad) {
+	t.Helper()
+	all, majority := []string{"a", "b", "c", "d", "e"}, []string{"b", "c", "d"}
 	nw.cutBetween([]string{"a", "e"}, majority)
 	nw.add("e", tweak)
 	nw.names = append(nw.names, "e")
