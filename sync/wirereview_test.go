@@ -40,11 +40,8 @@ func stepHandoffGrants(nw *testNet, from, to string, seq uint64, gs ...*peerv1.L
 // capacity.
 func TestHandedGrantsOverflow(t *testing.T) {
 	const ttl = 5 * time.Second
-	nw := newTestNet(t, func(c *Config) { c.LeaseTTL = ttl }, "a", "b", "c")
-	a := nw.nodes["a"]
-	key := keyOwnedBy(t, "a", "a", "b", "c")
 	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: 2 * time.Second}
-	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
+	nw, a, key, req := handedOwner(t, ttl, l)
 	if r := nw.checkAnswered(a, req); !r.Allowed {
 		t.Fatalf("first check: %+v", r)
 	}
@@ -54,12 +51,7 @@ func TestHandedGrantsOverflow(t *testing.T) {
 		&peerv1.LeaseGrant{Key: key, To: "x", Id: id - 1, Held: math.MaxInt64},
 		&peerv1.LeaseGrant{Key: key, To: "y", Id: id - 2, Held: math.MaxInt64 - 5 - 98})
 	nw.run(2500 * time.Millisecond)
-	admitted := 0
-	for range 20 {
-		if r := nw.checkAnswered(a, req); r.Allowed {
-			admitted++
-		}
-	}
+	admitted := answeredAdmitted(nw, a, req, 20)
 	if admitted > 5 {
 		t.Errorf("a admitted %d at +2.5s while c's grant of 5 was live, want at most 10 - 5 (over the envelope by %d)", admitted, admitted-5)
 	}
@@ -76,11 +68,8 @@ func TestHandedGrantsOverflow(t *testing.T) {
 // the others.
 func TestHandedGrantsBounded(t *testing.T) {
 	const ttl = 5 * time.Second
-	nw := newTestNet(t, func(c *Config) { c.LeaseTTL = ttl }, "a", "b", "c")
-	a := nw.nodes["a"]
-	key := keyOwnedBy(t, "a", "a", "b", "c")
 	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 1_000_000, Period: time.Hour}
-	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
+	nw, a, key, req := handedOwner(t, ttl, l)
 	nw.checkAnswered(a, req)
 	const n = 5000
 	gs := make([]*peerv1.LeaseGrant, n)
@@ -178,11 +167,8 @@ func TestAskMembersBounded(t *testing.T) {
 // holds the owner's bucket (leasecap.go). A negative id is malformed.
 func TestSettledForOthersGrants(t *testing.T) {
 	const ttl = 5 * time.Second
-	nw := newTestNet(t, func(c *Config) { c.LeaseTTL = ttl }, "a", "b", "c")
-	a := nw.nodes["a"]
-	key := keyOwnedBy(t, "a", "a", "b", "c")
 	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: 2 * time.Second}
-	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
+	nw, a, key, req := handedOwner(t, ttl, l)
 	nw.checkAnswered(a, req)
 	id := nw.now.Add(ttl - 100*time.Millisecond).UnixNano()
 	stepHandoffGrants(nw, "b", "a", 1, &peerv1.LeaseGrant{Key: key, To: "c", Id: id, Held: 5})
@@ -199,12 +185,7 @@ func TestSettledForOthersGrants(t *testing.T) {
 		t.Errorf("negative lease_settled: Malformed +%d, want 1", got)
 	}
 	nw.run(2500 * time.Millisecond)
-	admitted := 0
-	for range 20 {
-		if r := nw.checkAnswered(a, req); r.Allowed {
-			admitted++
-		}
-	}
+	admitted := answeredAdmitted(nw, a, req, 20)
 	if admitted > 5 {
 		t.Errorf("a admitted %d at +2.5s while c's grant of 5 was live, want at most 5: b settled c's grant", admitted)
 	}
@@ -366,12 +347,7 @@ func TestHandedGrantToSelf(t *testing.T) {
 	req := check.Request{Key: key, Hits: 1, Limit: perMinute(10), Mode: check.ModeOwner}
 	nw.checkAnswered(a, req)
 	stepHandoffGrants(nw, "b", "a", 1, &peerv1.LeaseGrant{Key: key, To: "a", Id: nw.now.Add(ttl / 2).UnixNano(), Held: 5})
-	admitted := 0
-	for range 9 {
-		if r := nw.checkAnswered(a, req); r.Allowed {
-			admitted++
-		}
-	}
+	admitted := answeredAdmitted(nw, a, req, 9)
 	if admitted != 9 {
 		t.Errorf("admitted %d of 9 with 9 tokens left, want 9: a grant to a itself held the bucket", admitted)
 	}
@@ -518,4 +494,26 @@ func liveGrantsOf(n *Node, key string) []liveGrant {
 		return g.live
 	}
 	return nil
+}
+
+// handedOwner makes the net {a, b, c} of the handed-grant tests, with
+// LeaseTTL ttl, and a key a owns of limit l; req is one hit of it in owner
+// mode.
+func handedOwner(t *testing.T, ttl time.Duration, l bucket.Limit) (nw *testNet, a *Node, key string, req check.Request) {
+	nw = newTestNet(t, func(c *Config) { c.LeaseTTL = ttl }, "a", "b", "c")
+	a = nw.nodes["a"]
+	key = keyOwnedBy(t, "a", "a", "b", "c")
+	return nw, a, key, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner}
+}
+
+// answeredAdmitted returns how many of count checks of req n admits
+// (nw.checkAnswered each).
+func answeredAdmitted(nw *testNet, n *Node, req check.Request, count int) int {
+	admitted := 0
+	for range count {
+		if r := nw.checkAnswered(n, req); r.Allowed {
+			admitted++
+		}
+	}
+	return admitted
 }
