@@ -53,28 +53,10 @@ func TestLeaseKeepsEnvelope(t *testing.T) {
 	// tokens, refilled in 10 s; ttl is 5 s: drained 3 + granted ≤ 5).
 	nw.run(ttl - 300*time.Millisecond)
 	// Spend the lease at a (answered locally), then drain the owner.
-	spent := 0
-	for ask(a) {
-		spent++
-		if spent > int(granted) {
-			break
-		}
-	}
-	for ask(b) {
-	}
+	spent := spendThenDrain(ask, a, b, granted)
 	// Every span [adm[i], adm[j]]: admitted j-i+1, bound capacity + rate ×
 	// span (plus the link an owner's answer crosses).
-	rate := float64(l.Limit) / l.Period.Seconds()
-	lag := 2 * nw.latency
-	worst, wi, wj := -1e9, 0, 0
-	for i := range adm {
-		for j := i; j < len(adm); j++ {
-			over := float64(j-i+1) - (float64(l.Capacity()) + rate*(adm[j].Sub(adm[i])+lag).Seconds())
-			if over > worst {
-				worst, wi, wj = over, i, j
-			}
-		}
-	}
+	worst, wi, wj := worstSpan(adm, l, 2*nw.latency)
 	t.Logf("granted %d, spent %d on a's lease; %d admitted in all; worst span %v..%v: %+.2f over the envelope",
 		granted, spent, len(adm), adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
 	if worst > 0 {
@@ -131,26 +113,8 @@ func TestLeaseCapSurvivesHandoff(t *testing.T) {
 	// Rest until just before the lease expires: b's bucket could refill to
 	// its capacity meanwhile.
 	nw.run(ttl - 400*time.Millisecond - nw.now.Sub(grantedAt))
-	spent := 0
-	for ask(c) {
-		spent++
-		if spent > int(granted) {
-			break
-		}
-	}
-	for ask(b) {
-	}
-	rate := float64(l.Limit) / l.Period.Seconds()
-	lag := 2 * nw.latency
-	worst, wi, wj := -1e9, 0, 0
-	for i := range adm {
-		for j := i; j < len(adm); j++ {
-			over := float64(j-i+1) - (float64(l.Capacity()) + rate*(adm[j].Sub(adm[i])+lag).Seconds())
-			if over > worst {
-				worst, wi, wj = over, i, j
-			}
-		}
-	}
+	spent := spendThenDrain(ask, c, b, granted)
+	worst, wi, wj := worstSpan(adm, l, 2*nw.latency)
 	t.Logf("granted %d, spent %d on c's lease across the hand-off; %d admitted in all; worst span %v..%v: %+.2f over the envelope",
 		granted, spent, len(adm), adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
 	if worst > 0 {
@@ -224,4 +188,38 @@ func TestGrantsOutliveRecord(t *testing.T) {
 	if len(s.strayGrants) != 0 || len(s.leased) != 0 {
 		t.Errorf("stray grants kept after they expired: %d, listed %d", len(s.strayGrants), len(s.leased))
 	}
+}
+
+// spendThenDrain has holder spend its lease (ask answered locally), up to
+// one check past granted, then has owner admit what its bucket holds; it
+// returns the holder's admissions.
+func spendThenDrain(ask func(*Node) bool, holder, owner *Node, granted int64) int {
+	spent := 0
+	for ask(holder) {
+		spent++
+		if spent > int(granted) {
+			break
+		}
+	}
+	for ask(owner) {
+	}
+	return spent
+}
+
+// worstSpan returns the span [adm[wi], adm[wj]] of the admissions adm
+// furthest over the envelope of l: admitted wj-wi+1, bound capacity +
+// rate × span (plus lag, the link an owner's answer crosses), and by how
+// many hits (worst > 0: over it).
+func worstSpan(adm []time.Time, l bucket.Limit, lag time.Duration) (worst float64, wi, wj int) {
+	rate := float64(l.Limit) / l.Period.Seconds()
+	worst = -1e9
+	for i := range adm {
+		for j := i; j < len(adm); j++ {
+			over := float64(j-i+1) - (float64(l.Capacity()) + rate*(adm[j].Sub(adm[i])+lag).Seconds())
+			if over > worst {
+				worst, wi, wj = over, i, j
+			}
+		}
+	}
+	return worst, wi, wj
 }
