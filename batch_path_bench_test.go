@@ -34,10 +34,7 @@ import (
 //	go test -run '^$' -bench BenchmarkBatchPath -benchtime 4000x -benchmem .
 func BenchmarkBatchPath(b *testing.B) {
 	nodes := startBenchCluster(b, 3)
-	var ccs []*grpc.ClientConn
-	for _, n := range nodes {
-		ccs = append(ccs, benchDial(b, n.GRPCAddr()))
-	}
+	ccs := dialAll(b, nodes)
 	for _, m := range []struct {
 		name string
 		mode ringlimitv1.Mode
@@ -117,8 +114,5 @@ func benchBatchCalls(b *testing.B, nodes []*Node, ccs []*grpc.ClientConn, name s
 		b.Fatal(*err)
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-	msgs := peerMessages(nodes)
-	for i, name := range []string{"flushes/op", "pushes/op", "fwd-batches/op", "backups/op"} {
-		b.ReportMetric(float64(msgs[i]-msgs0[i])/float64(b.N), name)
-	}
+	reportPeerMessages(b, nodes, msgs0)
 }

@@ -231,14 +231,30 @@ func (baselineServer) Check(_ context.Context, req *ringlimitv1.CheckRequest) (*
 // startBaseline starts a baseline gRPC server on loopback and returns its
 // address.
 func startBaseline(b *testing.B) string {
+	return startGRPCServer(b, func(s *grpc.Server) { ringlimitv1.RegisterRateLimiterServer(s, baselineServer{}) })
+}
+
+// startGRPCServer starts a gRPC server on loopback with the services
+// register registers, stopped at the benchmark's end, and returns its
+// address.
+func startGRPCServer(b *testing.B, register func(*grpc.Server)) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	s := grpc.NewServer()
-	ringlimitv1.RegisterRateLimiterServer(s, baselineServer{})
+	register(s)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Serve(ln) }()
 	b.Cleanup(func() { s.Stop(); <-done })
 	return ln.Addr().String()
+}
+
+// dialAll dials each of nodes' gRPC address, in order.
+func dialAll(b *testing.B, nodes []*Node) []*grpc.ClientConn {
+	var ccs []*grpc.ClientConn
+	for _, n := range nodes {
+		ccs = append(ccs, benchDial(b, n.GRPCAddr()))
+	}
+	return ccs
 }

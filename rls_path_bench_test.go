@@ -3,7 +3,6 @@ package ringlimit
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -70,13 +69,6 @@ func BenchmarkRLSPath(b *testing.B) {
 	base := startRLSBaseline(b)
 	one := startBenchClusterWith(b, 1, withRules)
 	three := startBenchClusterWith(b, 3, withRules)
-	dial := func(nodes []*Node) []*grpc.ClientConn {
-		var ccs []*grpc.ClientConn
-		for _, n := range nodes {
-			ccs = append(ccs, benchDial(b, n.GRPCAddr()))
-		}
-		return ccs
-	}
 	paths := []struct {
 		name   string
 		nodes  []*Node
@@ -84,10 +76,10 @@ func BenchmarkRLSPath(b *testing.B) {
 		domain string
 	}{
 		{"baseline", nil, []*grpc.ClientConn{benchDial(b, base)}, "bench"},
-		{"1-node", one, dial(one), "bench"},
-		{"3-nodes-cached", three, dial(three), "bench"},
-		{"3-nodes-owner", three, dial(three), "bench_owner"},
-		{"3-nodes-check-cached", three, dial(three), ""},
+		{"1-node", one, dialAll(b, one), "bench"},
+		{"3-nodes-cached", three, dialAll(b, three), "bench"},
+		{"3-nodes-owner", three, dialAll(b, three), "bench_owner"},
+		{"3-nodes-check-cached", three, dialAll(b, three), ""},
 	}
 	for _, c := range []int{1, 32} {
 		for _, p := range paths {
@@ -159,10 +151,7 @@ func benchRLSCalls(b *testing.B, nodes []*Node, ccs []*grpc.ClientConn, domain s
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	if nodes != nil {
-		msgs := peerMessages(nodes)
-		for i, name := range []string{"flushes/op", "pushes/op", "fwd-batches/op", "backups/op"} {
-			b.ReportMetric(float64(msgs[i]-msgs0[i])/float64(b.N), name)
-		}
+		reportPeerMessages(b, nodes, msgs0)
 	}
 }
 
@@ -178,6 +167,15 @@ func peerMessages(nodes []*Node) [4]int64 {
 		out[3] += m.BackupsSent.Load()
 	}
 	return out
+}
+
+// reportPeerMessages reports the flushes, pushes, forward batches and
+// backups nodes sent per call since peerMessages returned msgs0.
+func reportPeerMessages(b *testing.B, nodes []*Node, msgs0 [4]int64) {
+	msgs := peerMessages(nodes)
+	for i, name := range []string{"flushes/op", "pushes/op", "fwd-batches/op", "backups/op"} {
+		b.ReportMetric(float64(msgs[i]-msgs0[i])/float64(b.N), name)
+	}
 }
 
 // rlsBaselineServer answers every descriptor OK without deciding, as make
@@ -197,16 +195,7 @@ func (rlsBaselineServer) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimit
 // startRLSBaseline starts a baseline RLS server on loopback and returns its
 // address.
 func startRLSBaseline(b *testing.B) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(s, rlsBaselineServer{})
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ln) }()
-	b.Cleanup(func() { s.Stop(); <-done })
-	return ln.Addr().String()
+	return startGRPCServer(b, func(s *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(s, rlsBaselineServer{}) })
 }
 
 // checkCall makes one public Check call of one cached check of key, token
