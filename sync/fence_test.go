@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -293,24 +294,7 @@ func TestFenceHoldsAfterTargetFailed(t *testing.T) {
 			majority := without(all, minority...)
 			l := perHour(100)
 			first := runOwnerLoad(t, nw, []string{majority[0]}, key, l, 40*5*time.Millisecond, nil)
-			nw.cutBetween(minority, majority)
-			// a and s see tg fail first; the majority sees a and s fail.
-			for _, m := range minority {
-				nw.nodes[m].SetMembership(nw.now, without(all, tg), []string{tg})
-			}
-			for _, m := range majority {
-				nw.nodes[m].SetMembership(nw.now, majority, minority)
-			}
-			// 300 ms later (within FenceHold) a and s see the others fail:
-			// a minority.
-			cutOff := runOwnerLoad(t, nw, minority, key, l, 600*time.Millisecond, map[time.Duration]func(){
-				300 * time.Millisecond: func() {
-					for _, m := range minority {
-						nw.nodes[m].SetMembership(nw.now, minority, majority)
-					}
-				},
-			})
-			taken := runOwnerLoad(t, nw, majority, key, l, 2*time.Second, nil)
+			cutOff, taken := targetFailsFirst(t, nw, all, minority, tg, key, l)
 			t.Logf("target %s, then %s; admitted %d, %d on the cut-off side (%v), %d on the majority's (%v)",
 				tg, s, first.admitted, cutOff.admitted, cutOff.byNode, taken.admitted, taken.byNode)
 			total := first.admitted + cutOff.admitted + taken.admitted
@@ -471,4 +455,30 @@ func mustRing(t *testing.T, members ...string) *ring.Ring {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// targetFailsFirst cuts minority (a and s) off from the rest of all, the
+// majority: a and s see tg fail first, the majority sees them fail; 300
+// ms later (within FenceHold) a and s see the others fail: a minority. It
+// returns the load of key (limit l) on the minority for 600 ms from the
+// cut, then on the majority for 2 s.
+func targetFailsFirst(t *testing.T, nw *testNet, all, minority []string, tg, key string, l bucket.Limit) (cutOff, taken ownerLoad) {
+	t.Helper()
+	majority := without(all, minority...)
+	nw.cutBetween(minority, majority)
+	for _, m := range minority {
+		nw.nodes[m].SetMembership(nw.now, without(all, tg), []string{tg})
+	}
+	for _, m := range majority {
+		nw.nodes[m].SetMembership(nw.now, majority, minority)
+	}
+	cutOff = runOwnerLoad(t, nw, minority, key, l, 600*time.Millisecond, map[time.Duration]func(){
+		300 * time.Millisecond: func() {
+			for _, m := range minority {
+				nw.nodes[m].SetMembership(nw.now, minority, majority)
+			}
+		},
+	})
+	taken = runOwnerLoad(t, nw, majority, key, l, 2*time.Second, nil)
+	return cutOff, taken
 }

@@ -134,21 +134,7 @@ func TestEvictedFenceKeepsHold(t *testing.T) {
 		t.Fatalf("a still holds %s after %d fresh keys under a budget of %d", key, 4*budget, budget)
 	}
 	t.Logf("a holds %d fences before the cut", a.st.nfences)
-	nw.cutBetween(minority, majority)
-	for _, m := range minority {
-		nw.nodes[m].SetMembership(nw.now, without(all, tg), []string{tg})
-	}
-	for _, m := range majority {
-		nw.nodes[m].SetMembership(nw.now, majority, minority)
-	}
-	cutOff := runOwnerLoad(t, nw, minority, key, l, 600*time.Millisecond, map[time.Duration]func(){
-		300 * time.Millisecond: func() {
-			for _, m := range minority {
-				nw.nodes[m].SetMembership(nw.now, minority, majority)
-			}
-		},
-	})
-	taken := runOwnerLoad(t, nw, majority, key, l, 2*time.Second, nil)
+	cutOff, taken := targetFailsFirst(t, nw, all, minority, tg, key, l)
 	total := first.admitted + cutOff.admitted + taken.admitted
 	t.Logf("target %s, then %s; admitted %d, %d on the cut-off side (%v), %d on the majority's (%v)",
 		tg, s, first.admitted, cutOff.admitted, cutOff.byNode, taken.admitted, taken.byNode)
