@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -24,27 +25,13 @@ func TestLeaseKeepsEnvelope(t *testing.T) {
 	key := keyOwnedBy(t, "b", "a", "b")
 	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: 10 * time.Second} // 1 a second, burst 10
 	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeLeased}
-	var adm []time.Time // the instants of the admissions' answers
-	ask := func(n *Node) bool {
-		r := nw.checkAnswered(n, req)
-		if r.Allowed {
-			adm = append(adm, nw.now)
-		}
-		return r.Allowed
-	}
+	ad := &admissions{nw: nw, req: req}
 
 	// t0: a checks the key every 10 ms until it holds a lease: the owner
 	// decides the checks and grants a lease once the key is warm.
 	// (The first grant may come empty: the owner's fence holds it back
 	// until its backup target acknowledged room for it, fence.go.)
-	for range 10 {
-		ask(a)
-		nw.run(10 * time.Millisecond)
-		if b.Metrics().LeaseTokensGranted.Load() > 0 {
-			break
-		}
-	}
-	granted := b.Metrics().LeaseTokensGranted.Load()
+	granted := ad.untilGranted(a, b)
 	if granted < 1 {
 		t.Fatalf("no lease granted")
 	}
@@ -53,15 +40,10 @@ func TestLeaseKeepsEnvelope(t *testing.T) {
 	// tokens, refilled in 10 s; ttl is 5 s: drained 3 + granted ≤ 5).
 	nw.run(ttl - 300*time.Millisecond)
 	// Spend the lease at a (answered locally), then drain the owner.
-	spent := spendThenDrain(ask, a, b, granted)
+	spent := ad.spendThenDrain(a, b, granted)
 	// Every span [adm[i], adm[j]]: admitted j-i+1, bound capacity + rate ×
 	// span (plus the link an owner's answer crosses).
-	worst, wi, wj := worstSpan(adm, l, 2*nw.latency)
-	t.Logf("granted %d, spent %d on a's lease; %d admitted in all; worst span %v..%v: %+.2f over the envelope",
-		granted, spent, len(adm), adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
-	if worst > 0 {
-		t.Errorf("admitted %d in %v..%v: %+.2f hits over the envelope", wj-wi+1, adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
-	}
+	ad.checkEnvelope(t, l, fmt.Sprintf("granted %d, spent %d on a's lease", granted, spent))
 }
 
 // TestLeaseCapSurvivesHandoff: the cap of a lease's tokens on the owner's
@@ -81,22 +63,8 @@ func TestLeaseCapSurvivesHandoff(t *testing.T) {
 	key := keyMoving(t, "a", "b", before, after)
 	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: 10 * time.Second} // 1 a second, burst 10
 	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeLeased}
-	var adm []time.Time
-	ask := func(n *Node) bool {
-		r := nw.checkAnswered(n, req)
-		if r.Allowed {
-			adm = append(adm, nw.now)
-		}
-		return r.Allowed
-	}
-	for range 10 {
-		ask(c)
-		nw.run(10 * time.Millisecond)
-		if a.Metrics().LeaseTokensGranted.Load() > 0 {
-			break
-		}
-	}
-	granted := a.Metrics().LeaseTokensGranted.Load()
+	ad := &admissions{nw: nw, req: req}
+	granted := ad.untilGranted(c, a)
 	if granted < 2 {
 		t.Fatalf("granted %d, want a lease of 2 or more", granted)
 	}
@@ -113,13 +81,8 @@ func TestLeaseCapSurvivesHandoff(t *testing.T) {
 	// Rest until just before the lease expires: b's bucket could refill to
 	// its capacity meanwhile.
 	nw.run(ttl - 400*time.Millisecond - nw.now.Sub(grantedAt))
-	spent := spendThenDrain(ask, c, b, granted)
-	worst, wi, wj := worstSpan(adm, l, 2*nw.latency)
-	t.Logf("granted %d, spent %d on c's lease across the hand-off; %d admitted in all; worst span %v..%v: %+.2f over the envelope",
-		granted, spent, len(adm), adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
-	if worst > 0 {
-		t.Errorf("admitted %d in %v..%v: %+.2f hits over the envelope", wj-wi+1, adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
-	}
+	spent := ad.spendThenDrain(c, b, granted)
+	ad.checkEnvelope(t, l, fmt.Sprintf("granted %d, spent %d on c's lease across the hand-off", granted, spent))
 }
 
 // TestGrantsOutliveRecord: an owned key's grants are kept in its record
@@ -190,29 +153,63 @@ func TestGrantsOutliveRecord(t *testing.T) {
 	}
 }
 
-// spendThenDrain has holder spend its lease (ask answered locally), up to
-// one check past granted, then has owner admit what its bucket holds; it
+// admissions checks req on nw and keeps the instants of the admissions'
+// answers (at).
+type admissions struct {
+	nw  *testNet
+	req check.Request
+	at  []time.Time
+}
+
+// ask checks req at n and notes the instant if it was admitted.
+func (ad *admissions) ask(n *Node) bool {
+	r := ad.nw.checkAnswered(n, ad.req)
+	if r.Allowed {
+		ad.at = append(ad.at, ad.nw.now)
+	}
+	return r.Allowed
+}
+
+// untilGranted has holder check the key every 10 ms, 10 times at most,
+// until owner has granted lease tokens; it returns the tokens owner
+// granted.
+func (ad *admissions) untilGranted(holder, owner *Node) int64 {
+	for range 10 {
+		ad.ask(holder)
+		ad.nw.run(10 * time.Millisecond)
+		if owner.Metrics().LeaseTokensGranted.Load() > 0 {
+			break
+		}
+	}
+	return owner.Metrics().LeaseTokensGranted.Load()
+}
+
+// spendThenDrain has holder spend its lease (answered locally), up to one
+// check past granted, then has owner admit what its bucket holds; it
 // returns the holder's admissions.
-func spendThenDrain(ask func(*Node) bool, holder, owner *Node, granted int64) int {
+func (ad *admissions) spendThenDrain(holder, owner *Node, granted int64) int {
 	spent := 0
-	for ask(holder) {
+	for ad.ask(holder) {
 		spent++
 		if spent > int(granted) {
 			break
 		}
 	}
-	for ask(owner) {
+	for ad.ask(owner) {
 	}
 	return spent
 }
 
-// worstSpan returns the span [adm[wi], adm[wj]] of the admissions adm
-// furthest over the envelope of l: admitted wj-wi+1, bound capacity +
-// rate × span (plus lag, the link an owner's answer crosses), and by how
-// many hits (worst > 0: over it).
-func worstSpan(adm []time.Time, l bucket.Limit, lag time.Duration) (worst float64, wi, wj int) {
+// checkEnvelope logs what (before the admissions' figures) and fails the
+// test if a span of the admissions is over l's envelope: every span
+// [at[i], at[j]] admitted j-i+1, bound capacity + rate × span (plus the
+// link an owner's answer crosses, 2 × the net's latency).
+func (ad *admissions) checkEnvelope(t *testing.T, l bucket.Limit, what string) {
+	t.Helper()
+	adm := ad.at
 	rate := float64(l.Limit) / l.Period.Seconds()
-	worst = -1e9
+	lag := 2 * ad.nw.latency
+	worst, wi, wj := -1e9, 0, 0
 	for i := range adm {
 		for j := i; j < len(adm); j++ {
 			over := float64(j-i+1) - (float64(l.Capacity()) + rate*(adm[j].Sub(adm[i])+lag).Seconds())
@@ -221,5 +218,9 @@ func worstSpan(adm []time.Time, l bucket.Limit, lag time.Duration) (worst float6
 			}
 		}
 	}
-	return worst, wi, wj
+	t.Logf("%s; %d admitted in all; worst span %v..%v: %+.2f over the envelope",
+		what, len(adm), adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
+	if worst > 0 {
+		t.Errorf("admitted %d in %v..%v: %+.2f hits over the envelope", wj-wi+1, adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
+	}
 }
