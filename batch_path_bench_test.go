@@ -103,13 +103,7 @@ func benchBatchCalls(b *testing.B, nodes []*Node, ccs []*grpc.ClientConn, name s
 	b.ResetTimer()
 	cpu0 := cputime.Process()
 	run(100, next)
-	for i := range b.N {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	cpu := cputime.Process() - cpu0
-	b.StopTimer()
+	cpu := feedCalls(b, next, &wg, cpu0)
 	if err := fail.Load(); err != nil {
 		b.Fatal(*err)
 	}

@@ -131,6 +131,17 @@ func benchCalls(b *testing.B, cl ringlimitv1.RateLimiterClient, keys []string, i
 			}
 		})
 	}
+	cpu := feedCalls(b, next, &wg, cpu0)
+	if fail != nil {
+		b.Fatal(fail)
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+// feedCalls numbers b.N calls on next for the workers of wg, closes it,
+// waits for the workers and stops the timer; it returns the process's CPU
+// time since cpu0.
+func feedCalls(b *testing.B, next chan<- int, wg *sync.WaitGroup, cpu0 time.Duration) time.Duration {
 	for i := range b.N {
 		next <- i
 	}
@@ -138,10 +149,7 @@ func benchCalls(b *testing.B, cl ringlimitv1.RateLimiterClient, keys []string, i
 	wg.Wait()
 	cpu := cputime.Process() - cpu0
 	b.StopTimer()
-	if fail != nil {
-		b.Fatal(fail)
-	}
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	return cpu
 }
 
 // benchKeys returns 2000 keys whose owner, in n's ring, passes want.

@@ -139,13 +139,7 @@ func benchRLSCalls(b *testing.B, nodes []*Node, ccs []*grpc.ClientConn, domain s
 			}
 		})
 	}
-	for i := range b.N {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	cpu := cputime.Process() - cpu0
-	b.StopTimer()
+	cpu := feedCalls(b, next, &wg, cpu0)
 	if err := fail.Load(); err != nil {
 		b.Fatal(*err)
 	}
