@@ -2,7 +2,6 @@ package sync
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -270,26 +269,9 @@ func TestFenceHoldsAfterTargetFailed(t *testing.T) {
 			all := []string{"a", "b", "c", "d", "e"}
 			tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed; cfg.FenceHold = hold }
 			nw := newTestNet(t, tweak, all...)
-			owner := func(k string, ms ...string) string {
-				r, _ := ring.New(ring.DefaultConfig(), ms...)
-				o, _ := r.Owner(k)
-				return o
-			}
-			without := func(ms []string, drop ...string) []string {
-				return slices.DeleteFunc(slices.Clone(ms), func(m string) bool { return slices.Contains(drop, m) })
-			}
 			// A key a owns, its target tg on the majority's side, and the
 			// target it takes when tg fails, s, on its own side.
-			var key, tg, s string
-			for i := 0; key == ""; i++ {
-				k := fmt.Sprintf("key-%d", i)
-				if owner(k, all...) != "a" {
-					continue
-				}
-				t1 := owner(k, without(all, "a")...)
-				t2 := owner(k, without(all, "a", t1)...)
-				key, tg, s = k, t1, t2
-			}
+			key, tg, s := keyTargets(t, all)
 			minority := []string{"a", s}
 			majority := without(all, minority...)
 			l := perHour(100)
@@ -446,6 +428,26 @@ func TestFenceForgottenWithItsRecord(t *testing.T) {
 	if a.fenceOf(key) != nil || a.fenceOf(other) != nil || len(a.st.fenced) != 0 || a.st.nfences != 0 || len(a.st.gone) != 0 {
 		t.Errorf("after a left the ring: fences %p %p, fenced %d, nfences %d, gone %d: want none", a.fenceOf(key), a.fenceOf(other), len(a.st.fenced), a.st.nfences, len(a.st.gone))
 	}
+}
+
+// keyTargets returns the first key a owns on the ring of all, its backup
+// target tg (its owner on the ring of all without a), and s, the target a
+// takes when tg fails (its owner on the ring of all without a and tg).
+func keyTargets(t *testing.T, all []string) (key, tg, s string) {
+	t.Helper()
+	owner := func(k string, ms ...string) string {
+		o, _ := mustRing(t, ms...).Owner(k)
+		return o
+	}
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if owner(k, all...) != "a" {
+			continue
+		}
+		t1 := owner(k, without(all, "a")...)
+		key, tg, s = k, t1, owner(k, without(all, "a", t1)...)
+	}
+	return key, tg, s
 }
 
 func mustRing(t *testing.T, members ...string) *ring.Ring {

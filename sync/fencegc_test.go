@@ -1,8 +1,6 @@
 package sync
 
 import (
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -104,22 +102,7 @@ func TestEvictedFenceKeepsHold(t *testing.T) {
 	}
 	nw := newTestNet(t, tweak, all...)
 	a := nw.nodes["a"]
-	owner := func(k string, ms ...string) string {
-		o, _ := mustRing(t, ms...).Owner(k)
-		return o
-	}
-	without := func(ms []string, drop ...string) []string {
-		return slices.DeleteFunc(slices.Clone(ms), func(m string) bool { return slices.Contains(drop, m) })
-	}
-	var key, tg, s string
-	for i := 0; key == ""; i++ {
-		k := fmt.Sprintf("key-%d", i)
-		if owner(k, all...) != "a" {
-			continue
-		}
-		t1 := owner(k, without(all, "a")...)
-		key, tg, s = k, t1, owner(k, without(all, "a", t1)...)
-	}
+	key, tg, s := keyTargets(t, all)
 	minority := []string{"a", s}
 	majority := without(all, minority...)
 	l := perHour(100)
