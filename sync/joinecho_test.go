@@ -25,18 +25,9 @@ import (
 // only when tg's acknowledgement shows that tg knows e. Owner mode,
 // fail-closed, a key of 100 an hour.
 func TestJoinHoldEndsOnlyOnceOldTargetKnowsJoiner(t *testing.T) {
-	before, all, majority, key, tg := joinTargetKey(t)
-	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
-	nw := newTestNet(t, tweak, before...)
-	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
-	first := runRequestLoad(t, nw, []string{"a"}, req, 30*5*time.Millisecond, nil)
-	// e joins; a and e learn of it, the others not (slow gossip).
-	nw.add("e", tweak)
-	nw.names = append(nw.names, "e")
-	nw.setMembers(all, "a", "e")
-	nw.run(2 * nw.nodes["a"].cfg.FenceHold)
-	// a spends on, tg reachable and acknowledging.
-	second := runRequestLoad(t, nw, []string{"a"}, req, 40*5*time.Millisecond, nil)
+	// e joins; a and e learn of it, the others not (slow gossip); a
+	// spends on, tg reachable and acknowledging.
+	nw, majority, key, tg, req, first, second := joinThenSpend(t, func(_ []string, _ string) []string { return []string{"a", "e"} })
 	// The silent cut; the majority, which never learned of e, sees a fail.
 	nw.cutBetween([]string{"a", "e"}, majority)
 	nw.run(500 * time.Millisecond)
@@ -112,20 +103,15 @@ func TestJoinHoldEndedJoinerCutOffWithOwner(t *testing.T) {
 }
 
 func joinerCutOffWithOwner(t *testing.T, allTold bool) {
-	before, all, majority, key, tg := joinTargetKey(t)
-	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
-	nw := newTestNet(t, tweak, before...)
-	req := check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
-	first := runRequestLoad(t, nw, []string{"a"}, req, 30*5*time.Millisecond, nil)
-	nw.add("e", tweak)
-	nw.names = append(nw.names, "e")
-	told := []string{"a", "e", tg}
-	if allTold {
-		told = all
-	}
-	nw.setMembers(all, told...)
-	nw.run(2 * nw.nodes["a"].cfg.FenceHold) // main's hold: FenceHold
-	second := runRequestLoad(t, nw, []string{"a"}, req, 40*5*time.Millisecond, nil)
+	var told []string
+	// 2 FenceHold after the join: past main's hold, FenceHold.
+	nw, majority, key, tg, req, first, second := joinThenSpend(t, func(all []string, tg string) []string {
+		told = []string{"a", "e", tg}
+		if allTold {
+			told = all
+		}
+		return told
+	})
 	if f := nw.nodes["a"].fenceOf(key); f == nil || f.holdFrom != "" {
 		t.Fatalf("a's fence of %s: %+v, want no hold", key, f)
 	}
@@ -144,4 +130,24 @@ func joinerCutOffWithOwner(t *testing.T, allTold bool) {
 	if total := first.admitted + second.admitted + taken.admitted; total > 100 {
 		t.Errorf("admitted %d in all on a key of 100 an hour, want at most 100", total)
 	}
+}
+
+// joinThenSpend is the start of TestJoinHoldEndsOnlyOnceOldTargetKnowsJoiner
+// and TestJoinHoldEndedJoinerCutOffWithOwner, fail-closed, on the key of
+// joinTargetKey, of 100 an hour, in owner mode (req): a admits first of
+// it, e joins and the members told(all, tg) names learn of it; 2
+// FenceHold later a admits second.
+func joinThenSpend(t *testing.T, told func(all []string, tg string) []string) (nw *testNet, majority []string, key, tg string, req check.Request, first, second ownerLoad) {
+	t.Helper()
+	before, all, majority, key, tg := joinTargetKey(t)
+	tweak := func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }
+	nw = newTestNet(t, tweak, before...)
+	req = check.Request{Key: key, Hits: 1, Limit: perHour(100), Mode: check.ModeOwner, Policy: check.PolicyFailClosed}
+	first = runRequestLoad(t, nw, []string{"a"}, req, 30*5*time.Millisecond, nil)
+	nw.add("e", tweak)
+	nw.names = append(nw.names, "e")
+	nw.setMembers(all, told(all, tg)...)
+	nw.run(2 * nw.nodes["a"].cfg.FenceHold)
+	second = runRequestLoad(t, nw, []string{"a"}, req, 40*5*time.Millisecond, nil)
+	return nw, majority, key, tg, req, first, second
 }
