@@ -30,6 +30,18 @@ import (
 // a shared secret, the peer service on a port of its own). Each leaves a
 // spent key spent.
 
+// attackScene starts the three nodes of the peer attack tests and spends
+// a key n1 owns (limit 5 an hour, owner mode, of the limit "atk") through
+// n1. It returns n1, n2, the key's full name, n2's incarnation and a
+// function counting how many of 20 more checks of the key are admitted.
+func attackScene(t *testing.T) (n1, n2 *Node, key string, inc2 uint64, more func() int) {
+	nodes := startCluster(t, 3, nil)
+	n1, n2 = nodes[0], nodes[1]
+	k := keysOwnedBy(t, n1, "atk", "n1", 1)[0]
+	more = spendOwnerMode(t, n1, "atk", k)
+	return n1, n2, api.Key("atk", k), n2.cfg.Sync.Incarnation, more
+}
+
 // spendOwnerMode spends key (limit 5 an hour, owner mode) through n and
 // returns a function counting how many of 20 more checks are admitted.
 func spendOwnerMode(t *testing.T, n *Node, name, key string) func() int {
@@ -99,12 +111,7 @@ func forgedReturn(from, to string, inc uint64, key string) *peerv1.Envelope {
 // and cannot claim an incarnation gossip does not vouch for. After each
 // attempt n1's spent key stays spent.
 func TestPeerAttacks(t *testing.T) {
-	nodes := startCluster(t, 3, nil)
-	n1, n2 := nodes[0], nodes[1]
-	k := keysOwnedBy(t, n1, "atk", "n1", 1)[0]
-	more := spendOwnerMode(t, n1, "atk", k)
-	key := api.Key("atk", k)
-	inc2 := n2.cfg.Sync.Incarnation
+	n1, n2, key, inc2, more := attackScene(t)
 	rejected := func(reason string) float64 {
 		return metricValue(t, n1, `ringlimit_peer_envelopes_rejected_total{reason="`+reason+`"}`)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit/api"
 	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
@@ -22,12 +21,7 @@ import (
 // n2's real checks are still served by n1. The sync-level tests of each
 // field are in sync/wirereview_test.go.
 func TestPeerWireFieldAttacks(t *testing.T) {
-	nodes := startCluster(t, 3, nil)
-	n1, n2 := nodes[0], nodes[1]
-	k := keysOwnedBy(t, n1, "atk", "n1", 1)[0]
-	more := spendOwnerMode(t, n1, "atk", k)
-	key := api.Key("atk", k)
-	inc2 := n2.cfg.Sync.Incarnation
+	n1, n2, key, inc2, more := attackScene(t)
 	lim := &peerv1.Limit{Algorithm: uint32(bucket.TokenBucket), Limit: 5, PeriodNs: int64(time.Hour)}
 	env := func(body func(*peerv1.Envelope)) *peerv1.Envelope {
 		e := &peerv1.Envelope{From: "n2", To: "n1", Incarnation: inc2}
