@@ -1,0 +1,104 @@
+package sync
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// TestAbandonedHandoffKeepsGrants: the live lease grants handed off with
+// a key's state (handGrants, sendGrants) are routed again with the state
+// when the member they went to leaves before acknowledging them
+// (abandon). a owns the key and grants c a lease; b joins and the key
+// moves to it, but a's hand-offs to b are lost; b leaves and the key
+// comes back to a, which merges the state it had handed off. The key
+// then rests until a's bucket would have refilled, and just before the
+// lease expires c spends it while a admits what its bucket holds.
+// Before, abandon re-routed the hand-offs' states only: a's grants had
+// gone with the key (handGrants forgets them here), so a held its bucket
+// under none and admitted the lease on top of a full bucket.
+func TestAbandonedHandoffKeepsGrants(t *testing.T) {
+	const ttl = 5 * time.Second
+	tweak := func(c *Config) { c.LeaseTTL = ttl }
+	before, after := []string{"a", "c"}, []string{"a", "b", "c"}
+	nw := newTestNet(t, tweak, before...)
+	a, c := nw.nodes["a"], nw.nodes["c"]
+	key := keyMoving(t, "a", "b", before, after)
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: 10 * time.Second} // 1 a second, burst 10
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeLeased}
+	var adm []time.Time
+	ask := func(n *Node) bool {
+		r := nw.checkAnswered(n, req)
+		if r.Allowed {
+			adm = append(adm, nw.now)
+		}
+		return r.Allowed
+	}
+	for range 10 {
+		ask(c)
+		nw.run(10 * time.Millisecond)
+		if a.Metrics().LeaseTokensGranted.Load() > 0 {
+			break
+		}
+	}
+	granted := a.Metrics().LeaseTokensGranted.Load()
+	if granted < 2 {
+		t.Fatalf("granted %d, want a lease of 2 or more", granted)
+	}
+	grantedAt := nw.now
+	// b joins: a hands the key (state and grants) off to it, lost.
+	lost := 0
+	nw.drop = func(from, to string, env *peerv1.Envelope) bool {
+		if from == "a" && to == "b" && env.GetHandoff() != nil {
+			lost++
+			return true
+		}
+		return false
+	}
+	nw.add("b", tweak)
+	nw.names = after
+	nw.nodes["b"].SetMembers(nw.now, after)
+	nw.setMembers(after, "a", "c")
+	nw.run(50 * time.Millisecond)
+	if lost == 0 {
+		t.Fatalf("a handed nothing off to b")
+	}
+	// b leaves before acknowledging: the key is a's again.
+	nw.names = before
+	nw.setMembers(before, "a", "c")
+	nw.drop = nil
+	nw.run(50 * time.Millisecond)
+	if !isOwned(a, key) {
+		t.Fatalf("a does not own the key after b left")
+	}
+	nw.run(ttl - 400*time.Millisecond - nw.now.Sub(grantedAt))
+	spent := 0
+	for ask(c) {
+		spent++
+		if spent > int(granted) {
+			break
+		}
+	}
+	for ask(a) {
+	}
+	rate := float64(l.Limit) / l.Period.Seconds()
+	lag := 2 * nw.latency
+	worst, wi, wj := -1e9, 0, 0
+	for i := range adm {
+		for j := i; j < len(adm); j++ {
+			over := float64(j-i+1) - (float64(l.Capacity()) + rate*(adm[j].Sub(adm[i])+lag).Seconds())
+			if over > worst {
+				worst, wi, wj = over, i, j
+			}
+		}
+	}
+	t.Logf("granted %d, spent %d on c's lease across the abandoned hand-off (%d lost); %d admitted in all; worst span %v..%v: %+.2f over the envelope",
+		granted, spent, lost, len(adm), adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
+	if worst > 0 {
+		t.Errorf("admitted %d in %v..%v: %+.2f hits over the envelope", wj-wi+1, adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
+	}
+}
+
