@@ -234,7 +234,7 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 		}
 	}
 	n.handOnKept(nv, out)
-	n.followHandoffs(nv, out)
+	held = n.followHandoffs(nv, out, held)
 	n.sendHandoffs(now, nv, out)
 	n.sendGrants(now, nv, held) // leasecap.go: after the states, on the same queue
 }
@@ -247,8 +247,13 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 // from a cut handed the joiner that took the key its own state of before
 // the cut (TestHandoffInFlightFollowsTheKey; the fault checker's owner
 // seed 407: +3.8). The new owner merges each state keeping the most
-// consumed, so one received twice counts once.
-func (n *Node) followHandoffs(nv *view, out map[*peer][]*peerv1.KeyState) {
+// consumed, so one received twice counts once. The lease grants in those
+// hand-offs (handGrants) are added to held, which it returns, so that they
+// follow the states: before, the new owner held its bucket under none of
+// them while their holders spent them (TestFollowedHandoffKeepsGrants:
+// +0.98 over the envelope); it counts a grant received twice once
+// (onHandedGrants).
+func (n *Node) followHandoffs(nv *view, out map[*peer][]*peerv1.KeyState, held map[*peer][]*peerv1.LeaseGrant) map[*peer][]*peerv1.LeaseGrant {
 	for _, name := range nv.names {
 		p := nv.peers[name]
 		if p == nil {
@@ -260,8 +265,17 @@ func (n *Node) followHandoffs(nv *view, out map[*peer][]*peerv1.KeyState) {
 					out[q] = append(out[q], ks) // never modified: shared
 				}
 			}
+			for _, g := range b.msg.Grants {
+				if q := nv.peers[nv.owner(g.GetKey())]; q != nil && q != p && !q.gone {
+					if held == nil {
+						held = map[*peer][]*peerv1.LeaseGrant{}
+					}
+					held[q] = append(held[q], g) // never modified: shared
+				}
+			}
 		}
 	}
+	return held
 }
 
 // handOnKept adds to out the kept states (quorum.go, keptState) of keys

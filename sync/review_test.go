@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -102,3 +103,103 @@ func TestAbandonedHandoffKeepsGrants(t *testing.T) {
 	}
 }
 
+// TestFollowedHandoffKeepsGrants: the live lease grants in a hand-off
+// still unacknowledged follow its key to the key's next owner with its
+// state (followHandoffs). a owns the key and grants c a lease; b joins and
+// the key moves to it, but the link a->b drops a's hand-offs (state and
+// grants) for good; d joins and the key moves to it: a sends d the state
+// it had handed b, and the grants. The key then rests until d's bucket
+// would have refilled, and just before the lease expires c spends it
+// while d admits what its bucket holds. Before, only the state followed:
+// d held its bucket under no grant, and admitted the lease on top of a
+// full bucket.
+func TestFollowedHandoffKeepsGrants(t *testing.T) {
+	const ttl = 5 * time.Second
+	tweak := func(c *Config) { c.LeaseTTL = ttl }
+	before, mid, after := []string{"a", "c"}, []string{"a", "b", "c"}, []string{"a", "b", "c", "d"}
+	var key string
+	for i := range 100000 {
+		k := fmt.Sprintf("key-%d", i)
+		if ownerOn(t, k, before...) == "a" && ownerOn(t, k, mid...) == "b" && ownerOn(t, k, after...) == "d" {
+			key = k
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("no key owned by a, then b, then d")
+	}
+	nw := newTestNet(t, tweak, before...)
+	a, c := nw.nodes["a"], nw.nodes["c"]
+	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 10, Period: 10 * time.Second} // 1 a second, burst 10
+	req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeLeased}
+	var adm []time.Time
+	ask := func(n *Node) bool {
+		r := nw.checkAnswered(n, req)
+		if r.Allowed {
+			adm = append(adm, nw.now)
+		}
+		return r.Allowed
+	}
+	for range 10 {
+		ask(c)
+		nw.run(10 * time.Millisecond)
+		if a.Metrics().LeaseTokensGranted.Load() > 0 {
+			break
+		}
+	}
+	granted := a.Metrics().LeaseTokensGranted.Load()
+	if granted < 2 {
+		t.Fatalf("granted %d, want a lease of 2 or more", granted)
+	}
+	grantedAt := nw.now
+	lost := 0
+	nw.drop = func(from, to string, env *peerv1.Envelope) bool {
+		if from == "a" && to == "b" && env.GetHandoff() != nil {
+			lost++
+			return true
+		}
+		return false
+	}
+	nw.add("b", tweak)
+	nw.names = mid
+	nw.nodes["b"].SetMembers(nw.now, mid)
+	nw.setMembers(mid, "a", "c")
+	nw.run(20 * time.Millisecond)
+	if lost == 0 {
+		t.Fatalf("a handed nothing off to b")
+	}
+	d := nw.add("d", tweak)
+	nw.names = after
+	d.SetMembers(nw.now, after)
+	nw.setMembers(after, "a", "b", "c")
+	nw.run(50 * time.Millisecond)
+	if !isOwned(d, key) {
+		t.Fatalf("d does not own the key after its join")
+	}
+	nw.run(ttl - 400*time.Millisecond - nw.now.Sub(grantedAt))
+	spent := 0
+	for ask(c) {
+		spent++
+		if spent > int(granted) {
+			break
+		}
+	}
+	for ask(d) {
+	}
+	rate := float64(l.Limit) / l.Period.Seconds()
+	lag := 2 * nw.latency
+	worst, wi, wj := -1e9, 0, 0
+	for i := range adm {
+		for j := i; j < len(adm); j++ {
+			over := float64(j-i+1) - (float64(l.Capacity()) + rate*(adm[j].Sub(adm[i])+lag).Seconds())
+			if over > worst {
+				worst, wi, wj = over, i, j
+			}
+		}
+	}
+	t.Logf("granted %d, spent %d on c's lease across the followed hand-off (%d lost); %d admitted in all; worst span %v..%v: %+.2f over the envelope",
+		granted, spent, lost, len(adm), adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
+	if worst > 0 {
+		t.Errorf("admitted %d in %v..%v: %+.2f hits over the envelope", wj-wi+1, adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
+	}
+}
