@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -201,5 +202,67 @@ func TestFollowedHandoffKeepsGrants(t *testing.T) {
 		granted, spent, lost, len(adm), adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
 	if worst > 0 {
 		t.Errorf("admitted %d in %v..%v: %+.2f hits over the envelope", wj-wi+1, adm[wi].Sub(t0), adm[wj].Sub(t0), worst)
+	}
+}
+
+// TestBackupRunKeepsHeldDroppedForRoom: a backup of a key that a full
+// holder drops, within the same batch, to make room for an earlier item
+// (roomForHeld: the key was released and has refilled) is held afresh or
+// named dropped, never acknowledged as kept in a state no longer held.
+// onBackup looks the held states of a run of items up before any is
+// merged; before, the key's item was merged into the state roomForHeld
+// had just dropped (out of the map), and acknowledged as kept: its owner's
+// fence rose on a backup the holder did not have (1 key).
+func TestBackupRunKeepsHeldDroppedForRoom(t *testing.T) {
+	const budget = 4
+	members := []string{"a", "h"}
+	nw := newTestNet(t, func(cfg *Config) { cfg.MaxKeys = budget }, members...)
+	h := nw.nodes["h"]
+	keys := keysOwnedBy(t, "a", members, budget+1)
+	x, fresh := keys[0], keys[budget]
+	l := perMinute(60)
+	state := func(spent int64, at time.Time) []byte {
+		b, err := bucket.New(l, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spent > 0 {
+			_ = b.Drain(at, spent)
+		}
+		s, _ := b.AppendBinary(nil)
+		return s
+	}
+	p := h.view.peers["a"]
+	// h holds budget keys of a's, x among them, then x is released.
+	var items []*peerv1.KeyState
+	for _, k := range keys[:budget] {
+		items = append(items, &peerv1.KeyState{Key: k, State: state(10, nw.now), Reserve: 6})
+	}
+	h.onBackup(nw.now, p, 1, &peerv1.Backup{Seq: 1, Items: items})
+	h.onBackup(nw.now, p, 1, &peerv1.Backup{Items: []*peerv1.KeyState{{Key: x, State: state(10, nw.now)}}, Release: true})
+	if len(h.dur.held) != budget || len(h.dur.released) != 1 {
+		t.Fatalf("h holds %d, released %d; want %d, 1", len(h.dur.held), len(h.dur.released), budget)
+	}
+	// x has refilled; a backs up a fresh key, then x's next fence's state.
+	nw.now = nw.now.Add(2 * time.Minute)
+	nw.take("h", "a")
+	h.onBackup(nw.now, p, 1, &peerv1.Backup{Seq: 2, Items: []*peerv1.KeyState{
+		{Key: fresh, State: state(1, nw.now), Reserve: 6},
+		{Key: x, State: state(30, nw.now), Reserve: 6},
+	}})
+	var ack *peerv1.BackupAck
+	for _, env := range nw.take("h", "a") {
+		if a := env.GetBackupAck(); a != nil {
+			ack = a
+		}
+	}
+	if ack == nil {
+		t.Fatalf("no acknowledgement")
+	}
+	named := slices.Contains(ack.Dropped, 1)
+	held := h.heldState(x) != nil
+	t.Logf("x: held %v, named dropped %v (dropped %v); fresh held %v", held, named, ack.Dropped, h.heldState(fresh) != nil)
+	if !held && !named {
+		t.Errorf("x's backup acknowledged as kept, but h holds no state of x")
 	}
 }
