@@ -691,8 +691,10 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 			}
 		}
 	}
-	if len(ack.KnownMembers) > 0 {
-		n.st.releaseGone(p.name, ack.KnownMembers) // fence.go, holdForOldTarget
+	if len(known) > 0 {
+		// fence.go, holdForOldTarget: the bounded list, as for the fences
+		// (TestKnownMembersBoundedForGone).
+		n.st.releaseGone(p.name, known)
 	}
 	if fl.early {
 		n.dur.earlyOut--

@@ -266,3 +266,47 @@ func TestBackupRunKeepsHeldDroppedForRoom(t *testing.T) {
 		t.Errorf("x's backup acknowledged as kept, but h holds no state of x")
 	}
 }
+
+// TestKnownMembersBoundedForGone: the forgotten fences' holds (store.gone)
+// look for their joiner among the bounded known_members of a BackupAck
+// (boundKnown), as the fences do: a name beyond maxAskMembers is not
+// looked at. Before, releaseGone was given the whole list, so the work of
+// one acknowledgement was the partitions held from its sender times the
+// names it lists, unbounded (a list of 100,000 names against the 1,021
+// partitions of a join hold: about 10^8 comparisons).
+func TestKnownMembersBoundedForGone(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b", "c")
+	a := nw.nodes["a"]
+	key := keyOwnedBy(t, "a", "a", "b", "c")
+	checkAsync(a, nw.now, check.Request{Key: key, Hits: 1, Limit: perMinute(10), Mode: check.ModeOwner})
+	var to string
+	var seq uint64
+	for range 100 {
+		nw.queue = slices.DeleteFunc(nw.queue, func(m *netMsg) bool {
+			if b := m.env.GetBackup(); b != nil && m.from == "a" && to == "" {
+				to, seq = m.to, b.Seq
+				return true
+			}
+			return false
+		})
+		if to != "" {
+			break
+		}
+		nw.now = nw.now.Add(10 * time.Millisecond)
+		a.Tick(nw.now)
+	}
+	if to == "" {
+		t.Fatalf("a sent no backup")
+	}
+	a.st.gone = map[int]*fence{0: {holdFrom: to, holdFor: "j"}}
+	known := make([]string, maxAskMembers, maxAskMembers+1)
+	for i := range known {
+		known[i] = fmt.Sprintf("m%d", i)
+	}
+	known = append(known, "j") // beyond the bound
+	a.Step(nw.now, &peerv1.Envelope{From: to, To: "a", Incarnation: nw.nodes[to].cfg.Incarnation,
+		Body: &peerv1.Envelope_BackupAck{BackupAck: &peerv1.BackupAck{Seq: seq, BackupIncarnation: a.cfg.Incarnation, KnownMembers: known}}})
+	if g := a.st.gone[0]; g == nil || g.holdFrom != to {
+		t.Errorf("the hold from %s for j was ended by a name beyond maxAskMembers (%d): %+v", to, maxAskMembers, g)
+	}
+}
