@@ -134,6 +134,10 @@ type durability struct {
 	// the newcomer. Entries whose key was swept or held again since are
 	// skipped when met.
 	released []string
+	// roomDrops counts the held states roomForHeld dropped: onBackup looks
+	// the held states of a run of items up before merging any, and looks
+	// them up again once one was dropped meanwhile.
+	roomDrops uint64
 }
 
 // backupPeer is this node's backup traffic to one target.
@@ -687,8 +691,10 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 			}
 		}
 	}
-	if len(ack.KnownMembers) > 0 {
-		n.st.releaseGone(p.name, ack.KnownMembers) // fence.go, holdForOldTarget
+	if len(known) > 0 {
+		// fence.go, holdForOldTarget: the bounded list, as for the fences
+		// (TestKnownMembersBoundedForGone).
+		n.st.releaseGone(p.name, known)
 	}
 	if fl.early {
 		n.dur.earlyOut--
@@ -746,11 +752,17 @@ func (n *Node) onBackup(now time.Time, p *peer, inc uint64, b *peerv1.Backup) {
 			k++
 		}
 		// A key held afresh by an item of the run may come again later in
-		// it: the items found nothing for are then looked up again.
+		// it: the items found nothing for are then looked up again. A held
+		// state dropped to make room for one (roomForHeld) may be one the
+		// run looked up: then every item is looked up again. Before, its
+		// key's item was merged into the state dropped, out of the map,
+		// and acknowledged as kept: its owner's fence rose on a backup
+		// held nowhere (TestBackupRunKeepsHeldDroppedForRoom).
 		added := false
+		drops := d.roomDrops
 		for j, ks := range run[:k] {
 			h := hs[j]
-			if h == nil && added {
+			if h == nil && added || d.roomDrops != drops {
 				h = d.held[ks.Key]
 			}
 			fresh, kept := n.holdBackup(now, p, uint32(inc), ks, h)
@@ -826,6 +838,7 @@ func (n *Node) roomForHeld(now time.Time) bool {
 			}
 			delete(d.held, key)
 			n.st.releaseHeld(len(key))
+			d.roomDrops++
 		}
 		d.released[0] = ""
 		d.released = d.released[1:]

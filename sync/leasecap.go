@@ -45,8 +45,9 @@ import (
 // that expires here before it is settled becomes late (lateGrant): the
 // tokens given back of it later are refunded only as far as the bucket
 // would have kept them. When the key moves to another owner, its live
-// grants go with its state (handGrants, takeGrants), and the new owner
-// holds its bucket under them.
+// grants go with its state (handGrants, sendGrants), also when that
+// hand-off follows the key on or comes back (followHandoffs, abandon),
+// and the new owner holds its bucket under them (onHandedGrants).
 
 // liveGrant is tokens granted on a key to the member named to, spendable
 // at most until exp (cluster time, Unix ns); back of them were given back
