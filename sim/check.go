@@ -118,6 +118,11 @@ type CheckSpec struct {
 	// simulator's default (200 ms). A larger one tests what waits on the
 	// members learning of a joiner (sync's join hold, HandoffWait).
 	Notify time.Duration
+	// NotifyMax, when not zero, gives each schedule its own gossip delay
+	// (Schedule.Notify), uniform in [200 ms, NotifyMax] and drawn from the
+	// schedule's seed on a stream of its own: the faults are the seed's
+	// as without it, and a schedule read back replays its delay.
+	NotifyMax time.Duration
 }
 
 // DefaultCheckSpec returns the fault checker's defaults: 3 to 7 nodes, 20 s
@@ -148,8 +153,8 @@ func (s CheckSpec) Validate() error {
 		return fmt.Errorf("%w: check max faults %d: want at least 1", ErrScenario, s.MaxFaults)
 	case s.Keys < 1 || s.Rate <= 0:
 		return fmt.Errorf("%w: check keys %d and rate %v must be positive", ErrScenario, s.Keys, s.Rate)
-	case s.Interleave < 0 || s.MaxOffset < 0 || s.Notify < 0:
-		return fmt.Errorf("%w: check interleave, max offset and notify must not be negative", ErrScenario)
+	case s.Interleave < 0 || s.MaxOffset < 0 || s.Notify < 0 || s.NotifyMax < 0:
+		return fmt.Errorf("%w: check interleave, max offset, notify and notify max must not be negative", ErrScenario)
 	}
 	l := s.Limit
 	if l.Algorithm == "" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -421,4 +422,45 @@ func raceCut[T any](xs []T) []T {
 		cut = append(cut, xs[i])
 	}
 	return cut
+}
+
+// TestNotifyMaxDrawnPerSchedule: with CheckSpec.NotifyMax each schedule
+// draws its gossip delay in [200 ms, NotifyMax] from its seed, on a stream
+// of its own (the faults are the seed's as without it), the scenario
+// runs with it, and it survives the schedule's JSON, so a failure replays.
+func TestNotifyMaxDrawnPerSchedule(t *testing.T) {
+	spec := DefaultCheckSpec()
+	spec.NotifyMax = 3 * time.Second
+	seen := map[Duration]bool{}
+	for seed := uint64(1); seed <= 50; seed++ {
+		s := NewSchedule(spec, seed)
+		plain := NewSchedule(DefaultCheckSpec(), seed)
+		if d := s.Notify.D(); d < 200*time.Millisecond || d > spec.NotifyMax {
+			t.Fatalf("seed %d: notify %v, want within [200ms, %v]", seed, d, spec.NotifyMax)
+		}
+		seen[s.Notify] = true
+		s.Notify = 0
+		if !reflect.DeepEqual(s, plain) {
+			t.Fatalf("seed %d: schedule %v, want the seed's faults %v", seed, s, plain)
+		}
+	}
+	if len(seen) < 40 {
+		t.Errorf("%d distinct delays in 50 seeds, want them drawn", len(seen))
+	}
+	s := NewSchedule(spec, 910)
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Schedule
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := back.Scenario(DefaultCheckSpec(), CheckMode{Mode: check.ModeOwner, Policy: "fail-closed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Notify != s.Notify || sc.Membership.Notify != s.Notify {
+		t.Errorf("read back: notify %v, scenario's %v, want %v", back.Notify, sc.Membership.Notify, s.Notify)
+	}
 }

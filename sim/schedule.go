@@ -14,6 +14,15 @@ import (
 // of cluster.go, with the same seed).
 const streamSchedule = 5
 
+// streamNotify is the stream of the generator that draws a schedule's
+// gossip delay (CheckSpec.NotifyMax): apart from streamSchedule, so a
+// seed's faults are the same with or without it.
+const streamNotify = 6
+
+// minNotify is the least gossip delay drawn (CheckSpec.NotifyMax): the
+// simulator's default.
+const minNotify = 200 * time.Millisecond
+
 // Fault is one fault of a fault checker's schedule.
 //
 // Kind is one of:
@@ -92,6 +101,10 @@ type Schedule struct {
 	Silent bool `json:"silent,omitempty"`
 	// Detect is gossip's failure detection delay.
 	Detect Duration `json:"detect"`
+	// Notify, when not zero, is how long gossip takes to tell a member of
+	// a join, a graceful leave or a healed link in this schedule, drawn
+	// from the seed (CheckSpec.NotifyMax); zero: CheckSpec.Notify.
+	Notify Duration `json:"notify,omitempty"`
 	// Faults are the faults, by time.
 	Faults []Fault `json:"faults"`
 }
@@ -100,6 +113,9 @@ type Schedule struct {
 func (s Schedule) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %d nodes, detect %v", s.Seed, s.Nodes, s.Detect)
+	if s.Notify > 0 {
+		fmt.Fprintf(&b, ", notify %v", s.Notify)
+	}
 	if s.Silent {
 		b.WriteString(", silent network")
 	}
@@ -183,6 +199,12 @@ func NewSchedule(spec CheckSpec, seed uint64) Schedule {
 		s.Faults = append(s.Faults, f)
 	}
 	slices.SortStableFunc(s.Faults, func(a, b Fault) int { return int(a.At - b.At) })
+	if spec.NotifyMax > 0 {
+		// Uniform in [minNotify, NotifyMax], whole milliseconds.
+		nr := rand.New(rand.NewPCG(seed, streamNotify))
+		lo := min(minNotify, spec.NotifyMax)
+		s.Notify = Duration(lo + time.Duration(nr.Int64N(int64(spec.NotifyMax-lo)/int64(time.Millisecond)+1))*time.Millisecond)
+	}
 	return s
 }
 
@@ -205,6 +227,9 @@ func (s Schedule) Scenario(spec CheckSpec, m CheckMode) (Scenario, error) {
 		Network:     Network{Silent: s.Silent},
 		Membership:  Membership{Detect: s.Detect, Notify: Duration(spec.Notify)},
 		Sync:        SyncSpec{Policy: m.Policy},
+	}
+	if s.Notify > 0 {
+		sc.Membership.Notify = s.Notify
 	}
 	for _, f := range s.Faults {
 		heal := Event{At: f.At + f.For, Action: "heal"}

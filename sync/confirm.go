@@ -135,10 +135,19 @@ func (n *Node) unconfirmedTakeovers(now time.Time, old, nv *view) *confirmation 
 		moves, err := ring.Diff(old.ring, nv.ring)
 		if err == nil {
 			for _, m := range moves {
-				if m.To != n.cfg.Self || m.From == "" || m.From == n.cfg.Self || nv.ring.Has(m.From) {
+				if m.To != n.cfg.Self || m.From == "" || m.From == n.cfg.Self {
 					continue
 				}
-				if _, failed := n.quorum.failed[m.From]; failed {
+				from := m.From
+				if nv.ring.Has(from) {
+					// Gained from a live member that had it, in old, as
+					// taken over from a failed one (takenElsewhere): that
+					// member may never have decided it (its takeover
+					// unconfirmed, or its own ring never giving it the
+					// partition), so the failed member may still.
+					from = old.elsewhere[m.Partition]
+				}
+				if _, failed := n.quorum.failed[from]; failed {
 					mark(m.Partition)
 				}
 			}
@@ -153,6 +162,57 @@ func (n *Node) unconfirmedTakeovers(now time.Time, old, nv *view) *confirmation 
 		c.until = now.Add(n.takeoverWait())
 	}
 	return c
+}
+
+// takenElsewhere returns nv's partitions taken over elsewhere
+// (view.elsewhere): those that move between old and nv from a member this
+// node counts failed to another member, and old's that this node does not
+// own in nv, their failed member still counted failed. A later change that
+// gives such a partition to this node from the member holding it is a
+// takeover from the failed member all the same (unconfirmedTakeovers):
+// without this, a view that gave the partition to another member in
+// between turned it into a move from a live member, decided here once that
+// member answered "not owner", with no confirmation, while the failed
+// member, cut off but live, could still hold its lease (the fault
+// checker's owner seed 910 with -notify 2.5s: n4 cut off from n3 and n5,
+// n3 saw n4 fail, the partition going to n5, then n2, the partition
+// coming to n3, and decided it 25 ms later from its copy, +0.98 over the
+// envelope).
+func (n *Node) takenElsewhere(old, nv *view) map[int]string {
+	if old.ring == nil || nv.ring == nil || len(n.quorum.failed) == 0 {
+		return nil
+	}
+	var out map[int]string
+	add := func(id int, from string) {
+		if out == nil {
+			out = map[int]string{}
+		}
+		out[id] = from
+	}
+	for id, from := range old.elsewhere {
+		if _, failed := n.quorum.failed[from]; !failed {
+			continue
+		}
+		if o, err := nv.ring.PartitionOwner(id); err == nil && o != n.cfg.Self {
+			add(id, from)
+		}
+	}
+	if old.ring == nv.ring {
+		return out
+	}
+	moves, err := ring.Diff(old.ring, nv.ring)
+	if err != nil {
+		return out
+	}
+	for _, m := range moves {
+		if m.From == "" || m.To == "" || m.To == n.cfg.Self || nv.ring.Has(m.From) {
+			continue
+		}
+		if _, failed := n.quorum.failed[m.From]; failed {
+			add(m.Partition, m.From)
+		}
+	}
+	return out
 }
 
 // takeoverWait is how long a confirmed takeover waits before its

@@ -152,6 +152,7 @@ func (n *Node) applyMembers(now time.Time) {
 		nv.peers[name] = p
 	}
 	nv.orphans = n.orphanedPartitions(nv)             // quorum.go
+	nv.elsewhere = n.takenElsewhere(old, nv)          // confirm.go
 	nv.confirm = n.unconfirmedTakeovers(now, old, nv) // confirm.go
 	n.awaitFormerOrphans(now, old, nv)                // quorum.go
 	n.restoreBackups(now, old, nv)                    // backup.go: before checks see nv

@@ -115,6 +115,10 @@ type view struct {
 	// confirm holds the partitions gained from a failed member and not yet
 	// confirmed by a majority heard from (confirm.go); nil when none.
 	confirm *confirmation
+	// elsewhere holds the partitions that another member gained, in this
+	// node's views, from a member counted failed, with that member
+	// (confirm.go, takenElsewhere); nil when none.
+	elsewhere map[int]string
 }
 
 // owner returns key's owner, or "" on an empty ring.
