@@ -50,10 +50,16 @@ func TestOwnerKilledMidKey(t *testing.T) {
 		{ringlimitv1.Policy_POLICY_LOCAL_SHARE, ringlimitv1.Mode_MODE_OWNER, limit + limit/3 + 1, limit - limit/10 - 50},
 		{ringlimitv1.Policy_POLICY_LOCAL_SHARE, ringlimitv1.Mode_MODE_LEASED, limit + limit/3 + 1, limit - limit/10 - 50},
 		// Cached mode's survivors hold views of the key, which local-share
-		// starts from, and its answers charge the new owner at once: no
-		// fresh share. (Its debts drained only after the ownership lease's
-		// wait gave 1174 and 1178, session 12.)
-		{ringlimitv1.Policy_POLICY_LOCAL_SHARE, ringlimitv1.Mode_MODE_CACHED, limit + 25, limit - limit/10 - 50},
+		// starts from, and its answers charge the new owner: usually no
+		// fresh share (999 to 1031 in 27 of 30 runs). Under load the
+		// charges can land after the new owner has admitted on its backup,
+		// as a fresh share would: 3 runs in parallel, 30 each, gave 1102
+		// and 1162 on 6e78f67 (before session 14), 1096 and 1190 on
+		// 0119444, and CI once 1093 (2026-11-26); session 12's ownership
+		// lease gave 1174 and 1178. The promise is local-share's, as for
+		// owner and leased mode: one share (limit / members) over one
+		// bucket at most, the debt paid back from the refill.
+		{ringlimitv1.Policy_POLICY_LOCAL_SHARE, ringlimitv1.Mode_MODE_CACHED, limit + limit/3 + 1, limit - limit/10 - 50},
 	} {
 		t.Run(fmt.Sprint(tc.pol, "/", tc.mode), func(t *testing.T) {
 			nodes := startCluster(t, 3, patientTimeouts)
