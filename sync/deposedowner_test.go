@@ -18,10 +18,10 @@ import (
 // counts x failed and holds the key. m's new peer for x started afresh,
 // unwithheld: m echoed x, whose lease let it decide the key on its own
 // state, which knew nothing of what tk admitted (on main: 50 before the
-// cut, 56 after it, 8 of them at x before tk handed the key back: 106 on a
-// key of 100). Now m keeps withholding from x while tk, live to m, still
-// names it (ownerlease.go, newPeer), until tk sees x back, hands the key
-// back and lifts it: 50 + 40, none at x.
+// cut, 56 after it, 8 of them through x: 106 on a key of 100). Now m
+// keeps withholding from x while tk, live to m, still names it
+// (ownerlease.go, newPeer), until tk sees x back, hands the key back and
+// lifts it: 50 + 40, none through x.
 func TestTakenOverOwnerNotEchoedBeforeTakerSeesIt(t *testing.T) {
 	all := []string{"n1", "n2", "n3"}
 	nw := newTestNet(t, func(cfg *Config) { withWait(cfg); cfg.Policy = check.PolicyFailClosed }, all...)
