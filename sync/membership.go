@@ -147,7 +147,7 @@ func (n *Node) applyMembers(now time.Time) {
 		}
 		p := old.peers[name]
 		if p == nil {
-			p = &peer{name: name}
+			p = n.newPeer(nv, name) // ownerlease.go
 		}
 		nv.peers[name] = p
 	}

@@ -59,10 +59,12 @@ import (
 // taker's, to within their rates. A member that reaches both sides (an
 // asymmetric cut) could echo the old owner after answering the taker; so
 // every echo request names the members its sender counts failed
-// (ClockProbe.taking_over), a receiver stops echoing them until its
-// membership shows them again after a change (a new peer) or the sender
-// names them no more (peer.withheldBy: the sender's request naming fewer
-// is sent again until it is echoed, tickLift), and never echoes a member it
+// (ClockProbe.taking_over), a receiver stops echoing them until the
+// sender names them no more (peer.withheldBy: the sender's request naming
+// fewer is sent again until it is echoed, tickLift), even across their
+// leaving its membership and coming back (newPeer: a member it sees back
+// before the sender does stays withheld from while the sender, live to
+// it, names it), and never echoes a member it
 // counts failed itself (its envelopes are dropped); and the confirmation
 // counts a peer only once it echoes a reading taken at or after the
 // change, which it sends only after taking the request in
@@ -98,6 +100,11 @@ type ownerLease struct {
 	// RequestTimeout (tickLift) until the peer echoes that reading or a
 	// later one.
 	lift map[string]int64
+	// named holds, by sender, the members its latest echo request named
+	// as taken over (withhold): a peer that comes back into this node's
+	// membership while a live sender still names it is withheld from at
+	// once (newPeer), not echoed afresh until that sender sees it back.
+	named map[string][]string
 }
 
 // leaseNeed returns how many peers must echo for a lease: the least h
@@ -258,9 +265,19 @@ func (n *Node) takenOver() []string {
 // withhold applies an echo request from member from naming names as taken
 // over (ClockProbe.taking_over): the peers of v named stop getting echoes
 // from this node while any member names them; those from named before and
-// no longer get them again (from sees them again). A peer that leaves this
-// node's membership and comes back starts afresh (a new peer).
+// no longer get them again (from sees them again). The names are kept by
+// sender (ownerLease.named): a peer that leaves this node's membership and
+// comes back is withheld from by the live senders still naming it
+// (newPeer).
 func (n *Node) withhold(v *view, from string, names []string) {
+	if len(names) > 0 {
+		if n.lease.named == nil {
+			n.lease.named = map[string][]string{}
+		}
+		n.lease.named[from] = slices.Clone(names)
+	} else {
+		delete(n.lease.named, from)
+	}
 	for _, p := range v.peers {
 		named := slices.Contains(names, p.name)
 		i := slices.Index(p.withheldBy, from)
@@ -338,4 +355,28 @@ func (n *Node) tickLift(now time.Time, v *view) {
 		}
 		n.sendLift(now, p, names)
 	}
+}
+
+// newPeer returns a peer for member name, which enters the membership of
+// nv: withheld from by the live members of nv whose latest echo request
+// named it as taken over (ownerLease.named). Its coming back here does not
+// end their takeover: a member that still counts it failed holds its
+// partitions until it sees it back and lifts the withholding
+// (announceReturns); echoing it before then would let it renew its lease
+// and decide on its own state the keys that member took over (the fault
+// checker's owner seed 535: n1 saw n4 back first and echoed it, and n4
+// admitted on k5 before n3, which had taken k5 over, handed it back).
+func (n *Node) newPeer(nv *view, name string) *peer {
+	p := &peer{name: name}
+	senders := make([]string, 0, len(n.lease.named))
+	for from, names := range n.lease.named {
+		if from != name && slices.Contains(names, name) && nv.ring.Has(from) && nv.lost[from] == nil {
+			senders = append(senders, from)
+		}
+	}
+	if len(senders) > 0 {
+		slices.Sort(senders)
+		p.withheldBy = senders
+	}
+	return p
 }
