@@ -811,7 +811,7 @@ func (n *Node) onRelease(now time.Time, p *peer, inc uint64, items []*peerv1.Key
 // nothing any more make room (roomForHeld).
 func (n *Node) heldRoom(now time.Time, keyLen int) bool {
 	for {
-		if len(n.dur.held) < n.cfg.MaxKeys && n.st.holdCharge(keyLen, coarse(now)) {
+		if len(n.dur.held) < n.cfg.MaxKeys && n.st.holdCharge(keyLen, n.bt(now), coarse(now)) {
 			return true
 		}
 		if !n.roomForHeld(now) {

@@ -3,6 +3,7 @@ package sync
 import (
 	"cmp"
 	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -129,11 +130,12 @@ func (st *store) full(need int64) bool {
 }
 
 // makeRoom evicts least recently used keys (evict), starting with s, until
-// one more key costing need fits or no shard has a key to give.
-func (st *store) makeRoom(s *shard, c uint32, need int64) {
+// one more key costing need fits or no shard has a key to give; now is the
+// bucket time.
+func (st *store) makeRoom(s *shard, now time.Time, c uint32, need int64) {
 	start := int(bitIndex(s.bit))
 	for i := 0; i < numShards && st.full(need); {
-		if !st.evict(&st.shards[(start+i)%numShards], c) {
+		if !st.evict(&st.shards[(start+i)%numShards], now, c) {
 			i++ // nothing to give here: the next shard
 		}
 	}
@@ -154,14 +156,15 @@ func bitIndex(b uint64) uint {
 // half the byte budget, evicting stored keys when the budget is full
 // (stored keys evict only stored keys, so they always have the other half);
 // beyond that half, or when nothing can be evicted, the backup is not kept.
-func (st *store) holdCharge(keyLen int, c uint32) bool {
+// now is the bucket time.
+func (st *store) holdCharge(keyLen int, now time.Time, c uint32) bool {
 	need := heldCharge(keyLen)
 	if st.maxBytes > 0 {
 		if st.heldBytes+need > st.maxBytes/2 {
 			return false
 		}
 		for i := 0; i < numShards && st.bytes+need > st.maxBytes; {
-			if !st.evict(&st.shards[st.heldNext%numShards], c) {
+			if !st.evict(&st.shards[st.heldNext%numShards], now, c) {
 				i++
 			}
 			st.heldNext++
@@ -207,8 +210,9 @@ const (
 // least one, and reports whether it removed any. Cached entries with hits
 // still to flush and keys with a live lease are kept. Sorting costs
 // O(n log n) once per about n/8 insertions; the list of candidates is the
-// store's, reused, so an eviction allocates nothing.
-func (st *store) evict(s *shard, c uint32) bool {
+// store's, reused, so an eviction allocates nothing. The owned and local
+// keys it removes are marked as of now, the bucket time (evicted.go).
+func (st *store) evict(s *shard, now time.Time, c uint32) bool {
 	cands := st.cands[:0]
 	for k, o := range s.own.all() {
 		if s.leases[k] == nil {
@@ -234,11 +238,11 @@ func (st *store) evict(s *shard, c uint32) bool {
 		switch cd.in {
 		case inTables:
 			if o, ok := cd.r.(*ownedKey); ok {
-				st.markEvicted(st.hash(cd.key)^markOwned, o.b, st.now)
+				st.markEvicted(st.hash(cd.key)^markOwned, o.b, now)
 			}
 			st.removeEntry(s, cd.key, cd.r)
 		case inLocal:
-			st.markEvicted(st.hash(cd.key)^markLocal, cd.l.b, st.now)
+			st.markEvicted(st.hash(cd.key)^markLocal, cd.l.b, now)
 			st.removeFrom(s.local, cd.key, cd.l)
 		case inShare:
 			st.removeFrom(s.share, cd.key, cd.l)

@@ -111,10 +111,8 @@ type store struct {
 	heldNext int
 	// cands is evict's list of candidates, kept for the next eviction.
 	cands []evictCand
-	// marks remembers the keys evicted while not fresh (evicted.go); now
-	// is the latest bucket time of an insert, the instant evict marks at.
+	// marks remembers the keys evicted while not fresh (evicted.go).
 	marks   marks
-	now     time.Time
 	metrics *Metrics
 	// dirtyShards and changedShards have shard i's bit set while its dirty
 	// (changed) list is not empty, so that flushes and pushes visit only
@@ -410,10 +408,9 @@ func (s *shard) entries() int { return s.own.len() + s.view.len() + len(s.local)
 // the least recently used keys of its shard if the store is full; now is
 // the bucket time.
 func (st *store) insertInto(s *shard, into map[string]*localKey, key string, l *localKey, now time.Time, c uint32) {
-	st.now = now
 	need := localCharge(len(key))
 	if st.full(need) {
-		st.makeRoom(s, c, need)
+		st.makeRoom(s, now, c, need)
 	}
 	into[strings.Clone(key)] = l // never pin a caller's larger buffer
 	st.charge(need)
@@ -424,10 +421,9 @@ func (st *store) insertInto(s *shard, into map[string]*localKey, key string, l *
 // insertEntry adds e, a record whose key has the store hash h and is in
 // neither of s's tables, to its role's, first evicting as insertInto does.
 func (st *store) insertEntry(s *shard, h uint64, e record, now time.Time, c uint32) {
-	st.now = now
 	need := recordCharge(len(headOf(e).key))
 	if st.full(need) {
-		st.makeRoom(s, c, need)
+		st.makeRoom(s, now, c, need)
 	}
 	switch e := e.(type) {
 	case *ownedKey:
