@@ -128,8 +128,12 @@ func (r *Ring) Owners(key string, n int) ([]string, error) {
 
 // PartitionOf returns the partition of key, in [0, PartitionCount). It
 // depends only on key and PartitionCount, not on the members.
-func (r *Ring) PartitionOf(key string) int {
-	return int(xxhash.Sum64String(key) % uint64(r.cfg.PartitionCount))
+func (r *Ring) PartitionOf(key string) int { return PartitionOf(key, r.cfg.PartitionCount) }
+
+// PartitionOf returns the partition of key on any ring of count
+// partitions (Config.PartitionCount, at least 1): xxhash(key) mod count.
+func PartitionOf(key string, count int) int {
+	return int(xxhash.Sum64String(key) % uint64(count))
 }
 
 // PartitionOwner returns the owner of partition id. It returns

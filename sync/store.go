@@ -10,6 +10,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // numShards is the number of shards of the keyed store. A power of two, so a
@@ -144,11 +145,8 @@ type store struct {
 	released []*peerv1.KeyState
 }
 
-// partitionOf returns key's ring partition (ring.Ring.PartitionOf, which
-// depends only on the key and the partition count).
-func (st *store) partitionOf(key string) int {
-	return int(xxhash.Sum64String(key) % uint64(st.partitions))
-}
+// partitionOf returns key's ring partition, whatever the members.
+func (st *store) partitionOf(key string) int { return ring.PartitionOf(key, st.partitions) }
 
 // newFence returns a new fence for key, counted in nfences, that takes the
 // holds of the fences of its partition forgotten before (forgetFence).
