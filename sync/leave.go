@@ -136,17 +136,16 @@ func (n *Node) keepUnowned(now time.Time, ks *peerv1.KeyState) {
 		n.unowned = map[string]*peerv1.KeyState{}
 	}
 	if old := n.unowned[ks.Key]; old != nil {
-		a, err1 := bucket.Decode(old.State)
-		b, err2 := bucket.Decode(ks.State)
-		if err1 != nil || err2 != nil || a.Merge(n.bt(now), b) != nil {
-			return // another algorithm: the first state stands
-		}
-		state, err := a.AppendBinary(nil)
+		b, err := bucket.Decode(ks.State)
 		if err != nil {
 			return
 		}
+		merged, ok := n.mergedKeyState(now, old, b, ks.Demand) // lostowner.go
+		if !ok {
+			return // another algorithm: the first state stands
+		}
 		n.st.charge(-lostCharge(old))
-		ks = &peerv1.KeyState{Key: old.Key, State: state, Demand: max(old.Demand, ks.Demand)}
+		ks = merged
 	} else {
 		ks = &peerv1.KeyState{Key: strings.Clone(ks.Key), State: slices.Clone(ks.State), Demand: ks.Demand}
 	}

@@ -63,17 +63,13 @@ func (n *Node) keepHandedForLost(now time.Time, v *view, key string, b bucket.Bu
 		if ks.Key != key {
 			continue
 		}
-		kept, err := bucket.Decode(ks.State)
-		if err != nil || kept.Merge(n.bt(now), b) != nil {
+		merged, ok := n.mergedKeyState(now, ks, b, demand)
+		if !ok {
 			return // another algorithm: the kept state stands
 		}
-		state, err := kept.AppendBinary(nil)
-		if err != nil {
-			return
-		}
 		n.st.charge(-lostCharge(ks))
-		kss[i] = &peerv1.KeyState{Key: ks.Key, State: state, Demand: max(ks.Demand, demand)}
-		n.st.charge(lostCharge(kss[i]))
+		kss[i] = merged
+		n.st.charge(lostCharge(merged))
 		return
 	}
 	state, err := b.AppendBinary(nil)
@@ -81,6 +77,21 @@ func (n *Node) keepHandedForLost(now time.Time, v *view, key string, b bucket.Bu
 		return
 	}
 	n.keepForLost(o, &peerv1.KeyState{Key: strings.Clone(key), State: state, Demand: demand})
+}
+
+// mergedKeyState returns kept, a state kept to hand on, merged with b
+// keeping the most consumed (demand the larger), and false when they do
+// not merge (another algorithm) or do not encode: kept then stands.
+func (n *Node) mergedKeyState(now time.Time, kept *peerv1.KeyState, b bucket.Bucket, demand float32) (*peerv1.KeyState, bool) {
+	a, err := bucket.Decode(kept.State)
+	if err != nil || a.Merge(n.bt(now), b) != nil {
+		return nil, false
+	}
+	state, err := a.AppendBinary(nil)
+	if err != nil {
+		return nil, false
+	}
+	return &peerv1.KeyState{Key: kept.Key, State: state, Demand: max(kept.Demand, demand)}, true
 }
 
 // handBackToLost sends the states kept for members that are live in v
