@@ -151,17 +151,7 @@ func (n *Node) gainedPartitions(now time.Time, old map[int]awaitFrom, before, af
 		// partition is held by the partition's owner on the ring without it.
 		// When that is this node, the backup is restored in this very
 		// change; when it is another live member, ask it.
-		h, ok := holders[m.From]
-		if !ok {
-			if h, err = before.WithoutMember(m.From); err != nil {
-				h = nil
-			}
-			holders[m.From] = h
-		}
-		if h == nil {
-			continue
-		}
-		if b, err := h.PartitionOwner(m.Partition); err == nil && b != n.cfg.Self && after.Has(b) {
+		if b := holderOf(holders, before, m.From, m.Partition); b != "" && b != n.cfg.Self && after.Has(b) {
 			marks[m.Partition] = awaitFrom{from: b, until: now.Add(n.cfg.HandoffWait), open: &awaitOpen{}}
 		}
 	}
