@@ -122,6 +122,9 @@ type durability struct {
 	// this node owned until the member became their owner again, to hand
 	// to it once it is live (lostowner.go).
 	forLost map[string][]*peerv1.KeyState
+	// grantsForLost maps such a member to the live lease grants of those
+	// keys, to hand to it after the states (keptgrants.go).
+	grantsForLost map[string][]*peerv1.LeaseGrant
 	// spare is a bucket no one else refers to (a received state that was
 	// merged, or one a newer state replaced), decoded into by the next
 	// received state instead of allocating (bucket.DecodeInto); nil when

@@ -238,7 +238,9 @@ func (st *store) evict(s *shard, now time.Time, c uint32) bool {
 		switch cd.in {
 		case inTables:
 			if o, ok := cd.r.(*ownedKey); ok {
-				st.markEvicted(st.hash(cd.key)^markOwned, o.b, now)
+				h := st.hash(cd.key) ^ markOwned
+				st.markEvicted(h, o.b, now)
+				st.markGrants(h, o, now) // evicted.go: its grants out, if any
 			}
 			st.removeEntry(s, cd.key, cd.r)
 		case inLocal:

@@ -3,7 +3,6 @@ package sync
 import (
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/bucket"
@@ -47,7 +46,11 @@ import (
 // would have kept them. When the key moves to another owner, its live
 // grants go with its state (handGrants, sendGrants), also when that
 // hand-off follows the key on or comes back (followHandoffs, abandon),
-// and the new owner holds its bucket under them (onHandedGrants).
+// or when the state is kept to be handed later (keptgrants.go), and the
+// new owner holds its bucket under them (onHandedGrants). A record that
+// leaves the store with live grants marks its key so that the next one
+// is held under them (evicted.go, markGrants); the sweep of idle keys
+// leaves it while they live (sweepEntries).
 
 // liveGrant is tokens granted on a key to the member named to, spendable
 // at most until exp (cluster time, Unix ns); back of them were given back
@@ -108,6 +111,10 @@ func (s *shard) grantsFor(e *ownedKey) *keyGrants {
 	}
 	return e.gr
 }
+
+// grantsLive reports whether e has live grants, or expired ones whose
+// cap capLeased has not applied yet: leased mode's cap holds its bucket.
+func (e *ownedKey) grantsLive() bool { return e.gr != nil && len(e.gr.live) > 0 }
 
 // tidyGrants drops e's grants when it has none left.
 func (e *ownedKey) tidyGrants() {
@@ -392,7 +399,8 @@ func capTokens(b bucket.Bucket, t time.Time, most int64) {
 // and forgets them: a key not looked at again is not left uncapped. It
 // forgets late grants older than grantMemory, of keys with no live grant.
 // The grants of a key with no owned record (strayGrants) are forgotten
-// uncapped, live ones once all have expired.
+// uncapped, live ones once all have expired: the key's mark holds its
+// next record under them (markGrants, made when the record left).
 func (n *Node) sweepGrants(s *shard, now time.Time) {
 	t := n.bt(now).UnixNano()
 	keep := s.leased[:0]
@@ -481,7 +489,9 @@ func (n *Node) sendGrants(now time.Time, v *view, held map[*peer][]*peerv1.Lease
 // passed on to it, as onHandoff passes on the states. A grant already
 // counted here (the same holder and id: a hand-off received twice) is not
 // counted again; one that expired, or that would expire later than a grant
-// made now, or of a key held here in no owned bucket, is ignored.
+// made now, or of a key held here in no owned bucket, is ignored; one of
+// a key whose state is kept here to hand on later (its owner lost, or
+// none while leaving) is kept with it (keptgrants.go).
 func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.LeaseGrant) {
 	if len(gs) == 0 {
 		return
@@ -499,12 +509,17 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 			continue
 		}
 		if o := v.owner(key); o != n.cfg.Self {
-			if q := v.peers[o]; q != nil && q != p && !q.gone {
+			// A copy: the received message may share its buffers.
+			switch q := v.peers[o]; {
+			case q != nil && q != p && !q.gone:
 				if on == nil {
 					on = map[*peer][]*peerv1.LeaseGrant{}
 				}
-				// A copy: the received message may share its buffers.
-				on[q] = append(on[q], &peerv1.LeaseGrant{Key: strings.Clone(key), To: strings.Clone(hg.To), Id: hg.Id, Held: hg.Held})
+				on[q] = append(on[q], grantCopy(hg))
+			case q == nil:
+				// Kept with the state, for an owner lost, or unowned
+				// while leaving (keptgrants.go).
+				n.keepGrantsFor(now, v, o, []*peerv1.LeaseGrant{grantCopy(hg)})
 			}
 			continue
 		}

@@ -99,11 +99,7 @@ func TestGrantsOutliveRecord(t *testing.T) {
 	a := nw.nodes["a"]
 	const key = "user:0000042"
 	l := perMinute(60)
-	checkSync(t, a, t0, check.Request{Key: key, Hits: 1, Limit: l})
-	s := a.st.shardOf(key)
-	e := a.st.lookupOwned(s, key)
-	_ = e.b.Drain(t0, 30) // the grant's tokens
-	a.noteGrant(s, e, "b", 30, t0)
+	s, e := grantedRecord(t, a, key) // keptgrants_test.go
 	g := e.gr
 	if g == nil || len(g.live) != 1 || !e.has(flagGrants) || len(s.leased) != 1 {
 		t.Fatalf("after a grant: grants %+v, listed %v (%d)", g, e.has(flagGrants), len(s.leased))

@@ -155,9 +155,10 @@ func (n *Node) keepUnowned(now time.Time, ks *peerv1.KeyState) {
 
 // handUnowned hands the states kept by keepUnowned to their keys' owners
 // in v when they are live members (in key order: reproducible), and keeps
-// those of an owner lost to a partition for it (lostowner.go).
+// those of an owner lost to a partition for it (lostowner.go); the grants
+// kept with them go likewise, after them (keptgrants.go).
 func (n *Node) handUnowned(now time.Time, v *view) {
-	if len(n.unowned) == 0 {
+	if len(n.unowned) == 0 && len(n.unownedGrants) == 0 {
 		return
 	}
 	keys := make([]string, 0, len(n.unowned))
@@ -181,7 +182,10 @@ func (n *Node) handUnowned(now time.Time, v *view) {
 		n.st.charge(-lostCharge(ks))
 		delete(n.unowned, key)
 	}
+	held := map[*peer][]*peerv1.LeaseGrant{}
+	n.handKeptUnowned(now, v, held) // keptgrants.go
 	n.sendHandoffs(now, v, out)
+	n.sendGrants(now, v, held) // leasecap.go: after the states, on the same queue
 }
 
 // noteLeftUnannounced records, as taken over now (n.taken, lostkey.go),

@@ -95,15 +95,18 @@ func (n *Node) mergedKeyState(now time.Time, kept *peerv1.KeyState, b bucket.Buc
 }
 
 // handBackToLost sends the states kept for members that are live in v
-// again, and drops those kept for members that are neither live nor lost
-// in v. sendHandoffs sends them in v's member order, each list in the
-// order moveKeys kept it: reproducible.
+// again, then the grants kept with them (keptgrants.go), and drops those
+// kept for members that are neither live nor lost in v. sendHandoffs
+// sends them in v's member order, each list in the order moveKeys kept
+// it: reproducible.
 func (n *Node) handBackToLost(now time.Time, v *view) {
 	d := &n.dur
-	if len(d.forLost) == 0 {
+	if len(d.forLost) == 0 && len(d.grantsForLost) == 0 {
 		return
 	}
 	out := map[*peer][]*peerv1.KeyState{}
+	held := map[*peer][]*peerv1.LeaseGrant{}
+	n.handKeptForLost(now, v, held) // keptgrants.go
 	for name, kss := range d.forLost {
 		if v.lost[name] != nil {
 			continue
@@ -117,6 +120,7 @@ func (n *Node) handBackToLost(now time.Time, v *view) {
 		}
 	}
 	n.sendHandoffs(now, v, out)
+	n.sendGrants(now, v, held) // leasecap.go: after the states, on the same queue
 }
 
 // lostCharge returns what a state kept for a lost owner costs: its

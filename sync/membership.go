@@ -211,10 +211,12 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 						}
 					} else {
 						n.keepForLost(owner, ks) // lostowner.go: handed to it when it is back
+						n.keepGrantsFor(now, nv, owner, grants)
 					}
 				} else if n.leaving {
 					state, _ := e.b.AppendBinary(nil)
 					n.keepUnowned(now, &peerv1.KeyState{Key: key, State: state, Demand: e.dem}) // leave.go: no one to hand it to yet
+					n.keepGrantsFor(now, nv, owner, grants)
 				}
 				n.st.toCached(s, e)
 			case *cachedKey:

@@ -85,6 +85,9 @@ type Node struct {
 	// unowned holds, once leaving, the states this node had no member to
 	// hand to, by key (leave.go, keepUnowned).
 	unowned map[string]*peerv1.KeyState
+	// unownedGrants holds the live lease grants of those states' keys, to
+	// go with them (keptgrants.go).
+	unownedGrants []*peerv1.LeaseGrant
 }
 
 // view is one membership: a ring and the peers on it. It is never modified

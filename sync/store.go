@@ -489,14 +489,19 @@ func reconfigure(b bucket.Bucket, l bucket.Limit, now time.Time, hits int64) (_ 
 // that carry nothing to send and that were not used for grace (a sweep
 // period: a key in steady use under a large limit is not evicted and
 // created again); it forgets interest older than interestTTL, and records
-// the shard's hottest keys.
+// the shard's hottest keys. An owned record with lease grants not yet
+// capped (live, or expired since the shard's last sweep: sweepGrants runs
+// after this) stays: idle, its bucket is full uncapped, and the cap
+// (leasecap.go) would hold it under them; the eviction's mark instead
+// (markGrants) would hold it also under the tokens its holders report
+// spent.
 func (st *store) sweepEntries(s *shard, now time.Time, c, grace, interestTTL uint32) {
 	s.top = s.top[:0]
 	for k, e := range s.own.all() {
 		if e.interested() && ageOf(c, e.lastFlush) > interestTTL {
 			e.interest = 0 // interest.go: no interest
 		}
-		if ageOf(c, e.used()) >= grace && !e.interested() && !e.has(flagChanged) && e.b.Idle(now) {
+		if ageOf(c, e.used()) >= grace && !e.interested() && !e.has(flagChanged) && e.b.Idle(now) && !e.grantsLive() {
 			st.removeEntry(s, k, e)
 			continue
 		}
