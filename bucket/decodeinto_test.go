@@ -29,6 +29,7 @@ func FuzzDecodeInto(f *testing.F) {
 // unchanged on error.
 func checkDecodeInto(t *testing.T, l Limit, b []byte) {
 	t.Helper()
+	checkInternedDecode(t, l, b)
 	dst, err := New(l, fzT0)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package bucket
 
 import (
 	"time"
-	"unique"
 )
 
 // Space is room for one bucket inside a value of the caller's, so that a
@@ -23,15 +22,8 @@ type Space struct {
 // any other bucket of its algorithm). A bucket built in sp lives there: sp
 // must not be passed to NewIn again while that bucket is in use.
 func NewIn(sp *Space, l Limit, now time.Time) (Bucket, error) {
-	l = l.WithDefaults()
-	if l.Algorithm != TokenBucket {
-		return New(l, now)
-	}
-	if err := l.Validate(); err != nil {
-		return nil, err
-	}
-	sp.tb = tokenBucket{l: unique.Make(l), whole: l.Capacity(), last: nanos(now)}
-	return &sp.tb, nil
+	var in Interner
+	return in.NewIn(sp, l, now)
 }
 
 // MoveIn returns b with its state moved into sp when its algorithm's state

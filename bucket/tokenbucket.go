@@ -87,7 +87,14 @@ func (b *tokenBucket) decodeSame(buf []byte) (tokenBucket, bool) {
 	if !ok {
 		return tokenBucket{}, false
 	}
-	t := tokenBucket{l: b.l}
+	return decodeStateAt(b.l, &l, buf, i)
+}
+
+// decodeStateAt is decodeSame after the limit: it decodes buf[i:], the
+// fields of a token state under h (l: its value) that end buf, and reports
+// false when they are not a valid state of l.
+func decodeStateAt(h unique.Handle[Limit], l *Limit, buf []byte, i int) (tokenBucket, bool) {
+	t := tokenBucket{l: h}
 	var frac uint64
 	t.whole, i = varintAt(buf, i)
 	if i >= 0 {
@@ -284,11 +291,15 @@ func (b *tokenBucket) Clone() Bucket {
 // AppendBinary implements Bucket: the header, then whole tokens (varint),
 // the fraction (uvarint, units of 1/Period) and the last instant (varint).
 func (b *tokenBucket) AppendBinary(buf []byte) ([]byte, error) {
-	buf = appendLimit(buf, b.l.Value())
+	return b.appendState(appendLimit(buf, b.l.Value())), nil
+}
+
+// appendState appends b's state, the fields after its limit.
+func (b *tokenBucket) appendState(buf []byte) []byte {
 	buf = appendVarint(buf, b.whole)
 	buf = appendUvarint(buf, uint64(b.frac))
 	buf = appendVarint(buf, b.last)
-	return buf, nil
+	return buf
 }
 
 // tbRescale returns (whole + frac/p1) * c2/c1 as whole2 + frac2/p2, rounded

@@ -68,12 +68,13 @@ func (a *msgAlloc) flushItem() *peerv1.FlushItem { return slabItem(a, &a.fi, &a.
 // keyState returns a new, empty key state.
 func (a *msgAlloc) keyState() *peerv1.KeyState { return slabItem(a, &a.ks, &a.nks) }
 
-// state returns the encoded state of b (as b.AppendBinary(nil) would).
-func (a *msgAlloc) state(b bucket.Bucket) []byte {
+// state returns the encoded state of b (as b.AppendBinary(nil) would),
+// its limit's encoding copied from in when in remembers it.
+func (a *msgAlloc) state(in *bucket.Interner, b bucket.Bucket) []byte {
 	if cap(a.buf)-len(a.buf) < stateRoom {
 		a.buf = make([]byte, 0, a.grow(&a.nbuf)*stateGuess+stateRoom)
 	}
 	n := len(a.buf)
-	a.buf, _ = b.AppendBinary(a.buf)
+	a.buf, _ = in.AppendBinary(a.buf, b)
 	return a.buf[n:len(a.buf):len(a.buf)]
 }

@@ -499,7 +499,7 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 			}
 			e.clear(flagBackup)
 			ks := a.keyState()
-			ks.Key, ks.State, ks.Demand = key, a.state(e.b), e.dem
+			ks.Key, ks.State, ks.Demand = key, a.state(&n.st.lims, e.b), e.dem
 			if f := e.fen; f != nil {
 				// fence.go: the reserve the holder drains before starting
 				// from this state.

@@ -23,7 +23,7 @@ func (n *Node) cachedEntry(s *shard, key string, l bucket.Limit, hits int64, now
 		reconf, err = configure(&o.b, l, n.bt(now), hits)
 		return nil, o, false, reconf, err
 	}
-	if e, err = newCached(key, l, n.bt(now), c); err != nil {
+	if e, err = newCached(&n.st.lims, key, l, n.bt(now), c); err != nil {
 		return nil, nil, false, false, err
 	}
 	n.st.insertEntry(s, h, e, n.bt(now), c)
@@ -132,7 +132,7 @@ func (n *Node) answerView(c uint32, m int, key string, d *peerv1.Decision, buf [
 	e.lastFlush = c
 	n.addInterest(s, key, e, m) // interest.go
 	at := len(buf)
-	buf, _ = e.b.AppendBinary(buf)
+	buf, _ = n.st.lims.AppendBinary(buf, e.b)
 	d.State = buf[at:len(buf):len(buf)]
 	d.Share = activeShare(e, n.interestCount(s, key, e))
 	return buf
@@ -549,7 +549,7 @@ func (n *Node) decodeStateInto(spare bucket.Bucket, ks *peerv1.KeyState) (bucket
 		n.metrics.Malformed.Add(1)
 		return nil, false
 	}
-	b, err := bucket.DecodeInto(spare, ks.State)
+	b, err := n.st.lims.DecodeInto(spare, ks.State)
 	if err != nil {
 		n.metrics.Malformed.Add(1)
 		return nil, false
@@ -578,7 +578,7 @@ func (n *Node) decodeSharedFor(e *cachedKey, ks *peerv1.KeyState, reported bool)
 	if ks == nil || len(ks.State) == 0 || !finite(ks.Demand) || ks.LeaseGranted < 0 || !(ks.Share > 0 && ks.Share <= 1) {
 		return n.decodeShared(ks) // invalid: counted there, nothing decoded
 	}
-	b, err := bucket.DecodeInto(e.b, ks.State)
+	b, err := n.st.lims.DecodeInto(e.b, ks.State)
 	if err != nil {
 		n.metrics.Malformed.Add(1)
 		return nil, false

@@ -201,13 +201,13 @@ func (st *store) markedStart(h uint64, l bucket.Limit, now time.Time) (time.Time
 // mark says (markedStart) if it has one.
 func (st *store) newLocalMarked(key string, l bucket.Limit, now time.Time, c uint32) (*localKey, error) {
 	if st.marks.slots == nil {
-		return newLocal(l, now, c)
+		return newLocal(&st.lims, l, now, c)
 	}
 	at, ok := st.markedStart(st.hash(key)^markLocal, l, now)
 	if !ok {
-		return newLocal(l, now, c)
+		return newLocal(&st.lims, l, now, c)
 	}
-	e, err := newLocal(l, at, c)
+	e, err := newLocal(&st.lims, l, at, c)
 	if err != nil {
 		return nil, err
 	}

@@ -100,9 +100,9 @@ func (n *Node) newOwnedBucketEntry(key string, h uint64, l bucket.Limit, now tim
 		}
 	}
 	if !drained {
-		return newOwned(key, l, now, c)
+		return newOwned(&n.st.lims, key, l, now, c)
 	}
-	e, err := newOwned(key, l, at, c)
+	e, err := newOwned(&n.st.lims, key, l, at, c)
 	if err != nil {
 		return nil, err
 	}

@@ -194,7 +194,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		backup := it.Hits > 0 || len(it.View) > 0 || granted > 0 && !covered || reconf
 		n.markChangedBackup(s, it.Key, e, m, backup)
 	}
-	state, _ := e.b.AppendBinary(slot.state[:0])
+	state, _ := n.st.lims.AppendBinary(slot.state[:0], e.b)
 	ks := &slot.ks
 	ks.Key, ks.State, ks.Demand, ks.Share, ks.LeaseGranted = it.Key, state[:len(state):len(state)], e.dem, activeShare(e, n.interestCount(s, it.Key, e)), granted
 	return ks, grantID
@@ -296,7 +296,7 @@ func (n *Node) tickPushes(now time.Time, v *view, force bool) {
 				out[m] = append(out[m], ks)
 			})
 			if ks != nil {
-				ks.Key, ks.State, ks.Demand, ks.Share = key, a.state(e.b), e.dem, activeShare(e, k)
+				ks.Key, ks.State, ks.Demand, ks.Share = key, a.state(&n.st.lims, e.b), e.dem, activeShare(e, k)
 			}
 		}
 		n.st.clearChanged(s)

@@ -77,7 +77,7 @@ func (n *Node) decideShareOn(now time.Time, c uint32, v *view, s *shard, r *chec
 	}
 	if e == nil {
 		var err error
-		if e, err = newLocal(l, n.bt(now), c); err != nil {
+		if e, err = newLocal(&n.st.lims, l, n.bt(now), c); err != nil {
 			resp.Err = err
 			return
 		}

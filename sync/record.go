@@ -231,9 +231,9 @@ type (
 
 // newOwned returns an owned record of key (copied) with a fresh bucket of l
 // at now, last used at c, or the bucket's error (an invalid limit).
-func newOwned(key string, l bucket.Limit, now time.Time, c uint32) (*ownedKey, error) {
+func newOwned(in *bucket.Interner, key string, l bucket.Limit, now time.Time, c uint32) (*ownedKey, error) {
 	x := new(ownedAlloc)
-	b, err := bucket.NewIn(&x.sp, l, now)
+	b, err := in.NewIn(&x.sp, l, now)
 	if err != nil {
 		return nil, err
 	}
@@ -242,9 +242,9 @@ func newOwned(key string, l bucket.Limit, now time.Time, c uint32) (*ownedKey, e
 }
 
 // newCached is newOwned for a cached view (never synced).
-func newCached(key string, l bucket.Limit, now time.Time, c uint32) (*cachedKey, error) {
+func newCached(in *bucket.Interner, key string, l bucket.Limit, now time.Time, c uint32) (*cachedKey, error) {
 	x := new(cachedAlloc)
-	b, err := bucket.NewIn(&x.sp, l, now)
+	b, err := in.NewIn(&x.sp, l, now)
 	if err != nil {
 		return nil, err
 	}
@@ -253,9 +253,9 @@ func newCached(key string, l bucket.Limit, now time.Time, c uint32) (*cachedKey,
 }
 
 // newLocal returns a local bucket of l at now, last used at c.
-func newLocal(l bucket.Limit, now time.Time, c uint32) (*localKey, error) {
+func newLocal(in *bucket.Interner, l bucket.Limit, now time.Time, c uint32) (*localKey, error) {
 	x := new(localAlloc)
-	b, err := bucket.NewIn(&x.sp, l, now)
+	b, err := in.NewIn(&x.sp, l, now)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,8 @@ package sync
 
 import (
 	"testing"
+
+	"github.com/ringlimit/ringlimit/bucket"
 )
 
 // TestRoleChanges: toOwned and toCached move a key between the shard's two
@@ -17,7 +19,7 @@ func TestRoleChanges(t *testing.T) {
 	const key = "user:0000042"
 	s := a.st.shardOf(key)
 	c := coarse(t0) + 5
-	v, err := newCached(key, perMinute(60), t0, c)
+	v, err := newCached(new(bucket.Interner), key, perMinute(60), t0, c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,6 +108,9 @@ type store struct {
 	// (Config.MaxKeyBytes, 0: none); bytes is the charge now (mirrored in
 	// metrics.KeyBytes), heldBytes the held backups' part of it (budget.go).
 	maxBytes, bytes, heldBytes int64
+	// lims interns the limits of the buckets built and decoded here
+	// (newOwned, decodeStateInto): most are under one limit.
+	lims bucket.Interner
 	// heldNext is the shard a held backup evicts from next.
 	heldNext int
 	// cands is evict's list of candidates, kept for the next eviction.
