@@ -50,16 +50,22 @@ func TestOwnerKilledMidKey(t *testing.T) {
 		{ringlimitv1.Policy_POLICY_LOCAL_SHARE, ringlimitv1.Mode_MODE_OWNER, limit + limit/3 + 1, limit - limit/10 - 50},
 		{ringlimitv1.Policy_POLICY_LOCAL_SHARE, ringlimitv1.Mode_MODE_LEASED, limit + limit/3 + 1, limit - limit/10 - 50},
 		// Cached mode's survivors hold views of the key, which local-share
-		// starts from, and its answers charge the new owner: usually no
-		// fresh share (999 to 1031 in 27 of 30 runs). Under load the
-		// charges can land after the new owner has admitted on its backup,
-		// as a fresh share would: 3 runs in parallel, 30 each, gave 1102
-		// and 1162 on 6e78f67 (before session 14), 1096 and 1190 on
-		// 0119444, and CI once 1093 (2026-11-26); session 12's ownership
-		// lease gave 1174 and 1178. The promise is local-share's, as for
-		// owner and leased mode: one share (limit / members) over one
-		// bucket at most, the debt paid back from the refill.
-		{ringlimitv1.Policy_POLICY_LOCAL_SHARE, ringlimitv1.Mode_MODE_CACHED, limit + limit/3 + 1, limit - limit/10 - 50},
+		// starts from, and its answers charge the new owner: no fresh
+		// share. Under load it admitted up to 1190 (3 of 110 loaded runs
+		// 1163 to 1176, CI once 1093): the dead owner's unreachable mark
+		// (UnreachableAfter, 1 s) lapsed before the failure detection
+		// dropped it (over 1.1 s on loaded cores), and each survivor
+		// admitted its share of its view again, a view that did not show
+		// what its local share had admitted
+		// (sync.TestShareHitsCountedInViewAfterMarkLapses). The view's
+		// budget now counts it: 999 to 1031 in 320 loaded runs. Beyond
+		// limit + 25 twice (1026, 1031): in the one traced, the new owner
+		// took the key over 24 hits less consumed than the admissions so
+		// far, and the survivor's debt reached it without overdrawing (the
+		// backup cadence's loss, docs/consistency.md, Backups, by the
+		// figures; not proven); hence limit + 50, still below a second
+		// share (about +160 each time).
+		{ringlimitv1.Policy_POLICY_LOCAL_SHARE, ringlimitv1.Mode_MODE_CACHED, limit + 50, limit - limit/10 - 50},
 	} {
 		t.Run(fmt.Sprint(tc.pol, "/", tc.mode), func(t *testing.T) {
 			nodes := startCluster(t, 3, patientTimeouts)

@@ -59,10 +59,13 @@ type charges struct {
 
 // debt is what a key owes its bucket: hits admitted under limit l, not yet
 // drained, and transit of them handed to a flush toward the key's owner
-// and not yet acknowledged as applied.
+// and not yet acknowledged as applied. shown reports that the key's view
+// shows the hits in transit: an owner's state was installed in it since
+// they went to its pending hits (install takes the pending hits from it).
 type debt struct {
 	l             bucket.Limit
 	hits, transit int64
+	shown         bool
 }
 
 // charge records hits of r admitted by the partition policy (see above).
@@ -102,6 +105,33 @@ func (n *Node) owes(key string) int64 {
 		return d.hits + d.transit
 	}
 	return 0
+}
+
+// unshown reports the hits of key's debt that its cached view does not
+// show, hidden: those not yet handed to a flush, and those in transit,
+// which went into the view's pending hits but are in its state only once
+// an owner's state is installed since (shown; ownHits); and unsent, the
+// part not among the view's pending or in-flight hits.
+func (n *Node) unshown(key string) (hidden, unsent int64) {
+	d := n.chg.debt[key]
+	if d == nil {
+		return 0, 0
+	}
+	if d.shown {
+		return d.hits, d.hits
+	}
+	return d.hits + d.transit, d.hits
+}
+
+// shownInView records that an owner's state was installed in key's view,
+// which then shows the hits of its debt in transit (see debt).
+func (n *Node) shownInView(key string) {
+	if len(n.chg.debt) == 0 {
+		return
+	}
+	if d := n.chg.debt[key]; d != nil && d.transit > 0 {
+		d.shown = true
+	}
 }
 
 // inTransit reports the hits of key's debt handed to a flush toward the
@@ -222,7 +252,7 @@ func (n *Node) tickCharges(now time.Time, v *view) {
 		}
 		e.pending = min(e.pending+d.hits, math.MaxInt64/2)
 		n.markDirty(s, key, e, p)
-		d.hits, d.transit = 0, d.hits
+		d.hits, d.transit, d.shown = 0, d.hits, false
 	}
 	for _, owner := range owners {
 		ks := ch.byOwner[owner]

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/check"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
 // TestPolicyAdmissionsCharged: hits a partition policy admits while the
@@ -255,5 +256,63 @@ func TestDroppedDebtOwedAgain(t *testing.T) {
 	a.delivered("k", 5)
 	if a.owes("k") != 5 {
 		t.Errorf("an acknowledged flush paid a debt it did not carry: owes %d, want 5", a.owes("k"))
+	}
+}
+
+// TestDebtInTransitHiddenUntilShown: the hits of a debt are hidden from
+// the key's view (unshown) until the view shows them, and counted once
+// after: hidden while not yet flushed, and while in transit (the view's
+// pending hits, which its state does not show), until an owner's state
+// is installed in the view (it holds them, applied or taken as this
+// node's own hits); then no longer, though the flush that carries them is
+// still unanswered. The view's budget counts what is hidden
+// (decideCached; TestShareHitsCountedInViewAfterMarkLapses).
+func TestDebtInTransitHiddenUntilShown(t *testing.T) {
+	nw := newTestNet(t, nil, "a", "b", "c")
+	a, c := nw.nodes["a"], nw.nodes["c"]
+	key := keyOwnedBy(t, "c", "a", "b", "c")
+	req := check.Request{Key: key, Hits: 1, Limit: perHour(1000), Mode: check.ModeCached, Policy: check.PolicyLocalShare}
+	nw.checkAnswered(a, req)
+	nw.run(300 * time.Millisecond) // a's view is synced
+	nw.isolate("c")
+	a.Unreachable(nw.now, "c")
+	const owed = 30
+	for range owed {
+		if r := checkSync(t, a, nw.now, req); !r.Allowed || !r.Degraded {
+			t.Fatalf("%+v: want a degraded admission", r)
+		}
+	}
+	step := func(name string, wantHidden, wantUnsent int64) {
+		t.Helper()
+		if hidden, unsent := a.unshown(key); hidden != wantHidden || unsent != wantUnsent {
+			t.Errorf("%s: unshown %d, %d; want %d, %d", name, hidden, unsent, wantHidden, wantUnsent)
+		}
+	}
+	step("owed, owner cut off", owed, owed)
+	nw.heal()
+	nw.drop = func(from, to string, _ *peerv1.Envelope) bool { return from == "c" && to == "a" } // c applies the flush; its answer is lost
+	nw.run(a.cfg.UnreachableAfter + 10*time.Millisecond)
+	if got := a.inTransit(key); got != owed {
+		t.Fatalf("%d hits in transit, want %d", got, owed)
+	}
+	step("in transit, no state installed since", owed, 0)
+	s, cs := a.st.shardOf(key), c.st.shardOf(key)
+	e, o := a.st.lookupCached(s, key), c.st.lookupOwned(cs, key)
+	if e == nil || o == nil {
+		t.Fatal("no view at a or no owned state at c")
+	}
+	state, err := o.b.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.installPush(nw.now, coarse(nw.now), e, &peerv1.KeyState{Key: key, State: state, Share: 0.5}, true)
+	step("in transit, the owner's state installed", 0, 0)
+	if got := a.inTransit(key); got != owed {
+		t.Errorf("%d hits in transit after the push, want %d: only the flush's answer says it was applied", got, owed)
+	}
+	nw.drop = nil
+	nw.run(a.cfg.RequestTimeout + 10*time.Millisecond) // the flush again, answered
+	if got := a.owes(key); got != 0 {
+		t.Errorf("a still owes %d", got)
 	}
 }

@@ -441,7 +441,7 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, res
 	if shared {
 		t := n.syncThreshold(&r.Limit, v.size())
 		share := activeShare(e, n.interestCount(s, r.Key, e))
-		resp.Decision, resp.Err = n.takeBudget(e.b, true, n.bt(now), r, float64(share), e.ownAdmitted, v.size(), t)
+		resp.Decision, resp.Err = n.takeBudget(e.b, true, n.bt(now), r, float64(share), e.ownAdmitted, 0, v.size(), t)
 	} else {
 		resp.Decision, resp.Err = take(e.b, n.bt(now), r)
 	}
@@ -503,7 +503,9 @@ func (n *Node) syncThreshold(l *bucket.Limit, members int) int64 {
 //
 // where available is what the view had left before this request (so
 // available + since is what it had without this node's own admissions,
-// refill included). Summed over the nodes, whose shares add up to one, the
+// refill included). Hidden of the since hits were not taken from b (a
+// non-owner's policy debt, charge.go): available is b's less them. Summed
+// over the nodes, whose shares add up to one, the
 // cluster admits between syncs about what the owner had. A view that is not
 // the node's first sight of the key (synced: the owner's state, or a view
 // that holds one) also admits while it shows more than
@@ -513,17 +515,15 @@ func (n *Node) syncThreshold(l *bucket.Limit, members int) int64 {
 //
 // The bucket decides first; a request the bucket admits but the rule does
 // not is refunded and rejected.
-func (n *Node) takeBudget(b bucket.Bucket, synced bool, now time.Time, r *check.Request, share float64, since int64, members int, t int64) (bucket.Decision, error) {
+func (n *Node) takeBudget(b bucket.Bucket, synced bool, now time.Time, r *check.Request, share float64, since, hidden int64, members int, t int64) (bucket.Decision, error) {
 	d, err := take(b, now, r)
 	if err != nil || !d.Allowed || r.Hits == 0 {
 		return d, err
 	}
-	avail := d.Remaining + r.Hits
+	avail := d.Remaining + r.Hits - hidden
 	budget := share * float64(avail+since)
-	if float64(since+r.Hits) <= budget {
-		return d, nil
-	}
-	if synced && since+r.Hits <= t && avail >= r.Hits+int64(members-1)*t {
+	if float64(since+r.Hits) <= budget || synced && since+r.Hits <= t && avail >= r.Hits+int64(members-1)*t {
+		d.Remaining = max(0, d.Remaining-hidden)
 		return d, nil
 	}
 	_ = b.Refund(now, r.Hits)
