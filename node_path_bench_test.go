@@ -30,6 +30,11 @@ import (
 //   - baseline: a gRPC server in the same process answering every call
 //     under the limit without deciding: what the client and gRPC cost.
 //
+// Then calls of 100 checks (100-checks/...), c = 8: of keys of every
+// owner (owner and cached mode, a third of the keys n1's), and by path,
+// every key of a call taking the same one (owner-local, forwarded,
+// cached-non-owner).
+//
 // cpu-ns/op is the process's CPU time (user and system: the client, the
 // three nodes, gRPC, the garbage collector) per call, the figure to read
 // on a shared machine; subtract the baseline's for the nodes' share. c is
@@ -69,15 +74,24 @@ func BenchmarkNodePath(b *testing.B) {
 			})
 		}
 	}
-	// 100 checks per call, keys of every owner (a third owned by n1).
+	// 100 checks per call, keys of every owner (a third owned by n1), and
+	// by path: every key of a call taking the same one.
 	all := append(slices.Clip(owned), other...)
 	for _, p := range []struct {
 		name string
 		cc   *grpc.ClientConn
+		keys []string
 		mode ringlimitv1.Mode
-	}{{"baseline", bcc, ringlimitv1.Mode_MODE_OWNER}, {"owner", cc, ringlimitv1.Mode_MODE_OWNER}, {"cached", cc, ringlimitv1.Mode_MODE_CACHED}} {
+	}{
+		{"baseline", bcc, all, ringlimitv1.Mode_MODE_OWNER},
+		{"owner", cc, all, ringlimitv1.Mode_MODE_OWNER},
+		{"cached", cc, all, ringlimitv1.Mode_MODE_CACHED},
+		{"owner-local", cc, owned, ringlimitv1.Mode_MODE_OWNER},
+		{"forwarded", cc, other, ringlimitv1.Mode_MODE_OWNER},
+		{"cached-non-owner", cc, other, ringlimitv1.Mode_MODE_CACHED},
+	} {
 		b.Run(fmt.Sprintf("100-checks/%s/c=8", p.name), func(b *testing.B) {
-			benchCalls(b, ringlimitv1.NewRateLimiterClient(p.cc), all, 100, p.mode, 8, func() {})
+			benchCalls(b, ringlimitv1.NewRateLimiterClient(p.cc), p.keys, 100, p.mode, 8, func() {})
 		})
 	}
 }

@@ -140,12 +140,12 @@ func (it *item) request(maxKeyLen int) (check.Request, error) {
 	if it.release && it.lease == "" {
 		return check.Request{}, fieldErr("lease", "must name the holder to release")
 	}
-	key := Key(it.name, it.uniqueKey)
-	if !it.ruleBucket {
-		key = bucketKey(it.name, it.uniqueKey, alg)
+	keyAlg := alg
+	if it.ruleBucket {
+		keyAlg = bucket.TokenBucket // a rule's bucket is Key(name, uniqueKey), whatever its algorithm
 	}
 	return check.Request{
-		Key:     key,
+		Key:     bucketKey(it.name, it.uniqueKey, keyAlg), // built once: one allocation per item
 		Hits:    it.hits,
 		Limit:   lim,
 		Mode:    check.Mode(it.mode),

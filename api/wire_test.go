@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -359,5 +360,65 @@ func TestCallSlicesReused(t *testing.T) {
 	}
 	if c.items[:1][0] != (item{}) || c.out[:2][1].Owner != "" || c.out[:2][1].Err != nil || c.reqs[:1][0].Key != "" {
 		t.Fatal("put back holding a key or an answer")
+	}
+}
+
+// BenchmarkCheckCall measures the API's whole share of a 100-check gRPC
+// call: decoding the request (decodeItems), validating its items and
+// building their requests, the Backend (CheckInto, answering at once), the
+// Observer and encoding the answer (checkWire). The node adds its core and
+// gRPC to it (BenchmarkNodePath in the module root).
+func BenchmarkCheckCall(b *testing.B) {
+	req := &ringlimitv1.CheckRequest{}
+	for i := range 100 {
+		req.Items = append(req.Items, item1("bench", "k"+strconv.Itoa(i), 1000, ringlimitv1.Mode_MODE_OWNER))
+	}
+	raw, err := proto.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(Config{Node: "n1", MaxKeyLen: 1024, MaxBatchItems: 1000, MaxBodyBytes: 1 << 20}, &intoBackend{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		c := s.getCall()
+		items, ok := decodeItems(c.items[:0], raw, s.cfg.MaxBatchItems)
+		if !ok {
+			b.Fatal("not taken")
+		}
+		c.items = items
+		if _, err := s.checkWire(b.Context(), c, false, time.Time{}); err != nil {
+			b.Fatal(err)
+		}
+		s.putCall(c)
+	}
+}
+
+// TestRequestKeyAllocatedOnce: an item's request allocates its key once,
+// whatever its algorithm or rule; the token bucket's key was built twice
+// (Key, then bucketKey), an allocation per item of every call more.
+func TestRequestKeyAllocatedOnce(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		it   item
+		want string
+	}{
+		{"token bucket", item{name: "a", uniqueKey: "k", hits: 1, limit: 5, period: time.Second}, "a\x00k"},
+		{"fixed window", item{name: "a", uniqueKey: "k", hits: 1, limit: 5, period: time.Second, algorithm: int64(bucket.FixedWindow)},
+			"\x00" + string(rune(bucket.FixedWindow)) + "a\x00k"},
+		{"rule's bucket", item{name: "r", uniqueKey: "k", hits: 1, limit: 5, period: time.Second, algorithm: int64(bucket.FixedWindow), ruleBucket: true}, "r\x00k"},
+	} {
+		var r check.Request
+		allocs := testing.AllocsPerRun(100, func() {
+			var err error
+			if r, err = c.it.request(100); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if r.Key != c.want || allocs != 1 {
+			t.Errorf("%s: key %q in %v allocations; want %q in 1", c.name, r.Key, allocs, c.want)
+		}
 	}
 }
