@@ -214,6 +214,14 @@ type PeerConfig struct {
 	// such peers (peer.MutualTLS states the rule). The node's Name must then
 	// be a DNS name. Default off.
 	TLS PeerTLSFiles
+	// RPCTimeout bounds every call to a peer, connection and TLS handshake
+	// included: a call that misses it drops its batch and the peer counts
+	// as unreachable for a while, so its keys go by the partition policy.
+	// Zero is the default, 1s (a LAN round trip is under a millisecond).
+	// Raise it where
+	// a node may be starved of CPU for longer, as when tens of nodes share
+	// a few cores and all handshake at once at start.
+	RPCTimeout time.Duration
 }
 
 // RulesConfig configures the rules file (package rules) and the front ends
@@ -413,6 +421,8 @@ func (c Config) Validate() error {
 	case c.Gossip.ProbeInterval < 0, c.Gossip.ProbeTimeout < 0, c.Gossip.SuspicionMult < 0:
 		return configErr("Gossip.ProbeInterval", "ProbeInterval %v, ProbeTimeout %v, SuspicionMult %d: none may be negative",
 			c.Gossip.ProbeInterval, c.Gossip.ProbeTimeout, c.Gossip.SuspicionMult)
+	case c.Peer.RPCTimeout < 0:
+		return configErr("Peer.RPCTimeout", "%v must not be negative", c.Peer.RPCTimeout)
 	case c.API.CheckTimeout <= 0:
 		return configErr("API.CheckTimeout", "must be positive")
 	case c.API.ReadHeaderTimeout <= 0, c.API.ReadTimeout <= 0, c.API.WriteTimeout <= 0, c.API.IdleTimeout <= 0:

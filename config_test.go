@@ -43,6 +43,19 @@ func TestGossipConfigReachesGossip(t *testing.T) {
 	}
 }
 
+// TestPeerRPCTimeoutReachesTheLinks: Peer.RPCTimeout bounds the links'
+// calls; zero leaves the transport's default.
+func TestPeerRPCTimeoutReachesTheLinks(t *testing.T) {
+	c := DefaultConfig()
+	if got, want := (&Node{cfg: c}).transportConfig().RPCTimeout, peer.DefaultTransportConfig().RPCTimeout; got != want {
+		t.Errorf("zero Peer.RPCTimeout: links' RPCTimeout %v, want the default %v", got, want)
+	}
+	c.Peer.RPCTimeout = 7 * time.Second
+	if got := (&Node{cfg: c}).transportConfig().RPCTimeout; got != 7*time.Second {
+		t.Errorf("Peer.RPCTimeout 7s: links' RPCTimeout %v", got)
+	}
+}
+
 // TestAPIConfigReachesTheAPI: the fields of Config.API that configure
 // package api arrive there.
 func TestAPIConfigReachesTheAPI(t *testing.T) {

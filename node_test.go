@@ -83,6 +83,7 @@ func TestConfigValidate(t *testing.T) {
 		{"zero check timeout", func(c *Config) { c.API.CheckTimeout = 0 }, "CheckTimeout"},
 		{"check timeout within request timeout", func(c *Config) { c.API.CheckTimeout = c.Sync.RequestTimeout }, "CheckTimeout"},
 		{"bad core config", func(c *Config) { c.Sync.FlushInterval = 0 }, "Sync"},
+		{"negative peer RPC timeout", func(c *Config) { c.Peer.RPCTimeout = -time.Second }, "Peer.RPCTimeout"},
 		// The node derives these from its own fields: a different value is
 		// refused, never silently overwritten.
 		{"core name other than Name", func(c *Config) { c.Sync.Self = "other" }, "Sync.Self"},

@@ -28,10 +28,16 @@ import (
 // were declared dead and rejoined, over and over. Acks awaited 1 s, probes
 // every 2 s and suspicion 4 times longer let a starved node answer before
 // it is accused; nothing here crashes, so nothing waits on detection.
+// The peer links likewise: 30 nodes open 870 mutual-TLS connections at
+// once, and with other tests running beside it some handshakes outlasted
+// the default 1 s RPC timeout; the peer then counted as unreachable and a
+// check of a key it owns went by the partition policy (1 of 376 rejected,
+// 1 run of 8 under load).
 func crowdedGossip(c *Config) {
 	c.Gossip.ProbeInterval = 2 * time.Second
 	c.Gossip.ProbeTimeout = time.Second
 	c.Gossip.SuspicionMult = 4
+	c.Peer.RPCTimeout = 5 * time.Second
 }
 
 // A sidecar beside each of 30 application instances: 30 real nodes, keys of

@@ -16,6 +16,9 @@ func (n *Node) transportConfig() peer.TransportConfig {
 	tc.Clock = n.clock
 	tc.Logger = n.cfg.Logger // peer adds the node attribute itself
 	tc.Registerer = n.cfg.Registry
+	if n.cfg.Peer.RPCTimeout != 0 {
+		tc.RPCTimeout = n.cfg.Peer.RPCTimeout
+	}
 	if n.mtls != nil {
 		tc.Credentials = n.mtls.ClientCredentials()
 		tc.Authorize = peer.AuthorizeCertificate

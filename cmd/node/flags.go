@@ -109,6 +109,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (optio
 	fs.DurationVar(&c.API.IdleTimeout, "idle-timeout", c.API.IdleTimeout, "how long an idle HTTP keep-alive or gRPC connection stays open")
 	fs.DurationVar(&c.API.MaxConnectionAge, "max-connection-age", c.API.MaxConnectionAge, "gRPC connections older than this are asked to reconnect (spreads clients over new nodes)")
 	fs.StringVar(&c.Peer.Addr, "peer-addr", "", "listen address of the peer port (traffic between nodes), reachable by the other nodes (default: the --grpc-addr host, a free port)")
+	fs.DurationVar(&c.Peer.RPCTimeout, "peer-rpc-timeout", c.Peer.RPCTimeout, "how long a call to another node, connection and TLS handshake included, may take before that node counts as unreachable for a while and its keys go by the partition policy (0: 1s); longer for many nodes on few cores")
 	fs.StringVar(&peerSecret, "peer-secret", "", "base64 cluster secret (at least 16 bytes) the nodes authenticate each other with, when not derived from the gossip key; prefer the environment variable")
 	fs.BoolVar(&c.Peer.Insecure, "insecure-peers", false, "run the peer port without authentication: whoever reaches it can move any limit (tests on loopback only)")
 	fs.StringVar(&c.API.TLS.CertFile, "tls-cert", "", "PEM certificate (chain) of the public gRPC and HTTP APIs; enables TLS on them")
