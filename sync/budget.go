@@ -239,7 +239,7 @@ func (st *store) evict(s *shard, now time.Time, c uint32) bool {
 		case inTables:
 			if o, ok := cd.r.(*ownedKey); ok {
 				st.markEvicted(st.hash(cd.key)^markOwned, o.b, now)
-				st.markGrants(o, now) // evicted.go: its grants out, if any
+				st.markGrants(o) // evicted.go: its grants out, if any
 			}
 			st.removeEntry(s, cd.key, cd.r)
 		case inLocal:

@@ -218,8 +218,8 @@ func (st *store) newLocalMarked(key string, l bucket.Limit, now time.Time, c uin
 }
 
 // markGrants records in the grants of e, an owned token bucket record
-// leaving the store at now (bucket time) with live lease grants, when its
-// bucket held under them would be full again at the soonest (full), so
+// leaving the store with live lease grants, when its bucket held under
+// them would be full again at the soonest (keyGrants.full), so
 // that a record of the key made after they expired and were forgotten
 // unadopted is held under them: the sweep marks the key with it then
 // (sweepGrants). The grants wait in shard.strayGrants for a record made
@@ -240,8 +240,10 @@ func (st *store) newLocalMarked(key string, l bucket.Limit, now time.Time, c uin
 // the refill of the time left until e_j on top of them
 // (TestEvictedKeyUnderLiveGrantsNotDrained: a grant of 4 out, a key of
 // burst 10 evicted and made again admitted 0 where it would have admitted
-// 4 and 6 not evicted; 4 and 6 now).
-func (st *store) markGrants(e *ownedKey, now time.Time) {
+// 4 and 6 not evicted; 3 and 6 now, the eviction's own mark rounding a
+// part of a token off). It is computed at the eviction: no grant joins a
+// stray key's after, and what they hold then is the most they hold.
+func (st *store) markGrants(e *ownedKey) {
 	if !e.grantsLive() {
 		return
 	}
