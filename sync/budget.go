@@ -238,9 +238,8 @@ func (st *store) evict(s *shard, now time.Time, c uint32) bool {
 		switch cd.in {
 		case inTables:
 			if o, ok := cd.r.(*ownedKey); ok {
-				h := st.hash(cd.key) ^ markOwned
-				st.markEvicted(h, o.b, now)
-				st.markGrants(h, o, now) // evicted.go: its grants out, if any
+				st.markEvicted(st.hash(cd.key)^markOwned, o.b, now)
+				st.markGrants(o) // evicted.go: its grants out, if any
 			}
 			st.removeEntry(s, cd.key, cd.r)
 		case inLocal:

@@ -217,11 +217,13 @@ func (st *store) newLocalMarked(key string, l bucket.Limit, now time.Time, c uin
 	return e, nil
 }
 
-// markGrants marks the key of salted hash h, whose owned token bucket
-// record e leaves the store at now (bucket time) with live lease grants,
-// so that a record of it made again after they expired is held under
-// them (leasecap.go). The grants wait in shard.strayGrants for a record
-// made while they live (adoptGrants), but the sweep forgets them once all
+// markGrants records in the grants of e, an owned token bucket record
+// leaving the store with live lease grants, when its bucket held under
+// them would be full again at the soonest (keyGrants.full), so
+// that a record of the key made after they expired and were forgotten
+// unadopted is held under them: the sweep marks the key with it then
+// (sweepGrants). The grants wait in shard.strayGrants for a record made
+// while they live (adoptGrants), but the sweep forgets them once all
 // expired, with no bucket to cap; the record then started from the
 // eviction's mark of a bucket uncapped since its last decision (often
 // full: no mark at all), and admitted the leases' tokens spent just
@@ -230,11 +232,18 @@ func (st *store) newLocalMarked(key string, l bucket.Limit, now time.Time, c uin
 // 4; -0.91 now). Under the cap, the bucket holds at most capacity − L_j
 // until the grant j expires at e_j, L_j being what the grants expiring
 // then or later hold, and refills at its rate from there: it is full
-// again no sooner than e_j + L_j / rate, for every j. The mark is the
-// latest of those; a record made while the grants live is capped by
-// them as well, the mark then costing at most the tokens its holders
-// report spent.
-func (st *store) markGrants(h uint64, e *ownedKey, now time.Time) {
+// again no sooner than e_j + L_j / rate, for every j; full is the latest
+// of those. The key is marked only once the grants are forgotten, not at
+// the eviction: a mark is a bucket refilling at its rate up to full, not
+// one held flat at capacity − L_j until e_j, and so drained a record made
+// while the grants live (which adoptGrants holds under them, the cap) by
+// the refill of the time left until e_j on top of them
+// (TestEvictedKeyUnderLiveGrantsNotDrained: a grant of 4 out, a key of
+// burst 10 evicted and made again admitted 0 where it would have admitted
+// 4 and 6 not evicted; 3 and 6 now, the eviction's own mark rounding a
+// part of a token off). It is computed at the eviction: no grant joins a
+// stray key's after, and what they hold then is the most they hold.
+func (st *store) markGrants(e *ownedKey) {
 	if !e.grantsLive() {
 		return
 	}
@@ -250,5 +259,5 @@ func (st *store) markGrants(h uint64, e *ownedKey, now time.Time) {
 		held += max(0, gs[i].held())
 		full = max(full, gs[i].exp+int64(math.Min(math.Ceil(float64(held)*perToken), math.MaxInt64/2)))
 	}
-	st.marks.mark(h, now, time.Unix(0, full))
+	e.gr.full = max(e.gr.full, full)
 }

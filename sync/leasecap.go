@@ -48,9 +48,10 @@ import (
 // hand-off follows the key on or comes back (followHandoffs, abandon),
 // or when the state is kept to be handed later (keptgrants.go), and the
 // new owner holds its bucket under them (onHandedGrants). A record that
-// leaves the store with live grants marks its key so that the next one
-// is held under them (evicted.go, markGrants); the sweep of idle keys
-// leaves it while they live (sweepEntries).
+// leaves the store with live grants has its key marked, once they have
+// expired and been forgotten, so that the next one is held under them
+// (evicted.go, markGrants); the sweep of idle keys leaves it while they
+// live (sweepEntries).
 
 // liveGrant is tokens granted on a key to the member named to, spendable
 // at most until exp (cluster time, Unix ns); back of them were given back
@@ -97,6 +98,11 @@ type lateGrant struct {
 type keyGrants struct {
 	live []liveGrant
 	late []lateGrant
+	// full is, for the grants of an evicted record (markGrants), when its
+	// bucket held under its live grants would be full again at the
+	// soonest (Unix ns, cluster time; 0: none): the key's mark once they
+	// are forgotten unadopted (sweepGrants).
+	full int64
 }
 
 // grantsFor returns e's grants, new if it has none, and lists e in s's
@@ -146,6 +152,7 @@ func (st *store) adoptGrants(s *shard, e *ownedKey) {
 	}
 	if g, ok := s.strayGrants[e.key]; ok {
 		delete(s.strayGrants, e.key)
+		g.full = 0 // held under them by the cap again
 		e.gr = g
 		s.grantsFor(e)
 	}
@@ -399,8 +406,8 @@ func capTokens(b bucket.Bucket, t time.Time, most int64) {
 // and forgets them: a key not looked at again is not left uncapped. It
 // forgets late grants older than grantMemory, of keys with no live grant.
 // The grants of a key with no owned record (strayGrants) are forgotten
-// uncapped, live ones once all have expired: the key's mark holds its
-// next record under them (markGrants, made when the record left).
+// uncapped, live ones once all have expired, and the key is then marked
+// so that its next record is held under them (markGrants, evicted.go).
 func (n *Node) sweepGrants(s *shard, now time.Time) {
 	t := n.bt(now).UnixNano()
 	keep := s.leased[:0]
@@ -429,6 +436,9 @@ func (n *Node) sweepGrants(s *shard, now time.Time) {
 			n.keepLate(gr, gr.late, t)
 		} else if gr.live[len(gr.live)-1].exp <= t {
 			gr.live = nil
+			if gr.full > t {
+				n.st.marks.mark(n.st.hash(key)^markOwned, n.bt(now), time.Unix(0, gr.full))
+			}
 		}
 		if len(gr.live) == 0 && len(gr.late) == 0 {
 			delete(s.strayGrants, key)
