@@ -190,7 +190,9 @@ type crashAllowance struct {
 //     the rest, (V − V/n)/n, charged afterwards (sync/charge.go). Both
 //     reach the new owner only once that survivor drops the dead owner,
 //     after the new owner may have decided the key to its end. The new
-//     owner's own are drained before it decides.
+//     owner's own are in its state from the takeover (its view's hits) or
+//     drained as its takeover is confirmed (its policy debt), when it
+//     starts deciding the key.
 func cachedCrashAllowance(t *testing.T, run killRun, limit, spent, n int, localShare bool) crashAllowance {
 	t.Helper()
 	cfg := DefaultConfig()
