@@ -110,6 +110,21 @@ func TestHandedMarksBounded(t *testing.T) {
 	if want := len(fromA) - got; waiting != want {
 		t.Errorf("%d keys of a's partitions wait for a, want the %d not recorded", waiting, want)
 	}
+	// a answers "not owner" naming c for a recorded key: its mark is
+	// resolved, and what it recorded no longer counts.
+	for id, m := range c.view.await {
+		if m.open == nil || len(m.open.handed) == 0 {
+			continue
+		}
+		for k := range m.open.handed {
+			c.noteNotOwner(c.view, m.from, k, "c")
+			break
+		}
+		if !m.open.done || c.handedKeys != int64(handedIn(c.view)) {
+			t.Errorf("partition %d resolved (%v): %d keys counted, %d recorded", id, m.open.done, c.handedKeys, handedIn(c.view))
+		}
+		break
+	}
 }
 
 // TestUnownedStatesBounded: a leaves, then b, with a budget of 64 keys:

@@ -146,7 +146,9 @@ func (st *store) looseGrants(s *shard, e *ownedKey) {
 // (bucket time), its key's grants if s.strayGrants holds some, or holds
 // its bucket under the mark of grants folded (foldGrants) if it has one.
 func (st *store) adoptGrants(s *shard, e *ownedKey, now time.Time) {
-	st.capFolded(e, now)
+	if st.foldedUntil != 0 { // a load and a compare until the first fold
+		st.capFolded(e, now)
+	}
 	if len(s.strayGrants) == 0 {
 		return
 	}
@@ -209,9 +211,7 @@ func (st *store) foldGrants(e *ownedKey) {
 	// The latest grant was made at most LeaseTTL before its expiry, no
 	// later than now: a mark of a slot live then is kept (the safe side).
 	st.marks.mark(st.hash(e.key)^markGrants, time.Unix(0, last).Add(-st.leaseTTL), full)
-	if full.After(st.foldedUntil) {
-		st.foldedUntil = full
-	}
+	st.foldedUntil = max(st.foldedUntil, full.UnixNano())
 }
 
 // capFolded holds the token bucket of e, an owned record made at now
@@ -221,7 +221,7 @@ func (st *store) foldGrants(e *ownedKey) {
 // in a table the evicted marks share, would apply their shared slots to
 // keys a second time.
 func (st *store) capFolded(e *ownedKey, now time.Time) {
-	if !now.Before(st.foldedUntil) {
+	if now.UnixNano() >= st.foldedUntil {
 		return
 	}
 	l := e.b.Config()

@@ -119,9 +119,10 @@ type store struct {
 	// the grants folded for want of room (leasecap.go, foldGrants).
 	marks marks
 	// leaseTTL is Config.LeaseTTL (foldGrants); foldedUntil the latest
-	// mark of grants folded so far (capFolded).
+	// mark of grants folded so far (capFolded), Unix ns, 0 before the
+	// first.
 	leaseTTL    time.Duration
-	foldedUntil time.Time
+	foldedUntil int64
 	metrics     *Metrics
 	// dirtyShards and changedShards have shard i's bit set while its dirty
 	// (changed) list is not empty, so that flushes and pushes visit only
