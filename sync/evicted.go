@@ -235,12 +235,21 @@ func (st *store) newLocalMarked(key string, l bucket.Limit, now time.Time, c uin
 // them as well, the mark then costing at most the tokens its holders
 // report spent.
 func (st *store) markGrants(h uint64, e *ownedKey, now time.Time) {
+	if full, ok := grantsFull(e); ok {
+		st.marks.mark(h, now, full)
+	}
+}
+
+// grantsFull returns the instant before which the owned token bucket
+// record e, held under its live lease grants, is not full again (see
+// markGrants), and false when e has no live grant or is no token bucket.
+func grantsFull(e *ownedKey) (time.Time, bool) {
 	if !e.grantsLive() {
-		return
+		return time.Time{}, false
 	}
 	l := e.b.Config()
 	if l.Algorithm != bucket.TokenBucket || l.Limit <= 0 {
-		return
+		return time.Time{}, false
 	}
 	perToken := float64(l.Period.Nanoseconds()) / float64(l.Limit)
 	gs := e.gr.live // by expiry
@@ -250,5 +259,5 @@ func (st *store) markGrants(h uint64, e *ownedKey, now time.Time) {
 		held += max(0, gs[i].held())
 		full = max(full, gs[i].exp+int64(math.Min(math.Ceil(float64(held)*perToken), math.MaxInt64/2)))
 	}
-	st.marks.mark(h, now, time.Unix(0, full))
+	return time.Unix(0, full), true
 }

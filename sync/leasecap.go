@@ -163,22 +163,22 @@ func (st *store) adoptGrants(s *shard, e *ownedKey, now time.Time) {
 // shards' strayGrants are at most MaxKeys (a member leasing 100,000
 // distinct keys of an owner whose budget evicted their records grew them
 // by as many, TestStrayGrantsBounded). Beyond that a record's grants are
-// not kept but folded into the evicted marks (evicted.go), salted apart
-// as markGrants: the key is marked full no sooner than its latest live
-// grant's expiry plus the time its bucket takes to refill the tokens its
-// live grants hold. A record of the key made again while the mark is live
-// holds its bucket at or below where that mark's drained start would be
-// (capFolded): under the cap its grants held, never above it (at any
-// instant before the latest expiry the mark keeps more than the tokens
-// held out of the bucket). Tokens given back of a folded grant are
-// refused (settleReturn finds no grant), and late grants are dropped on
-// the same ground: under-admission, the safe side. A mark shared by two
-// keys (a flood beyond the marks' slots too) applies to both: new keys of
-// a shared slot start as drained as it says, until it lapses (at most
+// not kept but folded into a mark (foldGrants), in the evicted marks'
+// table under a salt of its own (markFolded): full no sooner than the
+// eviction's grant mark says (grantsFull, evicted.go). The eviction's
+// mark holds only a record made by a check or a flush (markedStart); the
+// folded one holds a record of the key made by any path (a hand-off, a
+// kept state, a view promoted: adoptGrants, capFolded) at or below the
+// level a bucket drained from it would hold: under the cap its grants
+// held, never above it. Tokens given back of a folded grant are refused
+// (settleReturn finds no grant), and late grants are dropped on the same
+// ground: under-admission, the safe side. A mark shared by two keys (a
+// flood beyond the marks' slots too) applies to both: new keys of a
+// shared slot start as drained as it says, until it lapses (at most
 // LeaseTTL and a refill of the bucket ahead).
 
-// markGrants is the salt of the marks of folded grants (foldGrants).
-const markGrants uint64 = 0x85ebca6b0c2b2ae9
+// markFolded is the salt of the marks of folded grants (foldGrants).
+const markFolded uint64 = 0x85ebca6b0c2b2ae9
 
 // strays returns the keys of all shards' strayGrants.
 func (st *store) strays() int {
@@ -193,25 +193,16 @@ func (st *store) strays() int {
 // grants when the stray grants are full, as full no sooner than its live
 // grants allow (see above), and forgets its grants.
 func (st *store) foldGrants(e *ownedKey) {
-	gr := e.gr
-	e.gr = nil
 	st.metrics.FloodCapped.Add(1)
-	l := e.b.Config()
-	if len(gr.live) == 0 || l.Algorithm != bucket.TokenBucket || l.Limit <= 0 {
-		return // late grants alone: their returns are refused
+	full, ok := grantsFull(e)
+	if ok {
+		// The latest grant was made LeaseTTL before its expiry, no later
+		// than now: a mark of a slot live then is kept (the safe side).
+		made := time.Unix(0, e.gr.live[len(e.gr.live)-1].exp).Add(-st.leaseTTL)
+		st.marks.mark(st.hash(e.key)^markFolded, made, full)
+		st.foldedUntil = max(st.foldedUntil, full.UnixNano())
 	}
-	var held int64
-	for i := range gr.live {
-		held += max(0, gr.live[i].held())
-	}
-	last := gr.live[len(gr.live)-1].exp // by expiry
-	// The refill of held tokens, rounded up.
-	refill := time.Duration(math.Ceil(float64(held) * float64(l.Period) / float64(l.Limit)))
-	full := time.Unix(0, last).Add(refill)
-	// The latest grant was made at most LeaseTTL before its expiry, no
-	// later than now: a mark of a slot live then is kept (the safe side).
-	st.marks.mark(st.hash(e.key)^markGrants, time.Unix(0, last).Add(-st.leaseTTL), full)
-	st.foldedUntil = max(st.foldedUntil, full.UnixNano())
+	e.gr = nil // late grants alone: their returns are refused
 }
 
 // capFolded holds the token bucket of e, an owned record made at now
@@ -228,7 +219,7 @@ func (st *store) capFolded(e *ownedKey, now time.Time) {
 	if l.Algorithm != bucket.TokenBucket {
 		return
 	}
-	at, ok := st.markedStart(st.hash(e.key)^markGrants, l, now)
+	at, ok := st.markedStart(st.hash(e.key)^markFolded, l, now)
 	if !ok {
 		return
 	}
