@@ -136,6 +136,7 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 		{"ringlimit_unconfirmed_checks_total", "Checks of keys taken over from a failed member not decided as owner while no majority was heard from since.", &c.UnconfirmedChecks},
 		{"ringlimit_owner_lease_echo_requests_total", "Echo requests sent to peers to renew this node's ownership lease (a majority's echo of its clock within OwnerLeaseTTL).", &c.LeaseEchoRequests},
 		{"ringlimit_owner_lease_waits_total", "Checks that found this node without its ownership lease and waited for its renewal.", &c.LeaseWaits},
+		{"ringlimit_flood_capped_total", "Entries not kept, or folded, because a structure outside the key budget held MaxKeys (keys handed to a joiner's open marks, states a leaving node keeps for no owner, lease grants of keys with no owned record): their keys stay on the safe side (waiting, or capped).", &c.FloodCapped},
 	}
 }
 

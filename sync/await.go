@@ -213,19 +213,46 @@ func (n *Node) awaitFor(now time.Time, v *view, key string, closed bool) (string
 }
 
 // noteHanded records, on a hand-off of key from p, that key's partition's
-// mark has key's state (awaitOpen.handed).
+// mark has key's state (awaitOpen.handed). The marks of a view record at
+// most MaxKeys keys together (issue 15: a member handing off 100,000
+// distinct keys of a marked partition grew the map by as many,
+// TestHandedMarksBounded): beyond that a key handed is not recorded, and
+// a closed check of it waits as it did before its hand-off came (probed
+// to the previous owner, whose "not owner" resolves the whole partition,
+// or rejected by the fail-closed policy), never decided on a fresh or
+// drained bucket. An honest hand-off records at most the keys the store
+// holds (MaxKeys): more are evicted as they come anyway.
 func (n *Node) noteHanded(v *view, p string, key string) {
 	if v.ring == nil || len(v.await) == 0 {
 		return
 	}
 	a, ok := v.await[v.ring.PartitionOf(key)]
-	if !ok || a.open == nil || a.open.done || (p != a.from && p != a.also) {
+	if !ok || a.open == nil || a.open.done || (p != a.from && p != a.also) || a.open.handed[key] {
+		return
+	}
+	if n.handedKeys >= int64(n.cfg.MaxKeys) {
+		n.metrics.FloodCapped.Add(1)
 		return
 	}
 	if a.open.handed == nil {
 		a.open.handed = map[string]bool{}
 	}
 	a.open.handed[strings.Clone(key)] = true
+	n.handedKeys++
+}
+
+// countHanded returns the keys the open marks of await record as handed
+// (awaitOpen.handed), each map once: Node.handedKeys for a new view.
+func countHanded(await map[int]awaitFrom) int64 {
+	seen := map[*awaitOpen]bool{}
+	var k int64
+	for _, a := range await {
+		if a.open != nil && !seen[a.open] {
+			seen[a.open] = true
+			k += int64(len(a.open.handed))
+		}
+	}
+	return k
 }
 
 // noteNotOwner records that p answered "not owner" for a probe of key,
@@ -246,6 +273,9 @@ func (n *Node) noteNotOwner(v *view, p, key, owner string) {
 	}
 	if p == a.from && a.also == "" || a.also != "" && p == a.also {
 		a.open.done = true
+		// Resolved: closedAwait no longer reads what was handed.
+		n.handedKeys -= int64(len(a.open.handed))
+		a.open.handed = nil
 	}
 }
 

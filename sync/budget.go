@@ -43,6 +43,34 @@ import (
 // held backup dropped leaves the key with its cached-mode rebuild only if
 // its owner crashes (consistency.md).
 
+// Side structures (issue 15). Some per-key memory is kept beside the
+// stored keys, outside their count, because dropping it as eviction drops
+// a key could let a key be admitted over its limit. Each has a cap of its
+// own derived from the budget (sideFull: MaxKeys entries, and, where its
+// entries are charged bytes, half the byte budget), and what it does at
+// the cap keeps the key on the safe side:
+//
+//   - the keys an open mark records as handed (await.go, noteHanded): at
+//     most MaxKeys over all marks; a key not recorded waits for its
+//     previous owner, as before its hand-off, and a closed check of it
+//     goes by the policy rather than a fresh bucket;
+//   - the states a leaving node keeps for no owner (leave.go,
+//     keepUnowned, charged to the byte budget as before): at most MaxKeys
+//     and half the byte budget; a state full at now is not kept (it
+//     carries nothing), and room is made by dropping those that would be
+//     full again soonest;
+//   - the lease grants of keys with no owned record (leasecap.go,
+//     looseGrants): at most MaxKeys keys; beyond, a key's live grants
+//     are folded into a mark that holds its next record's bucket under
+//     them (foldGrants); the grants handed with a key's state, held one
+//     by one up to maxKeyGrants a key as before, copy at most one
+//     holder's name a key that is not a member's (wirelimits.go,
+//     addHandedGrant): the others fold into the key's first.
+//
+// TestHandedMarksBounded, TestUnownedStatesBounded,
+// TestStrayGrantsBounded and TestHandedGrantsHeap flood each with 100,000
+// keys (or 256 grants a key), within the wire limits.
+
 // The charges, in bytes, of a key's share of the index that finds it: a
 // table slot (12 bytes at 3/8 to 3/4 load: 1.33 to 2.67 slots a key, 1.85
 // on average over the table's sizes) or a Go map's (a 16-byte key header,
@@ -116,6 +144,14 @@ func heldCharge(keyLen int) int64 { return heldBase + sizeClass(uintptr(keyLen))
 // sizeClass of the heldBackup walked its table of classes at every backup
 // held, about 1% of CoreUniform's instructions).
 var heldBase = mapCharge + sizeClass(unsafe.Sizeof(heldBackup{})) + heldBucketCharge
+
+// sideFull reports whether a side structure (see "Side structures"
+// above) holding count entries charged bytes is full for one more entry
+// of need bytes: it holds MaxKeys entries, or, with a byte bound, would
+// take more than half of it (as the held backups, holdCharge).
+func (st *store) sideFull(count int, bytes, need int64) bool {
+	return int64(count) >= st.maxKeys || st.maxBytes > 0 && bytes+need > st.maxBytes/2
+}
 
 // charge adds n bytes (negative: gives them back) to the store's budget.
 func (st *store) charge(n int64) {

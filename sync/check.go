@@ -384,7 +384,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 	if e = s.own.get(h, key); e == nil {
 		if v := s.view.get(h, key); v != nil {
 			n.dropLease(s, key)
-			e = n.st.toOwned(s, v)
+			e = n.st.toOwned(s, v, n.bt(now))
 			n.markPromoted(key) // lostkey.go
 		}
 	}

@@ -244,12 +244,21 @@ func (st *store) newLocalMarked(key string, l bucket.Limit, now time.Time, c uin
 // part of a token off). It is computed at the eviction: no grant joins a
 // stray key's after, and what they hold then is the most they hold.
 func (st *store) markGrants(e *ownedKey) {
+	if full, ok := grantsFull(e); ok {
+		e.gr.full = max(e.gr.full, full.UnixNano())
+	}
+}
+
+// grantsFull returns the instant before which the owned token bucket
+// record e, held under its live lease grants, is not full again (see
+// markGrants), and false when e has no live grant or is no token bucket.
+func grantsFull(e *ownedKey) (time.Time, bool) {
 	if !e.grantsLive() {
-		return
+		return time.Time{}, false
 	}
 	l := e.b.Config()
 	if l.Algorithm != bucket.TokenBucket || l.Limit <= 0 {
-		return
+		return time.Time{}, false
 	}
 	perToken := float64(l.Period.Nanoseconds()) / float64(l.Limit)
 	gs := e.gr.live // by expiry
@@ -259,5 +268,5 @@ func (st *store) markGrants(e *ownedKey) {
 		held += max(0, gs[i].held())
 		full = max(full, gs[i].exp+int64(math.Min(math.Ceil(float64(held)*perToken), math.MaxInt64/2)))
 	}
-	e.gr.full = max(e.gr.full, full)
+	return time.Unix(0, full), true
 }

@@ -137,6 +137,10 @@ func (st *store) looseGrants(s *shard, e *ownedKey) {
 	if e.gr == nil {
 		return
 	}
+	if st.sideFull(st.strays(), 0, 0) {
+		st.foldGrants(e)
+		return
+	}
 	if s.strayGrants == nil {
 		s.strayGrants = map[string]*keyGrants{}
 	}
@@ -144,9 +148,13 @@ func (st *store) looseGrants(s *shard, e *ownedKey) {
 	e.gr = nil
 }
 
-// adoptGrants gives e, an owned record just put in s's owned table, its
-// key's grants if s.strayGrants holds some.
-func (st *store) adoptGrants(s *shard, e *ownedKey) {
+// adoptGrants gives e, an owned record just put in s's owned table at now
+// (bucket time), its key's grants if s.strayGrants holds some, or holds
+// its bucket under the mark of grants folded (foldGrants) if it has one.
+func (st *store) adoptGrants(s *shard, e *ownedKey, now time.Time) {
+	if st.foldedUntil != 0 { // a load and a compare until the first fold
+		st.capFolded(e, now)
+	}
 	if len(s.strayGrants) == 0 {
 		return
 	}
@@ -155,6 +163,79 @@ func (st *store) adoptGrants(s *shard, e *ownedKey) {
 		g.full = 0 // held under them by the cap again
 		e.gr = g
 		s.grantsFor(e)
+	}
+}
+
+// The stray grants are a side structure (budget.go): the keys of all
+// shards' strayGrants are at most MaxKeys (a member leasing 100,000
+// distinct keys of an owner whose budget evicted their records grew them
+// by as many, TestStrayGrantsBounded). Beyond that a record's grants are
+// not kept but folded into a mark (foldGrants), in the evicted marks'
+// table under a salt of its own (markFolded): full no sooner than the
+// eviction's grant mark says (grantsFull, evicted.go). The eviction's
+// mark holds only a record made by a check or a flush (markedStart); the
+// folded one holds a record of the key made by any path (a hand-off, a
+// kept state, a view promoted: adoptGrants, capFolded) at or below the
+// level a bucket drained from it would hold: under the cap its grants
+// held, never above it. Tokens given back of a folded grant are refused
+// (settleReturn finds no grant), and late grants are dropped on the same
+// ground: under-admission, the safe side. A mark shared by two keys (a
+// flood beyond the marks' slots too) applies to both: new keys of a
+// shared slot start as drained as it says, until it lapses (at most
+// LeaseTTL and a refill of the bucket ahead).
+
+// markFolded is the salt of the marks of folded grants (foldGrants).
+const markFolded uint64 = 0x85ebca6b0c2b2ae9
+
+// strays returns the keys of all shards' strayGrants.
+func (st *store) strays() int {
+	k := 0
+	for i := range st.shards {
+		k += len(st.shards[i].strayGrants)
+	}
+	return k
+}
+
+// foldGrants marks e's key, an owned record leaving the owned table with
+// grants when the stray grants are full, as full no sooner than its live
+// grants allow (see above), and forgets its grants.
+func (st *store) foldGrants(e *ownedKey) {
+	st.metrics.FloodCapped.Add(1)
+	full, ok := grantsFull(e)
+	if ok {
+		// The latest grant was made LeaseTTL before its expiry, no later
+		// than now: a mark of a slot live then is kept (the safe side).
+		made := time.Unix(0, e.gr.live[len(e.gr.live)-1].exp).Add(-st.leaseTTL)
+		st.marks.mark(st.hash(e.key)^markFolded, made, full)
+		st.foldedUntil = max(st.foldedUntil, full.UnixNano())
+	}
+	e.gr = nil // late grants alone: their returns are refused
+}
+
+// capFolded holds the token bucket of e, an owned record made at now
+// (bucket time), at most as full as a bucket drained from its key's mark
+// of folded grants on (markedStart, foldGrants), if it has a live one.
+// Only while a folded mark may be live (st.foldedUntil): else the lookup,
+// in a table the evicted marks share, would apply their shared slots to
+// keys a second time.
+func (st *store) capFolded(e *ownedKey, now time.Time) {
+	if now.UnixNano() >= st.foldedUntil {
+		return
+	}
+	l := e.b.Config()
+	if l.Algorithm != bucket.TokenBucket {
+		return
+	}
+	at, ok := st.markedStart(st.hash(e.key)^markFolded, l, now)
+	if !ok {
+		return
+	}
+	probe, err := bucket.New(l, at)
+	if err != nil || probe.Drain(at, l.Capacity()) != nil {
+		return
+	}
+	if d, err := probe.Take(now, 0); err == nil {
+		capTokens(e.b, now, d.Remaining)
 	}
 }
 
@@ -556,7 +637,7 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 		if slices.ContainsFunc(have, func(g liveGrant) bool { return g.to == hg.To && g.exp == hg.Id }) {
 			continue
 		}
-		if have = addHandedGrant(have, hg, c); len(have) > 0 { // wirelimits.go: bounded
+		if have = addHandedGrant(have, hg, c, memberName(v, hg.To)); len(have) > 0 { // wirelimits.go: bounded
 			s.grantsFor(e).live = have
 		}
 		n.capLeased(e, now)

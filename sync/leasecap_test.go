@@ -123,7 +123,7 @@ func TestGrantsOutliveRecord(t *testing.T) {
 	if e.gr != nil || s.strayGrants[key] != g {
 		t.Fatalf("to a view: the record keeps %+v, strayGrants %+v", e.gr, s.strayGrants[key])
 	}
-	if e = a.st.toOwned(s, v); e.gr != g || len(s.strayGrants) != 0 {
+	if e = a.st.toOwned(s, v, t0); e.gr != g || len(s.strayGrants) != 0 {
 		t.Fatalf("owned again: grants %+v, stray %d", e.gr, len(s.strayGrants))
 	}
 

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"time"
@@ -145,12 +146,77 @@ func (n *Node) keepUnowned(now time.Time, ks *peerv1.KeyState) {
 			return // another algorithm: the first state stands
 		}
 		n.st.charge(-lostCharge(old))
+		n.unownedBytes -= lostCharge(old)
 		ks = merged
 	} else {
 		ks = &peerv1.KeyState{Key: strings.Clone(ks.Key), State: slices.Clone(ks.State), Demand: ks.Demand}
+		if !n.roomForUnowned(now, ks) {
+			return
+		}
 	}
 	n.unowned[ks.Key] = ks
 	n.st.charge(lostCharge(ks))
+	n.unownedBytes += lostCharge(ks)
+}
+
+// roomForUnowned reports whether ks, the state of a key not kept yet, may
+// be kept (keepUnowned), making room for it if it must. The states kept
+// are a side structure (budget.go): at most MaxKeys, and at most half the
+// byte budget (a member handing a leaving node 100,000 keys it had no
+// owner for grew them by as many, TestUnownedStatesBounded). An honest
+// leaving node keeps at most the keys its store held, plus those handed
+// to it while it left. A state that cannot be kept is lost to the key's
+// late owner, which starts the key as it would with no hand-off (drained
+// as of its own start, leave.go); so the states given up are those that
+// carry least: a state full at now (its merge takes nothing off the
+// owner's) is not kept, and room is made by dropping the eighth of the
+// kept states that would be full again soonest (ties broken by key):
+// what the late owner may admit for want of them lapses first. A spent
+// key's state outlives a flood of keys spent less long.
+func (n *Node) roomForUnowned(now time.Time, ks *peerv1.KeyState) bool {
+	need := lostCharge(ks)
+	if !n.st.sideFull(len(n.unowned), n.unownedBytes, need) {
+		return true
+	}
+	t := n.bt(now)
+	if b, err := bucket.Decode(ks.State); err != nil || b.Idle(t) {
+		n.metrics.FloodCapped.Add(1)
+		return false
+	}
+	for len(n.unowned) > 0 && n.st.sideFull(len(n.unowned), n.unownedBytes, need) {
+		n.dropSoonestFull(t)
+	}
+	return !n.st.sideFull(len(n.unowned), n.unownedBytes, need)
+}
+
+// dropSoonestFull drops the eighth of the states kept by keepUnowned (at
+// least one) that are full again soonest after t, the bucket time: first
+// those that do not decode, or are full already.
+func (n *Node) dropSoonestFull(t time.Time) {
+	type cand struct {
+		full time.Time
+		key  string
+	}
+	cands := make([]cand, 0, len(n.unowned))
+	for key, ks := range n.unowned {
+		c := cand{key: key}
+		if b, err := bucket.Decode(ks.State); err == nil {
+			if d, err := b.Take(t, 0); err == nil {
+				c.full = d.ResetAt
+			}
+		}
+		cands = append(cands, c)
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		return cmp.Or(a.full.Compare(b.full), cmp.Compare(a.key, b.key))
+	})
+	for _, c := range cands[:max(1, len(cands)/8)] {
+		ks := n.unowned[c.key]
+		n.st.charge(-lostCharge(ks))
+		n.unownedBytes -= lostCharge(ks)
+		delete(n.unowned, c.key)
+		n.metrics.FloodCapped.Add(1)
+	}
 }
 
 // handUnowned hands the states kept by keepUnowned to their keys' owners
@@ -180,6 +246,7 @@ func (n *Node) handUnowned(now time.Time, v *view) {
 			continue
 		}
 		n.st.charge(-lostCharge(ks))
+		n.unownedBytes -= lostCharge(ks)
 		delete(n.unowned, key)
 	}
 	held := map[*peer][]*peerv1.LeaseGrant{}

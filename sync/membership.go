@@ -156,6 +156,7 @@ func (n *Node) applyMembers(now time.Time) {
 	nv.confirm = n.unconfirmedTakeovers(now, old, nv) // confirm.go
 	n.awaitFormerOrphans(now, old, nv)                // quorum.go
 	n.restoreBackups(now, old, nv)                    // backup.go: before checks see nv
+	n.handedKeys = countHanded(nv.await)              // await.go: the marks carried over
 	n.view = nv
 	n.forgetTaken(nv)                                     // lostkey.go
 	n.noteLeftUnannounced(now, old.ring, r, old.standIns) // leave.go
@@ -222,7 +223,7 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 			case *cachedKey:
 				if owner == n.cfg.Self {
 					n.dropLease(s, key)
-					n.st.toOwned(s, e)
+					n.st.toOwned(s, e, n.bt(now))
 					n.markPromoted(key) // lostkey.go
 					continue
 				}
@@ -490,7 +491,7 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 		}
 		if mine {
 			n.dropLease(s, key)
-			r = n.st.toOwned(s, v)
+			r = n.st.toOwned(s, v, n.bt(now))
 		}
 	}
 	e := headOf(r)

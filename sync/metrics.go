@@ -113,4 +113,10 @@ type Metrics struct {
 	// ownership lease; LeaseWaits the checks that found no lease and waited
 	// for its renewal (ownerlease.go).
 	LeaseEchoRequests, LeaseWaits atomic.Int64
+	// FloodCapped counts entries not kept, or folded into others, because
+	// a structure outside the key budget reached its cap (budget.go,
+	// "Side structures"): keys recorded as handed to an open mark, states
+	// a leaving node keeps for no owner, grants of keys with no owned
+	// record.
+	FloodCapped atomic.Int64
 }

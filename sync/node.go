@@ -88,6 +88,11 @@ type Node struct {
 	// unownedGrants holds the live lease grants of those states' keys, to
 	// go with them (keptgrants.go).
 	unownedGrants []*peerv1.LeaseGrant
+	// unownedBytes is what the states in unowned are charged (lostCharge).
+	unownedBytes int64
+	// handedKeys counts the keys the open marks of the view record as
+	// handed (await.go, noteHanded), at most MaxKeys.
+	handedKeys int64
 }
 
 // view is one membership: a ring and the peers on it. It is never modified
@@ -220,6 +225,7 @@ func NewNode(cfg Config, tr Transport) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, tr: tr}
 	n.st = newStore(cfg.MaxKeys, cfg.MaxKeyBytes, cfg.Ring.PartitionCount, &n.metrics)
+	n.st.leaseTTL = cfg.LeaseTTL
 	n.view = &view{index: map[string]int{}, peers: map[string]*peer{}}
 	return n, nil
 }

@@ -281,14 +281,15 @@ func cachedWith(key string, b bucket.Bucket, c uint32) *cachedKey {
 // toOwned replaces v, the cached view of a key of s, by an owned record
 // that keeps its bucket and last use, and returns it (this node became the
 // key's owner). The owned record starts with no interest and with this
-// node's demand as everyone's (the others' comes with their flushes).
-func (st *store) toOwned(s *shard, v *cachedKey) *ownedKey {
+// node's demand as everyone's (the others' comes with their flushes). now
+// is the bucket time (adoptGrants).
+func (st *store) toOwned(s *shard, v *cachedKey, now time.Time) *ownedKey {
 	x := new(ownedAlloc)
 	x.r.key, x.r.b, x.r.meta, x.r.dem = v.key, bucket.MoveIn(&x.sp, v.b), v.meta&^flagMask, v.dem
 	x.r.ownDemand = v.dem
 	st.replace(s, v, &x.r)
 	st.adoptFence(&x.r)
-	st.adoptGrants(s, &x.r)
+	st.adoptGrants(s, &x.r, now)
 	return &x.r
 }
 

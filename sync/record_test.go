@@ -29,7 +29,7 @@ func TestRoleChanges(t *testing.T) {
 	v.set(flagDirty | flagSynced)
 	keys, bytes := a.Metrics().Keys.Load(), a.Metrics().KeyBytes.Load()
 
-	o := a.st.toOwned(s, v)
+	o := a.st.toOwned(s, v, t0)
 	if o.key != key || o.used() != c || o.dem != 3 || o.ownDemand != 3 || o.interest != 0 || o.ownAdmitted != 0 || o.lastFlush != 0 || o.meta&flagMask != 0 {
 		t.Errorf("toOwned: %+v", o)
 	}

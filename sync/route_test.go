@@ -64,7 +64,7 @@ func TestFlushRoutes(t *testing.T) {
 	t.Run("owned", func(t *testing.T) {
 		a, v, s, key := setup(t)
 		e := list(t, a, v, s, key, 3)
-		a.st.toOwned(s, e)
+		a.st.toOwned(s, e, t0)
 		if f := flush(a, v, "c"); f != nil {
 			t.Errorf("flush to c: got %d items, want none", len(f.msg.Items))
 		}
@@ -90,7 +90,7 @@ func TestFlushRoutes(t *testing.T) {
 	t.Run("replaced", func(t *testing.T) {
 		a, v, s, key := setup(t)
 		e := list(t, a, v, s, key, 3)
-		a.st.removeEntry(s, key, a.st.toOwned(s, e))
+		a.st.removeEntry(s, key, a.st.toOwned(s, e, t0))
 		list(t, a, v, s, key, 5)
 		if got := listed(s); got != 2 {
 			t.Fatalf("%d keys listed, want the stale listing and the new one", got)

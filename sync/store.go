@@ -115,9 +115,15 @@ type store struct {
 	heldNext int
 	// cands is evict's list of candidates, kept for the next eviction.
 	cands []evictCand
-	// marks remembers the keys evicted while not fresh (evicted.go).
-	marks   marks
-	metrics *Metrics
+	// marks remembers the keys evicted while not fresh (evicted.go), and
+	// the grants folded for want of room (leasecap.go, foldGrants).
+	marks marks
+	// leaseTTL is Config.LeaseTTL (foldGrants); foldedUntil the latest
+	// mark of grants folded so far (capFolded), Unix ns, 0 before the
+	// first.
+	leaseTTL    time.Duration
+	foldedUntil int64
+	metrics     *Metrics
 	// dirtyShards and changedShards have shard i's bit set while its dirty
 	// (changed) list is not empty, so that flushes and pushes visit only
 	// those shards.
@@ -430,7 +436,7 @@ func (st *store) insertEntry(s *shard, h uint64, e record, now time.Time, c uint
 	case *ownedKey:
 		s.own.put(h, e)
 		st.adoptFence(e)
-		st.adoptGrants(s, e)
+		st.adoptGrants(s, e, now)
 	case *cachedKey:
 		s.view.put(h, e)
 	}

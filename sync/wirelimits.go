@@ -46,11 +46,16 @@ func (n *Node) validGrant(g *peerv1.LeaseGrant) bool {
 // so more can only come from a malformed or doubled hand-off, and, summed
 // in capLeased, could overflow and lift the cap altogether
 // (TestHandedGrantsOverflow: 10 admitted at the owner on top of a live
-// grant of 5, for a bucket of 10). A grant beyond maxKeyGrants is folded
-// into the latest one (its tokens added, the later expiry kept): they
-// hold the bucket as long or longer, the safe side
-// (TestHandedGrantsBounded).
-func addHandedGrant(have []liveGrant, hg *peerv1.LeaseGrant, c int64) []liveGrant {
+// grant of 5, for a bucket of 10). A grant beyond maxKeyGrants, or to a
+// holder that is not a member (to "": its name not interned) while the key
+// has a grant already, is folded into the latest one (its tokens added,
+// the later expiry kept): they hold the bucket as long or longer, the safe
+// side, and tokens given back of it are refused (TestHandedGrantsBounded).
+// to is hg's holder's name as the view holds it, so that a handed grant
+// costs no copy of a member's name, and a key at most one copy of a name
+// that is not one (TestHandedGrantsHeap: a hand-off naming a holder of
+// its own, of MaxKeyLen bytes, in each grant kept every name).
+func addHandedGrant(have []liveGrant, hg *peerv1.LeaseGrant, c int64, to string) []liveGrant {
 	var sum int64
 	for i := range have {
 		if sum += max(0, have[i].held()); sum >= c {
@@ -58,17 +63,29 @@ func addHandedGrant(have []liveGrant, hg *peerv1.LeaseGrant, c int64) []liveGran
 		}
 	}
 	h := min(hg.Held, c-sum)
-	if len(have) >= maxKeyGrants {
+	if len(have) > 0 && (len(have) >= maxKeyGrants || to == "") {
 		g := &have[len(have)-1]
 		g.tokens += h
 		g.exp = max(g.exp, hg.Id)
 		return have
 	}
+	if to == "" {
+		to = strings.Clone(hg.To) // the key's first: one name a key at most
+	}
 	i := len(have)
 	for i > 0 && have[i-1].exp > hg.Id {
 		i--
 	}
-	return slices.Insert(have, i, liveGrant{exp: hg.Id, tokens: h, to: strings.Clone(hg.To)})
+	return slices.Insert(have, i, liveGrant{exp: hg.Id, tokens: h, to: to})
+}
+
+// memberName returns name as v holds it, if a member of v's is so named,
+// else "".
+func memberName(v *view, name string) string {
+	if i, ok := v.index[name]; ok {
+		return v.names[i]
+	}
+	return ""
 }
 
 // knownOf returns the names of ask (Backup.ask_members) that are members of
