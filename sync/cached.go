@@ -376,6 +376,7 @@ func (n *Node) flushItemOf(s *shard, key string, e *cachedKey, to string, now ti
 	it.Key = key
 	it.Limit = n.limitWire(e.b.Config())
 	it.Hits = e.pending
+	n.debtFlushed(key, e, to) // charge.go
 	it.Demand = int64(e.asked)
 	it.Rate = e.dem * decayFactor(ageOf(coarse(now), e.used()))
 	if e.has(flagMoved) {
@@ -462,10 +463,14 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 // shard, and e the key's view in it (nil if none, or if the key is owned
 // here).
 func (n *Node) installAck(now time.Time, c uint32, v *view, p *peer, s *shard, e *cachedKey, it *peerv1.FlushItem, ks *peerv1.KeyState, id int64, first time.Time) {
-	if ks != nil && !ks.NotOwner && len(ks.State) > 0 && it.Hits > 0 {
+	if it.Hits > 0 && (ks == nil || !ks.NotOwner) {
 		// Applied: an answer that was not (malformed, or no entry at the
-		// owner) carries no state.
-		n.delivered(it.Key, it.Hits) // charge.go
+		// owner) carries no state (charge.go).
+		if ks != nil && len(ks.State) > 0 {
+			n.delivered(it.Key, p.name, it.Hits)
+		} else {
+			n.refused(it.Key, p.name)
+		}
 	}
 	if e == nil {
 		return

@@ -23,8 +23,10 @@ import (
 //     key's cached view (created if need be) with the next flush, which the
 //     owner applies once (flushes are numbered per incarnation; a flush lost
 //     with its target goes back to pending, membership.go's requeue). They
-//     stay recorded as in transit until the owner's answer says it applied
-//     them: if the key becomes owned here first (the owner failed
+//     stay recorded as in transit until the answer to the flush that took
+//     them says it applied them (it carries the key's state); an answer
+//     that carries none makes them owed again (refused). If the key
+//     becomes owned here first (the owner failed
 //     and this node takes the key over, which resets a view's pending hits)
 //     or is evicted, they become a debt again and are drained here. Before,
 //     they were lost then: a crashed owner's successor that had sent its own
@@ -58,14 +60,18 @@ type charges struct {
 }
 
 // debt is what a key owes its bucket: hits admitted under limit l, not yet
-// drained, and transit of them handed to a flush toward the key's owner
-// and not yet acknowledged as applied. shown reports that the key's view
-// shows the hits in transit: an owner's state was installed in it since
-// they went to its pending hits (install takes the pending hits from it).
+// drained, and transit of them handed to the key's cached view toward its
+// owner (its pending hits, then a flush) and not yet acknowledged as
+// applied. to names the member the flush that carries all of transit went
+// to ("" while none does): only that member's answer to a flush of the key
+// pays it. shown counts the hits of the debt that the view's state shows:
+// those in transit when an owner's state was installed in it (install
+// takes the pending and in-flight hits from it), which it still shows if
+// they are dropped unsent or refused and owed again.
 type debt struct {
-	l             bucket.Limit
-	hits, transit int64
-	shown         bool
+	l                    bucket.Limit
+	hits, transit, shown int64
+	to                   string
 }
 
 // charge records hits of r admitted by the partition policy (see above).
@@ -108,7 +114,7 @@ func (n *Node) owes(key string) int64 {
 }
 
 // unshown reports the hits of key's debt that its cached view does not
-// show, hidden: those not yet handed to a flush, and those in transit,
+// show, hidden: those not yet handed to the view, and those in transit,
 // which went into the view's pending hits but are in its state only once
 // an owner's state is installed since (shown; ownHits); and unsent, the
 // part not among the view's pending or in-flight hits.
@@ -117,20 +123,34 @@ func (n *Node) unshown(key string) (hidden, unsent int64) {
 	if d == nil {
 		return 0, 0
 	}
-	if d.shown {
-		return d.hits, d.hits
-	}
-	return d.hits + d.transit, d.hits
+	return max(0, d.hits+d.transit-d.shown), d.hits
 }
 
 // shownInView records that an owner's state was installed in key's view,
-// which then shows the hits of its debt in transit (see debt).
+// which then shows the hits of its debt in transit, and no other (see
+// debt).
 func (n *Node) shownInView(key string) {
 	if len(n.chg.debt) == 0 {
 		return
 	}
+	if d := n.chg.debt[key]; d != nil {
+		d.shown = d.transit
+	}
+}
+
+// debtFlushed records that the pending hits of key's view e go with a
+// flush to member to (flushItemOf): the debt in transit among them goes
+// with it, unless hits of the key are still in flight (to a previous
+// owner), which may hold some of it; no answer pays it then.
+func (n *Node) debtFlushed(key string, e *cachedKey, to string) {
+	if len(n.chg.debt) == 0 {
+		return
+	}
 	if d := n.chg.debt[key]; d != nil && d.transit > 0 {
-		d.shown = true
+		d.to = to
+		if e.inFlight > 0 {
+			d.to = ""
+		}
 	}
 }
 
@@ -145,22 +165,36 @@ func (n *Node) inTransit(key string) int64 {
 
 // undeliver records that the pending hits of key's view were dropped
 // unsent (flush.go's dropDirty): a debt in transit among them is owed
-// again, and drained by the next tickCharges.
+// again, and drained by the next tickCharges. The view's state still shows
+// what it showed of them (shown).
 func (n *Node) undeliver(key string) {
 	if d := n.chg.debt[key]; d != nil && d.transit > 0 {
-		d.hits, d.transit = d.hits+d.transit, 0
+		d.hits, d.transit, d.to = d.hits+d.transit, 0, ""
 	}
 }
 
-// delivered records that key's owner applied a flush of hits of it: the
-// debt in transit (all of it went with one flush, see tickCharges) is paid.
-func (n *Node) delivered(key string, hits int64) {
+// refused records that member from answered a flush of hits of key with
+// no state and not as a not-owner: it did not apply them (an item it could
+// not apply, owner.go's applyFlushItem), or the answer is malformed. The
+// view's hits are dropped then (installAck); a debt in transit that went
+// with that flush is owed again, not left in transit for a later answer to
+// pay.
+func (n *Node) refused(key, from string) {
+	if d := n.chg.debt[key]; d != nil && d.transit > 0 && d.to == from {
+		n.undeliver(key)
+	}
+}
+
+// delivered records that member from, key's owner, applied a flush of hits
+// of it: the debt in transit is paid if that flush carried it (debtFlushed).
+func (n *Node) delivered(key, from string, hits int64) {
 	d := n.chg.debt[key]
-	if d == nil || d.transit == 0 || hits < d.transit {
+	if d == nil || d.transit == 0 || d.to != from || hits < d.transit {
 		return
 	}
 	n.metrics.PolicyHitsDrained.Add(d.transit)
-	d.transit = 0
+	d.shown = max(0, d.shown-d.transit)
+	d.transit, d.to = 0, ""
 	if d.hits == 0 {
 		delete(n.chg.debt, key)
 	}
@@ -212,7 +246,7 @@ func (n *Node) tickCharges(now time.Time, v *view) {
 			if e := n.st.lookupCached(s, key); e != nil {
 				continue
 			}
-			d.hits, d.transit = d.hits+d.transit, 0
+			d.hits, d.transit, d.shown, d.to = d.hits+d.transit, 0, 0, ""
 		}
 		if owner == n.cfg.Self {
 			if n.awaitingPartition(now, v, key) || v.unconfirmed(key) || !n.wantLease(now, v) {
@@ -244,15 +278,18 @@ func (n *Node) tickCharges(now time.Time, v *view) {
 			delete(ch.debt, key)
 			continue
 		}
-		if e == nil || e.inFlight > 0 {
-			// Being handed off (flushed once it is a view), or a flush of
-			// the key in flight: the debt goes whole with the next one, so
-			// that one answer tells it applied.
-			continue
+		if e == nil {
+			continue // being handed off: flushed once it is a view
 		}
+		// The debt goes whole with the key's next flush, whose answer
+		// alone tells it applied (debtFlushed, delivered): one already in
+		// flight does not hold it. Before, the debt waited for no flush of
+		// the key to be in flight, which a key flushed back to back never
+		// left, and its node's budget counted it as hidden all along
+		// (TestHotKeyDebtSent).
 		e.pending = min(e.pending+d.hits, math.MaxInt64/2)
 		n.markDirty(s, key, e, p)
-		d.hits, d.transit, d.shown = 0, d.hits, false
+		d.hits, d.transit, d.to = 0, d.hits, ""
 	}
 	for _, owner := range owners {
 		ks := ch.byOwner[owner]

@@ -55,12 +55,7 @@ func TestPolicyAdmissionsCharged(t *testing.T) {
 				if got, want := remainingOn(c, nw.now, key), 599-admitted-leased; got < want-1 || got > want+1 {
 					t.Errorf("owner remaining %d after the heal, want %d (the %d admitted without it charged)", got, want, admitted)
 				}
-				if got := a.owes(key); got != 0 {
-					t.Errorf("a still owes %d", got)
-				}
-				if d := a.Metrics().PolicyHitsDrained.Load(); d != admitted {
-					t.Errorf("PolicyHitsDrained %d, want %d", d, admitted)
-				}
+				wantPaid(t, a, key, admitted)
 			})
 		}
 	}
@@ -253,7 +248,7 @@ func TestDroppedDebtOwedAgain(t *testing.T) {
 	if d := a.chg.debt["k"]; d == nil || d.hits != 5 || d.transit != 0 {
 		t.Fatalf("debt after its hits were dropped: %+v, want 5 owed, none in transit", d)
 	}
-	a.delivered("k", 5)
+	a.delivered("k", "b", 5)
 	if a.owes("k") != 5 {
 		t.Errorf("an acknowledged flush paid a debt it did not carry: owes %d, want 5", a.owes("k"))
 	}

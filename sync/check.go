@@ -389,7 +389,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 		}
 	}
 	if e == nil {
-		if b := n.keptState(key); b != nil {
+		if b := n.keptState(key, now); b != nil {
 			// quorum.go: dropped on the return from a minority side, and no
 			// hand-off came.
 			e = ownedWith(key, b, c)

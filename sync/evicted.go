@@ -197,6 +197,27 @@ func (st *store) markedStart(h uint64, l bucket.Limit, now time.Time) (time.Time
 	return drainedSince(l, now, full)
 }
 
+// heldToMark makes b, a state of the owned key kept aside (quorum.go's
+// keptState), at least as consumed at now as a new record of its limit
+// started as the key's mark says (markedStart), if it has one: b stood as
+// at its last decision, and refilled since as if nothing held it.
+func (n *Node) heldToMark(key string, b bucket.Bucket, now time.Time) {
+	if n.st.marks.slots == nil {
+		return
+	}
+	t := n.bt(now)
+	l := b.Config()
+	at, ok := n.st.markedStart(n.st.hash(key)^markOwned, l, t)
+	if !ok {
+		return
+	}
+	m, err := bucket.New(l, at)
+	if err != nil || m.Drain(at, l.Capacity()) != nil {
+		return
+	}
+	_ = b.Merge(t, m) // the most consumed of the two
+}
+
 // newLocalMarked is newLocal for a ModeLocal key, started drained as its
 // mark says (markedStart) if it has one.
 func (st *store) newLocalMarked(key string, l bucket.Limit, now time.Time, c uint32) (*localKey, error) {

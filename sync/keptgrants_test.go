@@ -93,27 +93,36 @@ func TestEvictedOwnedKeyKeepsGrants(t *testing.T) {
 	if a.st.lookup(s, key) != nil || s.strayGrants[key] == nil {
 		t.Fatalf("the key was not evicted with its grants (stray: %v)", s.strayGrants[key] != nil)
 	}
-	// Just before the lease expires at c, c spends it; its reports to a
-	// are dropped until after the grants expired at a and were swept.
-	nw.run(ttl - 300*time.Millisecond - nw.now.Sub(grantedAt))
-	nw.cut[[2]string{"c", "a"}] = true
+	ad.spendWhileStray(t, a, c, s, granted, grantedAt.Add(ttl), l, "the key's eviction")
+}
+
+// spendWhileStray has holder spend its lease of granted tokens just
+// before exp, its expiry, with its reports to owner dropped until owner's
+// sweep has forgotten the key's stray grants (s.strayGrants), then has
+// owner admit what its bucket holds, and checks l's envelope over every
+// admission; across names what the grants went through.
+func (ad *admissions) spendWhileStray(t *testing.T, owner, holder *Node, s *shard, granted int64, exp time.Time, l bucket.Limit, across string) {
+	t.Helper()
+	nw := ad.nw
+	nw.run(exp.Add(-300 * time.Millisecond).Sub(nw.now))
+	nw.cut[[2]string{holder.cfg.Self, owner.cfg.Self}] = true
 	spent := 0
 	for range granted {
-		if checkSync(t, c, nw.now, ad.req).Allowed {
+		if checkSync(t, holder, nw.now, ad.req).Allowed {
 			ad.at = append(ad.at, nw.now)
 			spent++
 		}
 	}
-	for end := nw.now.Add(2 * a.cfg.SweepInterval); len(s.strayGrants) != 0 && nw.now.Before(end); {
-		nw.run(a.cfg.TickInterval)
+	for end := nw.now.Add(2 * owner.cfg.SweepInterval); len(s.strayGrants) != 0 && nw.now.Before(end); {
+		nw.run(owner.cfg.TickInterval)
 	}
 	if len(s.strayGrants) != 0 {
-		t.Fatalf("the grants are still stray at a after they expired")
+		t.Fatalf("the grants are still stray at %s after they expired", owner.cfg.Self)
 	}
 	nw.heal()
-	for ad.ask(a) {
+	for ad.ask(owner) {
 	}
-	ad.checkEnvelope(t, l, fmt.Sprintf("granted %d, spent %d on c's lease across the key's eviction", granted, spent))
+	ad.checkEnvelope(t, l, fmt.Sprintf("granted %d, spent %d on %s's lease across %s", granted, spent, holder.cfg.Self, across))
 }
 
 // TestUnownedStateKeepsGrants: the live lease grants of a key that a
@@ -314,4 +323,33 @@ func grantedRecord(t *testing.T, a *Node, key string) (*shard, *ownedKey) {
 	_ = e.b.Drain(t0, 30) // the grant's tokens
 	a.noteGrant(s, e, "b", 30, t0)
 	return s, e
+}
+
+// TestDeposedKeyKeepsGrants: a key an owner drops on its return from a
+// minority side (deposed, quorum.go) with lease grants of it out is held
+// under them as an evicted key is: its next record, made from the state
+// kept at the drop (keptState) once the grants have expired and been
+// forgotten, starts no fuller than the grants' mark. a owns the key and
+// grants c a lease; a alone sees b and c fail (the majority never does,
+// so no hand-off comes), and is back 100 ms later. Just before the lease
+// expires, c spends it, its reports dropped until a's sweep has forgotten
+// the grants; then a admits on the key.
+func TestDeposedKeyKeepsGrants(t *testing.T) {
+	const ttl = 10 * time.Second
+	all := []string{"a", "b", "c"}
+	nw := newTestNet(t, func(c *Config) { withWait(c); c.LeaseTTL = ttl; c.SweepInterval = 640 * time.Millisecond }, all...)
+	a, c := nw.nodes["a"], nw.nodes["c"]
+	key := keyOwnedBy(t, "a", all...)
+	ad, l, granted := grantedLease(t, nw, a, c, key)
+	grantedAt := nw.now
+	nw.isolate("a")
+	a.SetMembership(nw.now, []string{"a"}, []string{"b", "c"})
+	nw.run(100 * time.Millisecond)
+	nw.heal()
+	a.SetMembership(nw.now, all, nil)
+	s := a.st.shardOf(key)
+	if a.st.lookup(s, key) != nil || a.dur.kept[key] == nil || s.strayGrants[key] == nil {
+		t.Fatalf("a did not drop the key with its grants (kept: %v, stray: %v)", a.dur.kept[key] != nil, s.strayGrants[key] != nil)
+	}
+	ad.spendWhileStray(t, a, c, s, granted, grantedAt.Add(ttl), l, "the key's drop at a's return")
 }

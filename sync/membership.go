@@ -459,7 +459,7 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 		n.keepHandedForLost(now, v, key, b, demand) // lostowner.go
 	}
 	if r == nil && mine {
-		if k := n.keptState(key); k != nil && k.Merge(n.bt(now), b) == nil {
+		if k := n.keptState(key, now); k != nil && k.Merge(n.bt(now), b) == nil {
 			b = k // quorum.go: what this node had, merged with the hand-off
 		}
 	}

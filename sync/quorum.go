@@ -425,6 +425,10 @@ func (n *Node) deposed(now time.Time, old, nv *view) map[int]awaitFrom {
 				n.dur.kept = map[string]bucket.Bucket{}
 			}
 			n.dur.kept[key] = e.b.Clone()
+			// evicted.go: its live lease grants out mark the key once they
+			// are forgotten, as an evicted key's do, and keptState holds the
+			// kept state to that mark (TestDeposedKeyKeepsGrants).
+			n.st.markGrants(e)
 			n.st.removeEntry(s, key, e)
 			n.dropFence(key)
 			n.metrics.DeposedKeys.Add(1)
@@ -441,11 +445,18 @@ func (n *Node) deposed(now time.Time, old, nv *view) map[int]awaitFrom {
 // consumed, it takes nothing off it (the majority's state, started from
 // the backup with its reserve drained, is at least as consumed as the real
 // one). Only deciding on it before the hand-off would be unsafe, and the
-// await (await.go) keeps checks off the key until then.
-func (n *Node) keptState(key string) bucket.Bucket {
+// await (await.go) keeps checks off the key until then. It is returned at
+// least as consumed as the key's mark at now says a new record must be
+// (heldToMark): the lease grants out when the key was dropped mark it once
+// they are forgotten (deposed, markGrants). Before, the kept state was
+// returned as it stood at the drop, refilled since as if no grant held it:
+// a lease of 4 spent just before its expiry was admitted again on top of
+// a full bucket (TestDeposedKeyKeepsGrants: +3.08 over the envelope).
+func (n *Node) keptState(key string, now time.Time) bucket.Bucket {
 	b := n.dur.kept[key]
 	if b != nil {
 		delete(n.dur.kept, key)
+		n.heldToMark(key, b, now)
 	}
 	return b
 }
