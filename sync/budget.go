@@ -58,7 +58,10 @@ import (
 //     keepUnowned, charged to the byte budget as before): at most MaxKeys
 //     and half the byte budget; a state full at now is not kept (it
 //     carries nothing), and room is made by dropping those that would be
-//     full again soonest;
+//     full again soonest; the ring partition of a state dropped, or not
+//     kept, while not full is recorded (a set of at most PartitionCount)
+//     and handed to its owner, which starts the partition's keys it has
+//     no state of drained as of the hand-off, not fresh (dropped.go);
 //   - the lease grants of keys with no owned record (leasecap.go,
 //     looseGrants): at most MaxKeys keys; beyond, a key's live grants
 //     are folded into a mark that holds its next record's bucket under
@@ -69,7 +72,9 @@ import (
 //
 // TestHandedMarksBounded, TestUnownedStatesBounded,
 // TestStrayGrantsBounded and TestHandedGrantsHeap flood each with 100,000
-// keys (or 256 grants a key), within the wire limits.
+// keys (or 256 grants a key), within the wire limits;
+// TestDroppedUnownedStateKeepsKeySpent floods the unowned states past a
+// victim's.
 
 // The charges, in bytes, of a key's share of the index that finds it: a
 // table slot (12 bytes at 3/8 to 3/4 load: 1.33 to 2.67 slots a key, 1.85
@@ -131,6 +136,9 @@ func handoffCharge(msg *peerv1.Handoff) int64 {
 	}
 	if len(msg.Grants) > 0 {
 		c += sizeClass(uintptr(cap(msg.Grants))*unsafe.Sizeof((*peerv1.LeaseGrant)(nil))) + int64(len(msg.Grants))*sizeClass(unsafe.Sizeof(peerv1.LeaseGrant{}))
+	}
+	if len(msg.DrainedPartitions) > 0 {
+		c += sizeClass(uintptr(cap(msg.DrainedPartitions)) * 4)
 	}
 	return c
 }

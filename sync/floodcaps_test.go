@@ -136,12 +136,8 @@ func TestHandedMarksBounded(t *testing.T) {
 // keeps at most MaxKeys, and what it gave up is what would be full soonest:
 // the victim's state is kept.
 func TestUnownedStatesBounded(t *testing.T) {
-	nw := newTestNet(t, func(cfg *Config) { cfg.MaxKeys = floodBudget }, "a", "b")
-	a, b := nw.nodes["a"], nw.nodes["b"]
-	a.Leave(nw.now)
-	nw.run(time.Second)
-	b.Leave(nw.now)
-	nw.run(time.Second)
+	nw := bothLeft(t)
+	b := nw.nodes["b"]
 	victim := "victim"
 	seq := stepHandoffStates(nw, "a", "b", 100, []string{victim}, spentState(t, perHour(10), nw.now))
 	if b.unowned[victim] == nil {
@@ -175,6 +171,18 @@ func TestUnownedStatesBounded(t *testing.T) {
 	if b.unowned[victim] == nil {
 		t.Errorf("the victim's spent state was dropped for the flood's, want it kept")
 	}
+}
+
+// bothLeft returns a network of a and b, of MaxKeys floodBudget, where a
+// has left, then b: on b's ring no one owns a key, and b keeps what it is
+// handed for the key's late owner (leave.go, keepUnowned).
+func bothLeft(t *testing.T) *testNet {
+	nw := newTestNet(t, func(cfg *Config) { cfg.MaxKeys = floodBudget }, "a", "b")
+	nw.nodes["a"].Leave(nw.now)
+	nw.run(time.Second)
+	nw.nodes["b"].Leave(nw.now)
+	nw.run(time.Second)
+	return nw
 }
 
 // grantedKey has a, the owner, check key once in owner mode at now, drain

@@ -166,13 +166,13 @@ func (n *Node) keepUnowned(now time.Time, ks *peerv1.KeyState) {
 // owner for grew them by as many, TestUnownedStatesBounded). An honest
 // leaving node keeps at most the keys its store held, plus those handed
 // to it while it left. A state that cannot be kept is lost to the key's
-// late owner, which starts the key as it would with no hand-off (drained
-// as of its own start, leave.go); so the states given up are those that
+// late owner, which starts the key drained as of the hand-off of its
+// partition (dropped.go) rather than from the state, and so every key of
+// the partition it has no state of; so the states given up are those that
 // carry least: a state full at now (its merge takes nothing off the
 // owner's) is not kept, and room is made by dropping the eighth of the
-// kept states that would be full again soonest (ties broken by key):
-// what the late owner may admit for want of them lapses first. A spent
-// key's state outlives a flood of keys spent less long.
+// kept states that would be full again soonest (ties broken by key). A
+// spent key's state outlives a flood of keys spent less long.
 func (n *Node) roomForUnowned(now time.Time, ks *peerv1.KeyState) bool {
 	need := lostCharge(ks)
 	if !n.st.sideFull(len(n.unowned), n.unownedBytes, need) {
@@ -186,12 +186,19 @@ func (n *Node) roomForUnowned(now time.Time, ks *peerv1.KeyState) bool {
 	for len(n.unowned) > 0 && n.st.sideFull(len(n.unowned), n.unownedBytes, need) {
 		n.dropSoonestFull(t)
 	}
-	return !n.st.sideFull(len(n.unowned), n.unownedBytes, need)
+	if n.st.sideFull(len(n.unowned), n.unownedBytes, need) {
+		n.metrics.FloodCapped.Add(1)
+		n.keepDropped(ks.Key) // dropped.go: its owner starts it drained
+		return false
+	}
+	return true
 }
 
 // dropSoonestFull drops the eighth of the states kept by keepUnowned (at
 // least one) that are full again soonest after t, the bucket time: first
-// those that do not decode, or are full already.
+// those that do not decode, or are full already. The partition of each
+// one dropped not full is recorded, for its owner to start its keys
+// drained (dropped.go).
 func (n *Node) dropSoonestFull(t time.Time) {
 	type cand struct {
 		full time.Time
@@ -216,15 +223,19 @@ func (n *Node) dropSoonestFull(t time.Time) {
 		n.unownedBytes -= lostCharge(ks)
 		delete(n.unowned, c.key)
 		n.metrics.FloodCapped.Add(1)
+		if c.full.After(t) {
+			n.keepDropped(c.key)
+		}
 	}
 }
 
 // handUnowned hands the states kept by keepUnowned to their keys' owners
 // in v when they are live members (in key order: reproducible), and keeps
-// those of an owner lost to a partition for it (lostowner.go); the grants
-// kept with them go likewise, after them (keptgrants.go).
+// those of an owner lost to a partition for it (lostowner.go); the
+// partitions of the states dropped go after them (dropped.go), and the
+// grants kept with them likewise (keptgrants.go).
 func (n *Node) handUnowned(now time.Time, v *view) {
-	if len(n.unowned) == 0 && len(n.unownedGrants) == 0 {
+	if len(n.unowned) == 0 && len(n.unownedGrants) == 0 && len(n.unownedDrained) == 0 {
 		return
 	}
 	keys := make([]string, 0, len(n.unowned))
@@ -252,6 +263,7 @@ func (n *Node) handUnowned(now time.Time, v *view) {
 	held := map[*peer][]*peerv1.LeaseGrant{}
 	n.handKeptUnowned(now, v, held) // keptgrants.go
 	n.sendHandoffs(now, v, out)
+	n.handDrained(now, v)      // dropped.go: the partitions of the states dropped
 	n.sendGrants(now, v, held) // leasecap.go: after the states, on the same queue
 }
 

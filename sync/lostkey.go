@@ -70,6 +70,9 @@ func (n *Node) startDrained(key string, l bucket.Limit, now time.Time, closed bo
 	if t, ok := n.takeoverStart(key); closed && ok && now.Sub(t) < refill && t.After(at) {
 		at = t
 	}
+	if t, ok := n.drainedStart(key); ok && now.Sub(t) < refill && t.After(at) {
+		at = t // dropped.go: whatever the policy, as a state handed would be
+	}
 	if at.IsZero() {
 		return time.Time{}, false
 	}
@@ -185,7 +188,9 @@ func (n *Node) markPromoted(key string) {
 	}
 	id := v.ring.PartitionOf(key)
 	if c := v.confirm; c == nil || c.parts == nil || !c.parts[id] {
-		if _, ok := n.taken[id]; !ok {
+		_, taken := n.taken[id]
+		_, drained := n.drained[id] // dropped.go
+		if !taken && !drained {
 			return
 		}
 	}

@@ -264,6 +264,7 @@ func (n *Node) followHandoffs(nv *view, out map[*peer][]*peerv1.KeyState, held m
 			continue
 		}
 		for _, b := range p.hoOut {
+			n.keepDrainedOf(nv, p, b) // dropped.go: handed on by handUnowned
 			for _, ks := range b.msg.Items {
 				if q := nv.peers[nv.owner(ks.GetKey())]; q != nil && q != p && !q.gone {
 					out[q] = append(out[q], ks) // never modified: shared
@@ -332,6 +333,7 @@ func (n *Node) abandon(now time.Time, nv *view, p *peer) {
 	var grants []*peerv1.LeaseGrant
 	for _, b := range p.hoOut {
 		n.retireHandoff(b)
+		n.keepDrainedOf(nv, p, b) // dropped.go
 		grants = append(grants, b.msg.Grants...)
 		for _, ks := range b.msg.Items {
 			if q := nv.peers[nv.owner(ks.Key)]; q != nil {
@@ -346,6 +348,7 @@ func (n *Node) abandon(now time.Time, nv *view, p *peer) {
 	}
 	p.hoOut = nil
 	n.sendHandoffs(now, nv, out)
+	n.handDrained(now, nv) // dropped.go: after the states, as handUnowned
 	// The grants that went with the states (handGrants) follow them, after
 	// them on the same queues, or hold this node's bucket again when the
 	// key is its own (onHandedGrants): before, they were dropped, and the
@@ -437,7 +440,8 @@ func (n *Node) onHandoff(now time.Time, v *view, p *peer, inc uint64, h *peerv1.
 		}
 	}
 	n.sendHandoffs(now, v, on)
-	n.onHandedGrants(now, v, p, h.Grants) // leasecap.go: after the states they go with
+	n.noteDrained(now, v, p, h.DrainedPartitions) // dropped.go
+	n.onHandedGrants(now, v, p, h.Grants)         // leasecap.go: after the states they go with
 	n.metrics.HandoffsReceived.Add(1)
 	if h.Leaving {
 		n.depart(now, p, inc) // leave.go

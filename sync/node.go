@@ -90,6 +90,14 @@ type Node struct {
 	unownedGrants []*peerv1.LeaseGrant
 	// unownedBytes is what the states in unowned are charged (lostCharge).
 	unownedBytes int64
+	// unownedDrained holds, once leaving, the ring partitions of the
+	// states in unowned that were dropped at its cap, until handed to
+	// their owners (dropped.go); at most PartitionCount.
+	unownedDrained map[int]bool
+	// drained holds, per partition a leaving member handed as drained
+	// (dropped.go, noteDrained), the instant (cluster time) of the
+	// hand-off; at most PartitionCount.
+	drained map[int]time.Time
 	// handedKeys counts the keys the open marks of the view record as
 	// handed (await.go, noteHanded), at most MaxKeys.
 	handedKeys int64

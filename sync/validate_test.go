@@ -162,6 +162,7 @@ func FuzzStep(f *testing.F) {
 			{Key: "k", To: "a", Id: t0.Add(400 * time.Millisecond).UnixNano(), Held: 1<<63 - 1},
 			{Key: "k", To: "z", Id: -1, Held: -1}}}}},
 		{From: "b", To: "a", Body: &peerv1.Envelope_Backup{Backup: &peerv1.Backup{Seq: 1, AskMembers: []string{"a", "a", "z"}}}},
+		{From: "b", To: "a", Body: &peerv1.Envelope_Handoff{Handoff: &peerv1.Handoff{Seq: 3, DrainedPartitions: []uint32{0, 0, 1020, 1021, 1<<32 - 1}}}},
 		{From: "b", To: "a", Body: &peerv1.Envelope_BackupAck{BackupAck: &peerv1.BackupAck{Seq: 1, KnownMembers: []string{"a", "z"}}}},
 	}
 	for _, s := range seeds {

@@ -144,3 +144,24 @@ func (n *Node) boundKnown(known []string) []string {
 func (n *Node) settledBound(settled int64, now time.Time) int64 {
 	return min(settled, n.bt(now).Add(n.cfg.LeaseTTL).UnixNano())
 }
+
+// validDrained returns ids, a Handoff's drained_partitions, without the
+// entries that name no partition of this node's ring and cut to
+// PartitionCount entries: an honest leaving node names each partition of
+// a state it dropped once (dropped.go), so a longer list, or one naming a
+// partition out of range, is counted malformed. The work of a hand-off's
+// partitions is so bounded by the ring, not by the message
+// (TestDrainedPartitionsBounded).
+func (n *Node) validDrained(ids []uint32) []uint32 {
+	count := n.cfg.Ring.PartitionCount
+	if len(ids) > count {
+		n.metrics.Malformed.Add(1)
+		ids = ids[:count]
+	}
+	out := func(id uint32) bool { return int64(id) >= int64(count) }
+	if !slices.ContainsFunc(ids, out) {
+		return ids
+	}
+	n.metrics.Malformed.Add(1)
+	return slices.DeleteFunc(slices.Clone(ids), out)
+}

@@ -1589,9 +1589,19 @@ type Handoff struct {
 	// holders: the receiver, the keys' new owner, holds their buckets under
 	// them as the sender did (sync/leasecap.go). Absent (an older sender),
 	// the receiver's bucket may refill to its capacity while they are spent.
-	Grants        []*LeaseGrant `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Grants []*LeaseGrant `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
+	// drained_partitions are ring partitions (ring.PartitionOf, in [0,
+	// PartitionCount)) of which the sender, a leaving node, dropped a key's
+	// state it kept for no owner (sync/leave.go, dropUnowned: its side
+	// structure was full). The receiver, their owner, starts every key of
+	// them that it has no state of drained as of the hand-off, refilling at
+	// its rate, rather than fresh: what was admitted on the dropped states
+	// is not admitted again. Each partition at most once; at most
+	// PartitionCount of them. Absent (an older sender), such a key starts
+	// fresh.
+	DrainedPartitions []uint32 `protobuf:"varint,5,rep,packed,name=drained_partitions,json=drainedPartitions,proto3" json:"drained_partitions,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Handoff) Reset() {
@@ -1648,6 +1658,13 @@ func (x *Handoff) GetLeaving() bool {
 func (x *Handoff) GetGrants() []*LeaseGrant {
 	if x != nil {
 		return x.Grants
+	}
+	return nil
+}
+
+func (x *Handoff) GetDrainedPartitions() []uint32 {
+	if x != nil {
+		return x.DrainedPartitions
 	}
 	return nil
 }
@@ -1994,12 +2011,13 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\freconfigured\x18( \x01(\bR\freconfigured\x12\x14\n" +
 	"\x05state\x18) \x01(\fR\x05state\x12\x14\n" +
 	"\x05share\x18* \x01(\x02R\x05share\x12\x14\n" +
-	"\x05owner\x18+ \x01(\tR\x05owner\"\x9f\x01\n" +
+	"\x05owner\x18+ \x01(\tR\x05owner\"\xce\x01\n" +
 	"\aHandoff\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
 	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\x12\x18\n" +
 	"\aleaving\x18\x03 \x01(\bR\aleaving\x125\n" +
-	"\x06grants\x18\x04 \x03(\v2\x1d.ringlimit.peer.v1.LeaseGrantR\x06grants\"O\n" +
+	"\x06grants\x18\x04 \x03(\v2\x1d.ringlimit.peer.v1.LeaseGrantR\x06grants\x12-\n" +
+	"\x12drained_partitions\x18\x05 \x03(\rR\x11drainedPartitions\"O\n" +
 	"\n" +
 	"HandoffAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12/\n" +

@@ -1,0 +1,143 @@
+package sync
+
+import (
+	"slices"
+	"time"
+
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// Dropped unowned states. A leaving node keeps the states it has no owner
+// to hand to (leave.go, keepUnowned) within a cap (budget.go, "Side
+// structures"): beyond it, a state is not kept, or a kept one is dropped.
+// The key's late owner then had no state of it and started it fresh: a
+// flood of keys handed to a leaving node gave a victim's spent key its
+// whole burst again (TestDroppedUnownedStateKeepsKeySpent: 61 admitted
+// of a key of 60 a minute spent 6 s before, at most 7 refilled; 2 now,
+// the refill since the hand-off). So the
+// leaving node records the ring partition of each state it drops that is
+// not full (keepDropped: a set of at most PartitionCount), and hands the
+// partitions to their owners with the states (handDrained,
+// Handoff.drained_partitions), as soon as a view has them, on the same
+// queue. The owner starts every key of them that it has no state of,
+// whatever the request's policy, drained as of the hand-off (noteDrained,
+// startDrained), as it does a partition gained from a member that left
+// without announcing it (leave.go, noteLeftUnannounced): the leaving node
+// decides nothing of a key it has no owner for (ErrLeaving), and hands
+// the partitions, on each owner's queue, before it answers that owner
+// anything, so a bucket drained at the hand-off is at least as consumed
+// as the dropped state would be there. The cost: every key of those partitions first decided within
+// a refill of the hand-off admits its rate since, not its burst, once
+// (1/PartitionCount of the key space a partition; a flood drops the
+// states full again soonest first, so the partitions of states that carry
+// most are the last to be marked). A record the owner already had of such
+// a key when the hand-off came keeps its own state (the leaving node kept
+// the key for no owner, so the owner decided it apart from it).
+
+// keepDropped records, once leaving, the partition of key, whose state,
+// not full, was dropped from those kept for no owner, or not kept.
+func (n *Node) keepDropped(key string) {
+	if n.unownedDrained == nil {
+		n.unownedDrained = map[int]bool{}
+	}
+	n.unownedDrained[ring.PartitionOf(key, n.cfg.Ring.PartitionCount)] = true
+}
+
+// handDrained hands the partitions recorded by keepDropped to their
+// owners in v that are live members (in partition order: reproducible),
+// each a hand-off after the states, and forgets them; those of no live
+// owner wait for a later view.
+func (n *Node) handDrained(now time.Time, v *view) {
+	if len(n.unownedDrained) == 0 || v.ring == nil {
+		return
+	}
+	ids := make([]int, 0, len(n.unownedDrained))
+	for id := range n.unownedDrained {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := map[*peer][]uint32{}
+	for _, id := range ids {
+		o, err := v.ring.PartitionOwner(id)
+		if err != nil {
+			delete(n.unownedDrained, id) // not a partition of this ring
+			continue
+		}
+		if p := v.peers[o]; p != nil && !p.gone {
+			out[p] = append(out[p], uint32(id))
+			delete(n.unownedDrained, id)
+		}
+	}
+	for _, name := range v.names {
+		if p := v.peers[name]; p != nil && len(out[p]) > 0 {
+			n.sendHandoff(now, p, &peerv1.Handoff{DrainedPartitions: out[p]})
+		}
+	}
+}
+
+// keepDrainedOf records again the partitions of b, a hand-off to p that p
+// will not take (it left: abandon) or that moved from p to another member
+// of v (followHandoffs), for handDrained to hand on. A partition now this
+// node's is not: it recorded it as drained when it was handed it
+// (noteDrained), and a leaving node owns none.
+func (n *Node) keepDrainedOf(v *view, p *peer, b *handoffBatch) {
+	for _, id := range b.msg.DrainedPartitions {
+		if v.ring != nil {
+			o, err := v.ring.PartitionOwner(int(id))
+			if err == nil && (o == n.cfg.Self || v.peers[o] == p && !p.gone) {
+				continue // this node's, or still p's: the hand-off to it stands
+			}
+		}
+		if n.unownedDrained == nil {
+			n.unownedDrained = map[int]bool{}
+		}
+		n.unownedDrained[int(id)] = true
+	}
+}
+
+// noteDrained records the partitions ids, handed as drained by p, a
+// leaving member (Handoff.drained_partitions), as drained as of now:
+// startDrained starts their keys drained from then. It takes at most
+// PartitionCount of them, each in range (validDrained); the others are
+// counted malformed. As a state handed here (onHandoff), a partition
+// whose owner in v is another live member than p is passed on to it, and
+// one with no live owner while this node leaves is kept for a later one
+// (handDrained).
+func (n *Node) noteDrained(now time.Time, v *view, p *peer, ids []uint32) {
+	if len(ids) == 0 {
+		return
+	}
+	ids = n.validDrained(ids)
+	if n.drained == nil {
+		n.drained = map[int]time.Time{}
+	}
+	at := n.bt(now)
+	for _, id := range ids {
+		n.drained[int(id)] = at
+		if v.ring == nil {
+			continue
+		}
+		o, err := v.ring.PartitionOwner(int(id))
+		if err != nil || o == n.cfg.Self {
+			continue
+		}
+		if q := v.peers[o]; q != nil && q != p && !q.gone || q == nil && n.leaving {
+			if n.unownedDrained == nil {
+				n.unownedDrained = map[int]bool{}
+			}
+			n.unownedDrained[int(id)] = true
+		}
+	}
+	n.handDrained(now, v)
+}
+
+// drainedStart returns the instant from which key's partition is drained
+// (noteDrained), and whether it is.
+func (n *Node) drainedStart(key string) (time.Time, bool) {
+	if len(n.drained) == 0 {
+		return time.Time{}, false
+	}
+	at, ok := n.drained[ring.PartitionOf(key, n.cfg.Ring.PartitionCount)]
+	return at, ok
+}
