@@ -63,9 +63,9 @@ import (
 //     looseGrants): at most MaxKeys keys; beyond, a key's live grants
 //     are folded into a mark that holds its next record's bucket under
 //     them (foldGrants); the grants handed with a key's state, held one
-//     by one up to maxKeyGrants a key as before, copy at most one
-//     holder's name a key that is not a member's (wirelimits.go,
-//     addHandedGrant): the others fold into the key's first.
+//     by one up to maxKeyGrants a key as before, copy no holder's name
+//     that is not a member's (wirelimits.go, addHandedGrant): theirs
+//     fold into the key's grant held by no member (foldGrant).
 //
 // TestHandedMarksBounded, TestUnownedStatesBounded,
 // TestStrayGrantsBounded and TestHandedGrantsHeap flood each with 100,000

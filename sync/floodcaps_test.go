@@ -251,8 +251,8 @@ func TestFoldedGrantsKeepCap(t *testing.T) {
 // MaxKeyLen bytes: within the wire limits. On main a counted all 16,384
 // one by one, each with a copy of its holder's name: 16 MiB of names on
 // 64 keys, charged to no budget. Now a grant to a holder that is not a
-// member folds into the key's first (addHandedGrant): 64 grants and 64
-// names of 1 KiB, every grant's tokens still held.
+// member folds into the key's grant held by no member (foldGrant): 64
+// grants and no name copied, every grant's tokens still held.
 func TestHandedGrantsHeap(t *testing.T) {
 	const ttl = 5 * time.Second
 	l := bucket.Limit{Algorithm: bucket.TokenBucket, Limit: 1_000_000, Period: time.Hour}

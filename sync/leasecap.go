@@ -283,12 +283,7 @@ func (n *Node) noteGrant(s *shard, e *ownedKey, to string, g int64, now time.Tim
 	}
 	exp := n.bt(now).Add(n.cfg.LeaseTTL).UnixNano()
 	gr := s.grantsFor(e)
-	gs := gr.live
-	i := len(gs) // by expiry: cluster time may step back
-	for i > 0 && gs[i-1].exp > exp {
-		i--
-	}
-	gr.live = slices.Insert(gs, i, liveGrant{exp: exp, tokens: g, to: to})
+	gr.live = insertGrant(gr.live, liveGrant{exp: exp, tokens: g, to: to}) // wirelimits.go
 	return exp
 }
 
