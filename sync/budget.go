@@ -59,6 +59,9 @@ import (
 //     and half the byte budget; a state full at now is not kept (it
 //     carries nothing), and room is made by dropping those that would be
 //     full again soonest;
+//   - the states a node on a minority side keeps for an owner lost to
+//     the partition (lostowner.go, keepForLost): the same caps and rule
+//     (roomForKept), apart;
 //   - the lease grants of keys with no owned record (leasecap.go,
 //     looseGrants): at most MaxKeys keys; beyond, a key's live grants
 //     are folded into a mark that holds its next record's bucket under
@@ -69,7 +72,8 @@ import (
 //
 // TestHandedMarksBounded, TestUnownedStatesBounded,
 // TestStrayGrantsBounded and TestHandedGrantsHeap flood each with 100,000
-// keys (or 256 grants a key), within the wire limits.
+// keys (or 256 grants a key), TestLostOwnerStatesBounded with 10,000,
+// within the wire limits.
 
 // The charges, in bytes, of a key's share of the index that finds it: a
 // table slot (12 bytes at 3/8 to 3/4 load: 1.33 to 2.67 slots a key, 1.85

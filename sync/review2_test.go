@@ -1,6 +1,8 @@
 package sync
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,5 +41,93 @@ func TestFoldedGrantNotSettledByMember(t *testing.T) {
 	t.Logf("a admitted %d at +2.5s, zz's grant of 5 live", admitted)
 	if admitted > 5 {
 		t.Errorf("a admitted %d at +2.5s while zz's grant of 5 was live, want at most 10 - 5: b's settle released zz's tokens", admitted)
+	}
+}
+
+// TestLostOwnerStatesBounded: a, with a budget of 64 keys, is on a
+// minority side with b, c, d and e lost to a partition; b hands it 10,000 distinct keys' states of one hit of
+// 60 a minute (full again within a second), all of them c's on a's ring,
+// then a victim's, spent for an hour. a keeps each for c
+// (keepHandedForLost, lostowner.go), to hand back when c is live. At the
+// caps merge it kept all 10,001 states, charged to a budget that stopped
+// nothing, each found by a scan of all those kept before. Now they are a
+// side structure (budget.go): at most MaxKeys, room made by dropping
+// those full again soonest, so the victim's is kept.
+func TestLostOwnerStatesBounded(t *testing.T) {
+	const flood = 10_000
+	members := []string{"a", "b", "c", "d", "e"}
+	nw := newTestNet(t, func(cfg *Config) { cfg.MaxKeys = floodBudget }, members...)
+	a := nw.nodes["a"]
+	a.SetMembership(nw.now, []string{"a", "b"}, []string{"c", "d", "e"}) // a minority side
+	keys := keysOwnedBy(t, "c", members, flood+1)
+	victim, keys := keys[flood], keys[:flood]
+	one, err := bucket.New(perMinute(60), nw.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.Take(nw.now, 1); err != nil {
+		t.Fatal(err)
+	}
+	state, err := one.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := stepHandoffStates(nw, "b", "a", 1, keys, state)
+	stepHandoffStates(nw, "b", "a", seq, []string{victim}, spentState(t, perHour(10), nw.now))
+	kept, victimKept := 0, false
+	for _, ks := range a.dur.forLost["c"] {
+		kept++
+		victimKept = victimKept || ks.Key == victim
+	}
+	t.Logf("a keeps %d states for c (MaxKeys %d), the victim's: %v", kept, floodBudget, victimKept)
+	if kept > floodBudget {
+		t.Errorf("a keeps %d states for c, want at most MaxKeys = %d", kept, floodBudget)
+	}
+	if !victimKept {
+		t.Errorf("the victim's spent state was not kept for c")
+	}
+}
+
+// TestKeptGrantsNamesShared: a, on a minority side with c lost, keeps the
+// states of 64 keys of c handed by b, then b hands it 256 grants of each
+// (maxKeyGrants), every one to a holder of its own with a name of
+// MaxKeyLen bytes. a keeps the grants for c with the states
+// (keepGrantsFor, keptgrants.go), each a copy (grantCopy): at the caps
+// merge with a copy of its holder's name, charged to no budget (16 MiB
+// of names for 64 keys). Now a kept grant's holder is the member's name
+// as the view holds it, or, for a holder that is not a member,
+// foldedHolder (its owner folds it, wirelimits.go): no name is copied.
+func TestKeptGrantsNamesShared(t *testing.T) {
+	members := []string{"a", "b", "c", "d", "e"}
+	nw := newTestNet(t, func(cfg *Config) { cfg.MaxKeys = floodBudget; cfg.LeaseTTL = 5 * time.Second }, members...)
+	a := nw.nodes["a"]
+	a.SetMembership(nw.now, []string{"a", "b"}, []string{"c", "d", "e"}) // a minority side
+	keys := keysOwnedBy(t, "c", members, floodBudget)
+	stepHandoffStates(nw, "b", "a", 1, keys, spentState(t, perHour(10), nw.now))
+	var gs []*peerv1.LeaseGrant
+	for _, key := range keys {
+		for j := range maxKeyGrants {
+			to := fmt.Sprintf("%04d", j) + strings.Repeat("x", a.cfg.MaxKeyLen-4)
+			gs = append(gs, &peerv1.LeaseGrant{Key: key, To: to, Id: nw.now.Add(time.Second).UnixNano() + int64(j), Held: 1})
+		}
+	}
+	for seq := uint64(100); len(gs) > 0; seq++ {
+		k := min(len(gs), a.cfg.MaxBatch)
+		stepHandoffGrants(nw, "b", "a", seq, gs[:k]...)
+		gs = gs[k:]
+	}
+	var kept, names int64
+	for _, g := range a.dur.grantsForLost["c"] {
+		kept++
+		if memberName(a.view, g.To) == "" && g.To != foldedHolder {
+			names += int64(len(g.To))
+		}
+	}
+	t.Logf("a keeps %d grants for c, %d bytes of holders' names copied", kept, names)
+	if kept == 0 {
+		t.Fatalf("a keeps no grant for c: not the scene")
+	}
+	if names > 0 {
+		t.Errorf("a keeps %d bytes of holders' names copied in %d grants, want none", names, kept)
 	}
 }
