@@ -39,6 +39,24 @@ func spentState(t *testing.T, l bucket.Limit, now time.Time) []byte {
 	return st
 }
 
+// oneHitState returns the encoded state of a bucket of l that took one
+// hit at now.
+func oneHitState(t *testing.T, l bucket.Limit, now time.Time) []byte {
+	t.Helper()
+	one, err := bucket.New(l, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.Take(now, 1); err != nil {
+		t.Fatal(err)
+	}
+	state, err := one.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state
+}
+
 // stepHandoffStates steps, into to, hand-offs from the member from of a
 // state of each of keys, MaxBatch a message, numbered from seq on; it
 // returns the next number.
@@ -147,17 +165,7 @@ func TestUnownedStatesBounded(t *testing.T) {
 	if b.unowned[victim] == nil {
 		t.Fatalf("b keeps no state of %q for its late owner: not the scene (leaving %v)", victim, b.leaving)
 	}
-	one, err := bucket.New(perMinute(60), nw.now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := one.Take(nw.now, 1); err != nil {
-		t.Fatal(err)
-	}
-	state, err := one.AppendBinary(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	state := oneHitState(t, perMinute(60), nw.now)
 	keys := make([]string, floodKeys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("flood-%d", i)

@@ -61,17 +61,7 @@ func TestLostOwnerStatesBounded(t *testing.T) {
 	a.SetMembership(nw.now, []string{"a", "b"}, []string{"c", "d", "e"}) // a minority side
 	keys := keysOwnedBy(t, "c", members, flood+1)
 	victim, keys := keys[flood], keys[:flood]
-	one, err := bucket.New(perMinute(60), nw.now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := one.Take(nw.now, 1); err != nil {
-		t.Fatal(err)
-	}
-	state, err := one.AppendBinary(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	state := oneHitState(t, perMinute(60), nw.now)
 	seq := stepHandoffStates(nw, "b", "a", 1, keys, state)
 	stepHandoffStates(nw, "b", "a", seq, []string{victim}, spentState(t, perHour(10), nw.now))
 	kept, victimKept := 0, false
