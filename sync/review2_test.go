@@ -8,6 +8,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 
+	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 )
 
@@ -119,5 +120,48 @@ func TestKeptGrantsNamesShared(t *testing.T) {
 	}
 	if names > 0 {
 		t.Errorf("a keeps %d bytes of holders' names copied in %d grants, want none", names, kept)
+	}
+}
+
+// TestUnrecordedHandedKeyWaitEnds: a key handed off beyond the handed
+// marks' cap (noteHanded, MaxKeys) is not recorded, and a closed check of
+// it waits for its previous owner (closedAwait). The wait ends with that
+// owner's "not owner": c joins a and b with a budget of 64 keys, a hands
+// it 64 keys of a partition c awaits from a (all recorded), then a key of
+// the same partition with one hit of 10 an hour taken. A closed check of
+// that key at c probes a, whose answer resolves the mark; c then decides
+// the key on the state a handed (8 left after the check), not on a fresh
+// bucket (9) nor by the policy (degraded).
+func TestUnrecordedHandedKeyWaitEnds(t *testing.T) {
+	tweak := func(cfg *Config) { failClosed(cfg); cfg.MaxKeys = floodBudget }
+	nw := newTestNet(t, tweak, "a", "b")
+	c := nw.add("c", tweak)
+	nw.names = []string{"a", "b", "c"}
+	nw.setMembers(nw.names, "c")
+	var fromA []string
+	part := -1
+	for i := 0; len(fromA) < floodBudget+1; i++ {
+		k := fmt.Sprintf("flood-%d", i)
+		id := c.view.ring.PartitionOf(k)
+		if m, ok := c.view.await[id]; ok && m.open != nil && m.from == "a" && (part < 0 || id == part) {
+			part = id
+			fromA = append(fromA, k)
+		}
+	}
+	victim := fromA[floodBudget]
+	l := perHour(10)
+	seq := stepHandoffStates(nw, "a", "c", 1, fromA[:floodBudget], spentState(t, l, nw.now))
+	stepHandoffStates(nw, "a", "c", seq, []string{victim}, oneHitState(t, l, nw.now))
+	if _, waits := c.closedAwait(c.view, victim); !waits || c.handedKeys != floodBudget {
+		t.Fatalf("the victim waits: %v, %d keys recorded; want it not recorded, the cap (%d) reached", waits, c.handedKeys, floodBudget)
+	}
+	nw.setMembers(nw.names, "a", "b")
+	r := nw.checkAnswered(c, check.Request{Key: victim, Hits: 1, Limit: l, Mode: check.ModeOwner})
+	t.Logf("closed check of the unrecorded key at c: allowed %v, %d left, degraded %v, err %v", r.Allowed, r.Remaining, r.Degraded, r.Err)
+	if !r.Allowed || r.Remaining != 8 || r.Degraded {
+		t.Errorf("allowed %v with %d left (degraded %v), want allowed with 8 left: decided on the handed state", r.Allowed, r.Remaining, r.Degraded)
+	}
+	if _, waits := c.closedAwait(c.view, victim); waits {
+		t.Errorf("the victim still waits for a after a's answer")
 	}
 }
