@@ -194,7 +194,9 @@ func TestClockSkewHandoffRealNodes(t *testing.T) {
 }
 
 // TestClockSkewBackupRealNodes: a key spent at n1, whose backup n3 (30
-// minutes ahead) holds, stays spent when n1 dies and n3 takes it over.
+// minutes ahead) holds, stays spent when n1 dies and n3 takes it over:
+// nothing admitted through n3 or by n3 as owner, and through n2, which
+// holds no state of the key, at most the fresh local-share the docs allow.
 func TestClockSkewBackupRealNodes(t *testing.T) {
 	nodes := startSkewed(t, 30*time.Minute)
 	const limit = 40
@@ -231,19 +233,43 @@ func TestClockSkewBackupRealNodes(t *testing.T) {
 	waitForf(t, 20*time.Second, func() string { return fmt.Sprintf("n2 %v, n3 %v", nodes[1].Members(), nodes[2].Members()) }, func() bool {
 		return slices.Equal(nodes[1].Members(), names(nodes[1:])) && slices.Equal(nodes[2].Members(), names(nodes[1:]))
 	})
-	admitted := 0
+	// What may be admitted now (docs/consistency.md, "Charging" and "What
+	// each mode guarantees, by policy"): until n3's takeover is confirmed
+	// (confirm.go) it answers n2's forwards not-owner, and both go by the
+	// policy, local-share, which starts from the key's last known state,
+	// else from a fresh share of limit / members, one per node and
+	// episode, charged afterwards. n3 starts from the backup it holds, its
+	// reserve drained: spent. n2 keeps no view of an owner-mode key; it
+	// starts from n3's backup of the key to it if that has come, else from
+	// a fresh share (about 1 run in 16 to 50 on loaded cores: n3's backup
+	// came after n2's first check of the wait, and n2 admitted the 4
+	// checks it saw in the wait). Once confirmed, n3 decides as owner:
+	// nothing. So nothing through n3, nothing decided by the owner, and
+	// through n2 at most its share.
+	shareOfN2 := limit / len(nodes[1:])
 	clients := []ringlimitv1.RateLimiterClient{c2, dial(t, nodes[2])}
+	var viaN2, viaN3, byOwner int
 	for i := range limit {
 		x := checkOne(t, clients[i%2], func() *ringlimitv1.CheckItem {
 			y := proto.Clone(it).(*ringlimitv1.CheckItem)
 			y.UniqueKey = key
 			return y
 		}())
-		if x.Status == ringlimitv1.Status_STATUS_UNDER_LIMIT {
-			admitted++
+		if x.Status != ringlimitv1.Status_STATUS_UNDER_LIMIT {
+			continue
+		}
+		switch {
+		case !x.Degraded:
+			byOwner++
+		case i%2 == 0:
+			viaN2++
+		default:
+			viaN3++
 		}
 	}
-	if admitted != 0 {
-		t.Errorf("spent key admitted %d of %d after its owner died (its backup on the skewed n3), want 0", admitted, limit)
+	t.Logf("after n1 died: admitted by the owner %d, by the policy through n2 %d (its share %d), through n3 %d", byOwner, viaN2, shareOfN2, viaN3)
+	if byOwner != 0 || viaN3 != 0 || viaN2 > shareOfN2 {
+		t.Errorf("spent key after its owner died (its backup on the skewed n3): admitted by the owner %d, by the policy through n3 %d, want 0; through n2 %d, want at most its fresh share %d",
+			byOwner, viaN3, viaN2, shareOfN2)
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,8 +35,10 @@ const (
 type Config struct {
 	// Name is the node's name in the cluster: its memberlist name and its
 	// name on the ring. It must be unique in the cluster and should be stable
-	// across restarts (keys are placed by name, not by address). Default: the
-	// host name.
+	// across restarts (keys are placed by name, not by address). It is
+	// valid UTF-8 with no control characters (the core keeps names of its
+	// own, such as the holder of folded lease grants, that begin with one).
+	// Default: the host name.
 	Name string
 
 	// API configures the public gRPC and HTTP APIs: addresses, TLS, limits
@@ -363,6 +368,9 @@ func configErr(field, format string, args ...any) error {
 // Validate reports the first invalid field. A missing Name is not an error:
 // Start fills in the host name.
 func (c Config) Validate() error {
+	if !utf8.ValidString(c.Name) || strings.ContainsFunc(c.Name, unicode.IsControl) {
+		return configErr("Name", "%q must be valid UTF-8 with no control characters", c.Name)
+	}
 	if err := checkAddr("API.GRPCAddr", c.API.GRPCAddr, false); err != nil {
 		return err
 	}

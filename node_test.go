@@ -70,6 +70,8 @@ func TestConfigValidate(t *testing.T) {
 		{"default", func(*Config) {}, ""},
 		{"HTTP disabled", func(c *Config) { c.API.HTTPAddr = "" }, ""},
 		{"no name is filled in by Start", func(c *Config) { c.Name = "" }, ""},
+		{"name with a control character", func(c *Config) { c.Name = "\x00folded" }, "Name"},
+		{"name not UTF-8", func(c *Config) { c.Name = "n\xff" }, "Name"},
 		{"bad gRPC address", func(c *Config) { c.API.GRPCAddr = "7101" }, "GRPCAddr"},
 		{"no gossip address", func(c *Config) { c.Gossip.Addr = "" }, "Gossip.Addr"},
 		{"bad advertise address", func(c *Config) { c.Gossip.AdvertiseAddr = "host" }, "Gossip.AdvertiseAddr"},

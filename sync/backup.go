@@ -122,6 +122,8 @@ type durability struct {
 	// this node owned until the member became their owner again, to hand
 	// to it once it is live (lostowner.go).
 	forLost map[string][]*peerv1.KeyState
+	// forLostBytes is what the states in forLost are charged (lostCharge).
+	forLostBytes int64
 	// grantsForLost maps such a member to the live lease grants of those
 	// keys, to hand to it after the states (keptgrants.go).
 	grantsForLost map[string][]*peerv1.LeaseGrant

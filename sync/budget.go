@@ -62,19 +62,22 @@ import (
 //     kept, while not full is recorded (a set of at most PartitionCount)
 //     and handed to its owner, which starts the partition's keys it has
 //     no state of drained as of the hand-off, not fresh (dropped.go);
+//   - the states a node on a minority side keeps for an owner lost to
+//     the partition (lostowner.go, keepForLost): the same caps and rule
+//     (roomForKept), apart;
 //   - the lease grants of keys with no owned record (leasecap.go,
 //     looseGrants): at most MaxKeys keys; beyond, a key's live grants
 //     are folded into a mark that holds its next record's bucket under
 //     them (foldGrants); the grants handed with a key's state, held one
-//     by one up to maxKeyGrants a key as before, copy at most one
-//     holder's name a key that is not a member's (wirelimits.go,
-//     addHandedGrant): the others fold into the key's first.
+//     by one up to maxKeyGrants a key as before, copy no holder's name
+//     that is not a member's (wirelimits.go, addHandedGrant): theirs
+//     fold into the key's grant held by no member (foldGrant).
 //
 // TestHandedMarksBounded, TestUnownedStatesBounded,
 // TestStrayGrantsBounded and TestHandedGrantsHeap flood each with 100,000
-// keys (or 256 grants a key), within the wire limits;
-// TestDroppedUnownedStateKeepsKeySpent floods the unowned states past a
-// victim's.
+// keys (or 256 grants a key), TestLostOwnerStatesBounded with 10,000,
+// within the wire limits; TestDroppedUnownedStateKeepsKeySpent floods the
+// unowned states past a victim's.
 
 // The charges, in bytes, of a key's share of the index that finds it: a
 // table slot (12 bytes at 3/8 to 3/4 load: 1.33 to 2.67 slots a key, 1.85

@@ -106,6 +106,21 @@ func grantCopy(hg *peerv1.LeaseGrant) *peerv1.LeaseGrant {
 	return &peerv1.LeaseGrant{Key: strings.Clone(hg.Key), To: strings.Clone(hg.To), Id: hg.Id, Held: hg.Held}
 }
 
+// keptCopy is grantCopy for a grant kept (keepGrantsFor), possibly long:
+// its holder is named as v holds the member's name, or, for a holder that
+// is not a member of v, foldedHolder (the owner it goes to folds it,
+// addHandedGrant), so that no holder's name is copied a grant. Before,
+// a hand-off naming a holder of its own, of MaxKeyLen bytes, in each
+// grant kept every name, charged to no budget
+// (TestKeptGrantsNamesShared: 16 MiB of names for the grants of 64 keys).
+func keptCopy(v *view, hg *peerv1.LeaseGrant) *peerv1.LeaseGrant {
+	to := memberName(v, hg.To)
+	if to == "" {
+		to = foldedHolder
+	}
+	return &peerv1.LeaseGrant{Key: strings.Clone(hg.Key), To: to, Id: hg.Id, Held: hg.Held}
+}
+
 // handKeptUnowned routes the grants kept unowned (leave.go) as
 // handUnowned routes the states: those of a key whose owner in v is a
 // live member go to it (in held, sent after the states), those of a key

@@ -283,12 +283,7 @@ func (n *Node) noteGrant(s *shard, e *ownedKey, to string, g int64, now time.Tim
 	}
 	exp := n.bt(now).Add(n.cfg.LeaseTTL).UnixNano()
 	gr := s.grantsFor(e)
-	gs := gr.live
-	i := len(gs) // by expiry: cluster time may step back
-	for i > 0 && gs[i-1].exp > exp {
-		i--
-	}
-	gr.live = slices.Insert(gs, i, liveGrant{exp: exp, tokens: g, to: to})
+	gr.live = insertGrant(gr.live, liveGrant{exp: exp, tokens: g, to: to}) // wirelimits.go
 	return exp
 }
 
@@ -610,7 +605,7 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 			case q == nil:
 				// Kept with the state, for an owner lost, or unowned
 				// while leaving (keptgrants.go).
-				n.keepGrantsFor(now, v, o, []*peerv1.LeaseGrant{grantCopy(hg)})
+				n.keepGrantsFor(now, v, o, []*peerv1.LeaseGrant{keptCopy(v, hg)})
 			}
 			continue
 		}
@@ -634,7 +629,10 @@ func (n *Node) onHandedGrants(now time.Time, v *view, p *peer, gs []*peerv1.Leas
 		if e.gr != nil {
 			have = e.gr.live
 		}
-		if slices.ContainsFunc(have, func(g liveGrant) bool { return g.to == hg.To && g.exp == hg.Id }) {
+		// A folded grant (foldedHolder: several holders' tokens, kept for
+		// a lost owner, keptCopy) is never a doubled one: folded again,
+		// an equal id of another grant would otherwise be dropped.
+		if hg.To != foldedHolder && slices.ContainsFunc(have, func(g liveGrant) bool { return g.to == hg.To && g.exp == hg.Id }) {
 			continue
 		}
 		if have = addHandedGrant(have, hg, c, memberName(v, hg.To)); len(have) > 0 { // wirelimits.go: bounded

@@ -174,8 +174,34 @@ func (n *Node) keepUnowned(now time.Time, ks *peerv1.KeyState) {
 // kept states that would be full again soonest (ties broken by key). A
 // spent key's state outlives a flood of keys spent less long.
 func (n *Node) roomForUnowned(now time.Time, ks *peerv1.KeyState) bool {
+	kept := n.roomForKept(now, ks, func() int { return len(n.unowned) }, &n.unownedBytes, func(t time.Time) {
+		kss := make([]*peerv1.KeyState, 0, len(n.unowned))
+		for _, k := range n.unowned {
+			kss = append(kss, k)
+		}
+		for _, k := range soonestFull(t, kss) {
+			n.st.charge(-lostCharge(k))
+			n.unownedBytes -= lostCharge(k)
+			delete(n.unowned, k.Key)
+			n.metrics.FloodCapped.Add(1)
+			n.keepDroppedState(t, k) // dropped.go
+		}
+	})
+	if !kept {
+		n.keepDroppedState(n.bt(now), ks)
+	}
+	return kept
+}
+
+// roomForKept reports whether ks, a state not kept yet in a side
+// structure of states kept to hand on (budget.go: keepUnowned's, or
+// keepForLost's), holding count() states charged *bytes, may be kept,
+// making room for it if it must: a state full at now is not kept, and
+// drop(t), t the bucket time, drops the eighth of the kept states full
+// again soonest (soonestFull) until there is room.
+func (n *Node) roomForKept(now time.Time, ks *peerv1.KeyState, count func() int, bytes *int64, drop func(t time.Time)) bool {
 	need := lostCharge(ks)
-	if !n.st.sideFull(len(n.unowned), n.unownedBytes, need) {
+	if !n.st.sideFull(count(), *bytes, need) {
 		return true
 	}
 	t := n.bt(now)
@@ -183,30 +209,23 @@ func (n *Node) roomForUnowned(now time.Time, ks *peerv1.KeyState) bool {
 		n.metrics.FloodCapped.Add(1)
 		return false
 	}
-	for len(n.unowned) > 0 && n.st.sideFull(len(n.unowned), n.unownedBytes, need) {
-		n.dropSoonestFull(t)
+	for count() > 0 && n.st.sideFull(count(), *bytes, need) {
+		drop(t)
 	}
-	if n.st.sideFull(len(n.unowned), n.unownedBytes, need) {
-		n.metrics.FloodCapped.Add(1)
-		n.keepDropped(ks.Key) // dropped.go: its owner starts it drained
-		return false
-	}
-	return true
+	return !n.st.sideFull(count(), *bytes, need)
 }
 
-// dropSoonestFull drops the eighth of the states kept by keepUnowned (at
-// least one) that are full again soonest after t, the bucket time: first
-// those that do not decode, or are full already. The partition of each
-// one dropped not full is recorded, for its owner to start its keys
-// drained (dropped.go).
-func (n *Node) dropSoonestFull(t time.Time) {
+// soonestFull returns the eighth of kss (at least one) that are full
+// again soonest after t, the bucket time: first those that do not decode,
+// or are full already; ties broken by key.
+func soonestFull(t time.Time, kss []*peerv1.KeyState) []*peerv1.KeyState {
 	type cand struct {
 		full time.Time
-		key  string
+		ks   *peerv1.KeyState
 	}
-	cands := make([]cand, 0, len(n.unowned))
-	for key, ks := range n.unowned {
-		c := cand{key: key}
+	cands := make([]cand, 0, len(kss))
+	for _, ks := range kss {
+		c := cand{ks: ks}
 		if b, err := bucket.Decode(ks.State); err == nil {
 			if d, err := b.Take(t, 0); err == nil {
 				c.full = d.ResetAt
@@ -215,18 +234,13 @@ func (n *Node) dropSoonestFull(t time.Time) {
 		cands = append(cands, c)
 	}
 	slices.SortFunc(cands, func(a, b cand) int {
-		return cmp.Or(a.full.Compare(b.full), cmp.Compare(a.key, b.key))
+		return cmp.Or(a.full.Compare(b.full), cmp.Compare(a.ks.Key, b.ks.Key))
 	})
-	for _, c := range cands[:max(1, len(cands)/8)] {
-		ks := n.unowned[c.key]
-		n.st.charge(-lostCharge(ks))
-		n.unownedBytes -= lostCharge(ks)
-		delete(n.unowned, c.key)
-		n.metrics.FloodCapped.Add(1)
-		if c.full.After(t) {
-			n.keepDropped(c.key)
-		}
+	out := make([]*peerv1.KeyState, 0, max(1, len(cands)/8))
+	for _, c := range cands[:min(len(cands), max(1, len(cands)/8))] {
+		out = append(out, c.ks)
 	}
+	return out
 }
 
 // handUnowned hands the states kept by keepUnowned to their keys' owners
@@ -252,7 +266,7 @@ func (n *Node) handUnowned(now time.Time, v *view) {
 		case p != nil && !p.gone:
 			out[p] = append(out[p], ks)
 		case v.lost[o] != nil:
-			n.keepForLost(o, ks)
+			n.keepForLost(now, o, ks)
 		default:
 			continue
 		}

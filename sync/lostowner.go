@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -32,14 +33,60 @@ import (
 // belong to others, whom moveKeys serves.
 
 // keepForLost keeps ks, the state of a key owned here until now whose
-// owner is the lost member named to.
-func (n *Node) keepForLost(to string, ks *peerv1.KeyState) {
+// owner is the lost member named to, if there is room (roomForLost).
+func (n *Node) keepForLost(now time.Time, to string, ks *peerv1.KeyState) {
+	if !n.roomForLost(now, ks) {
+		return
+	}
 	d := &n.dur
 	if d.forLost == nil {
 		d.forLost = map[string][]*peerv1.KeyState{}
 	}
 	d.forLost[to] = append(d.forLost[to], ks)
 	n.st.charge(lostCharge(ks))
+	d.forLostBytes += lostCharge(ks)
+}
+
+// roomForLost reports whether ks may be kept for a lost owner, making
+// room for it if it must (roomForKept). The states kept for lost owners
+// are a side structure (budget.go): at most MaxKeys over all owners, and
+// at most half the byte budget. Before, a member handing this node, on a
+// minority side, states of keys of a lost owner had every one kept
+// (TestLostOwnerStatesBounded: 10,001 states with MaxKeys 64, each found
+// by a scan of those kept before). An honest node keeps at most the keys
+// its store held when their owner was lost, plus those handed to it
+// since. A state given up is the owner's loss at its return: it starts
+// the key from what it had before (deposed, quorum.go), and may admit
+// what this side spent; so those given up are those full again soonest.
+func (n *Node) roomForLost(now time.Time, ks *peerv1.KeyState) bool {
+	d := &n.dur
+	count := func() int {
+		k := 0
+		for _, kss := range d.forLost {
+			k += len(kss)
+		}
+		return k
+	}
+	return n.roomForKept(now, ks, count, &d.forLostBytes, func(t time.Time) {
+		var all []*peerv1.KeyState
+		for _, kss := range d.forLost {
+			all = append(all, kss...)
+		}
+		drop := map[*peerv1.KeyState]bool{}
+		for _, k := range soonestFull(t, all) {
+			drop[k] = true
+			n.st.charge(-lostCharge(k))
+			d.forLostBytes -= lostCharge(k)
+			n.metrics.FloodCapped.Add(1)
+		}
+		for name, kss := range d.forLost {
+			if kss = slices.DeleteFunc(kss, func(k *peerv1.KeyState) bool { return drop[k] }); len(kss) > 0 {
+				d.forLost[name] = kss
+			} else {
+				delete(d.forLost, name)
+			}
+		}
+	})
 }
 
 // keepHandedForLost keeps b, a state of key handed to this node (demand
@@ -67,16 +114,16 @@ func (n *Node) keepHandedForLost(now time.Time, v *view, key string, b bucket.Bu
 		if !ok {
 			return // another algorithm: the kept state stands
 		}
-		n.st.charge(-lostCharge(ks))
+		n.st.charge(lostCharge(merged) - lostCharge(ks))
+		n.dur.forLostBytes += lostCharge(merged) - lostCharge(ks)
 		kss[i] = merged
-		n.st.charge(lostCharge(merged))
 		return
 	}
 	state, err := b.AppendBinary(nil)
 	if err != nil {
 		return
 	}
-	n.keepForLost(o, &peerv1.KeyState{Key: strings.Clone(key), State: state, Demand: demand})
+	n.keepForLost(now, o, &peerv1.KeyState{Key: strings.Clone(key), State: state, Demand: demand})
 }
 
 // mergedKeyState returns kept, a state kept to hand on, merged with b
@@ -113,6 +160,7 @@ func (n *Node) handBackToLost(now time.Time, v *view) {
 		}
 		for _, ks := range kss {
 			n.st.charge(-lostCharge(ks))
+			d.forLostBytes -= lostCharge(ks)
 		}
 		delete(d.forLost, name)
 		if p := v.peers[name]; p != nil {

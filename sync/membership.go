@@ -211,7 +211,7 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 							held[p] = append(held[p], grants...)
 						}
 					} else {
-						n.keepForLost(owner, ks) // lostowner.go: handed to it when it is back
+						n.keepForLost(now, owner, ks) // lostowner.go: handed to it when it is back
 						n.keepGrantsFor(now, nv, owner, grants)
 					}
 				} else if n.leaving {

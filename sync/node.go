@@ -91,9 +91,10 @@ type Node struct {
 	// unownedBytes is what the states in unowned are charged (lostCharge).
 	unownedBytes int64
 	// unownedDrained holds, once leaving, the ring partitions of the
-	// states in unowned that were dropped at its cap, until handed to
+	// states in unowned that were dropped at its cap, with the instant
+	// (bucket time) the latest would be full again, until handed to
 	// their owners (dropped.go); at most PartitionCount.
-	unownedDrained map[int]bool
+	unownedDrained map[int]time.Time
 	// drained holds, per partition a leaving member handed as drained
 	// (dropped.go, noteDrained), the instant (cluster time) of the
 	// hand-off; at most PartitionCount.

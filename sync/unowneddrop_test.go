@@ -198,3 +198,33 @@ func FuzzDrainedPartitions(f *testing.F) {
 		}
 	})
 }
+
+// TestLapsedDroppedPartitionsNotHanded: b, leaving with no one on its
+// ring, is handed 1,000 keys of one hit of 60 a minute each (full again
+// within a second), past its cap of 64: it records the partition of every
+// state it drops (keepDroppedState). Its late owner c comes 2 s later,
+// when those states would all be full again: b hands it none of the
+// partitions (handDrained), and c starts no key drained for them.
+func TestLapsedDroppedPartitionsNotHanded(t *testing.T) {
+	nw := bothLeft(t)
+	b := nw.nodes["b"]
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("flood-%d", i)
+	}
+	stepHandoffStates(nw, "a", "b", 100, keys, oneHitState(t, perMinute(60), nw.now))
+	marked := len(b.unownedDrained)
+	nw.run(2 * time.Second)
+	c := nw.add("c", nil)
+	c.SetMembers(nw.now, []string{"b", "c"})
+	nw.names = []string{"a", "b", "c"}
+	b.SetMembers(nw.now, []string{"b", "c"})
+	nw.run(time.Second)
+	t.Logf("b dropped %d states, of %d partitions; c holds %d partitions drained", b.Metrics().FloodCapped.Load(), marked, len(c.drained))
+	if marked == 0 {
+		t.Fatalf("b recorded no partition of the states it dropped: not the scene")
+	}
+	if len(c.drained) != 0 || len(b.unownedDrained) != 0 {
+		t.Errorf("c holds %d partitions drained, b %d, want none: the dropped states were all full again", len(c.drained), len(b.unownedDrained))
+	}
+}

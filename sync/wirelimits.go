@@ -2,7 +2,6 @@ package sync
 
 import (
 	"slices"
-	"strings"
 	"time"
 
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
@@ -47,14 +46,14 @@ func (n *Node) validGrant(g *peerv1.LeaseGrant) bool {
 // in capLeased, could overflow and lift the cap altogether
 // (TestHandedGrantsOverflow: 10 admitted at the owner on top of a live
 // grant of 5, for a bucket of 10). A grant beyond maxKeyGrants, or to a
-// holder that is not a member (to "": its name not interned) while the key
-// has a grant already, is folded into the latest one (its tokens added,
-// the later expiry kept): they hold the bucket as long or longer, the safe
-// side, and tokens given back of it are refused (TestHandedGrantsBounded).
-// to is hg's holder's name as the view holds it, so that a handed grant
-// costs no copy of a member's name, and a key at most one copy of a name
-// that is not one (TestHandedGrantsHeap: a hand-off naming a holder of
-// its own, of MaxKeyLen bytes, in each grant kept every name).
+// holder that is not a member (to "": its name not interned), is folded
+// into the key's folded grant (foldGrant): they hold the bucket as long
+// or longer, the safe side, and tokens given back of it are refused
+// (TestHandedGrantsBounded). to is hg's holder's name as the view holds
+// it, so that a handed grant costs no copy of a member's name, and one
+// to a holder that is not one costs none either (TestHandedGrantsHeap: a
+// hand-off naming a holder of its own, of MaxKeyLen bytes, in each grant
+// kept every name).
 func addHandedGrant(have []liveGrant, hg *peerv1.LeaseGrant, c int64, to string) []liveGrant {
 	var sum int64
 	for i := range have {
@@ -63,20 +62,48 @@ func addHandedGrant(have []liveGrant, hg *peerv1.LeaseGrant, c int64, to string)
 		}
 	}
 	h := min(hg.Held, c-sum)
-	if len(have) > 0 && (len(have) >= maxKeyGrants || to == "") {
-		g := &have[len(have)-1]
-		g.tokens += h
-		g.exp = max(g.exp, hg.Id)
-		return have
+	if to == "" || len(have) >= maxKeyGrants {
+		return foldGrant(have, hg.Id, h)
 	}
-	if to == "" {
-		to = strings.Clone(hg.To) // the key's first: one name a key at most
+	return insertGrant(have, liveGrant{exp: hg.Id, tokens: h, to: to})
+}
+
+// foldedHolder is the holder of a key's folded grant (foldGrant): no
+// name a member is given (it starts with a NUL byte), so that no settle
+// (lease_settled), spend or return report reaches it, and it holds the
+// bucket until its expiry. Folded into a member's grant instead, another
+// holder's tokens were counted spent when that member settled its own
+// (TestFoldedGrantNotSettledByMember: 10 admitted under a live grant of
+// 5 to a holder cut off, for a bucket of 10).
+const foldedHolder = "\x00folded"
+
+// foldGrant adds tokens granted until exp to the key's folded grant in
+// have (live grants by expiry), made if it has none: of the key's latest
+// grant when it has maxKeyGrants already (that holder's reports no longer
+// release it: the safe side).
+func foldGrant(have []liveGrant, exp, tokens int64) []liveGrant {
+	g := liveGrant{exp: exp, tokens: tokens, to: foldedHolder}
+	i := slices.IndexFunc(have, func(g liveGrant) bool { return g.to == foldedHolder })
+	if i < 0 && len(have) >= maxKeyGrants {
+		i = len(have) - 1
 	}
-	i := len(have)
-	for i > 0 && have[i-1].exp > hg.Id {
+	if i >= 0 {
+		g.tokens += have[i].tokens
+		g.exp = max(g.exp, have[i].exp)
+		g.back, g.spent = have[i].back, have[i].spent
+		have = slices.Delete(have, i, i+1)
+	}
+	return insertGrant(have, g)
+}
+
+// insertGrant inserts g into gs, live grants by expiry, after those
+// expiring no later (cluster time may step back).
+func insertGrant(gs []liveGrant, g liveGrant) []liveGrant {
+	i := len(gs)
+	for i > 0 && gs[i-1].exp > g.exp {
 		i--
 	}
-	return slices.Insert(have, i, liveGrant{exp: hg.Id, tokens: h, to: to})
+	return slices.Insert(gs, i, g)
 }
 
 // memberName returns name as v holds it, if a member of v's is so named,

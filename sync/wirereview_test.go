@@ -62,7 +62,7 @@ func TestHandedGrantsOverflow(t *testing.T) {
 
 // TestHandedGrantsBounded: a hand-off listing thousands of grants on one
 // key is not kept one by one: the key's grants are bounded
-// (maxKeyGrants), the excess folded into its latest grant, so the memory
+// (maxKeyGrants), the excess folded into one held by no member, so the memory
 // and the work per grant (each is looked for among the key's) stay
 // bounded. Before, all 5,000 were kept, and each was compared with all
 // the others.
