@@ -24,7 +24,9 @@ import (
 // the states (handDrained, Handoff.drained_partitions), as soon as a view
 // has them, on the same queue. The owner starts every key of them that it
 // has no state of, whatever the request's policy, drained as of the
-// hand-off (noteDrained, startDrained), as it does a partition gained
+// hand-off (noteDrained, startDrained; a markable algorithm's, as the
+// evicted marks: not a SmoothWarmingUp key, whose drained start is its
+// hottest), as it does a partition gained
 // from a member that left without announcing it (leave.go,
 // noteLeftUnannounced): the leaving node decides nothing of a key it has
 // no owner for (ErrLeaving), and hands the partitions, on each owner's

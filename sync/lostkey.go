@@ -70,8 +70,11 @@ func (n *Node) startDrained(key string, l bucket.Limit, now time.Time, closed bo
 	if t, ok := n.takeoverStart(key); closed && ok && now.Sub(t) < refill && t.After(at) {
 		at = t
 	}
-	if t, ok := n.drainedStart(key); ok && now.Sub(t) < refill && t.After(at) {
-		at = t // dropped.go: whatever the policy, as a state handed would be
+	if t, ok := n.drainedStart(key); ok && markable(l.Algorithm) && now.Sub(t) < refill && t.After(at) {
+		// dropped.go: whatever the policy, as a state handed would be; not
+		// a SmoothWarmingUp key, whose drained start is its hottest, not
+		// its most consumed (evicted.go, markable).
+		at = t
 	}
 	if at.IsZero() {
 		return time.Time{}, false
