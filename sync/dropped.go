@@ -38,9 +38,10 @@ import (
 // states full again soonest first, so the partitions of states that carry
 // most are the last to be marked, and a partition is handed only while
 // one of its dropped states would not be full yet). A record the owner
-// already had of such a key when the hand-off came keeps its own state
-// (the leaving node kept the key for no owner, so the owner decided it
-// apart from it).
+// already had of a key of them when the hand-off came (it decided the key
+// apart from the leaving node, before it learned of it) is drained as of
+// the hand-off too, as a handed state would have been merged into it
+// (boundDrainedOwned): all its tokens left, once.
 
 // keepDroppedState records, once leaving, the partition of ks, a state
 // dropped from those kept for no owner, or not kept, if it is not full at
@@ -147,6 +148,7 @@ func (n *Node) noteDrained(now time.Time, v *view, p *peer, ids []uint32) {
 		n.drained = map[int]time.Time{}
 	}
 	at := n.bt(now)
+	n.boundDrainedOwned(at, ids)
 	for _, id := range ids {
 		n.drained[int(id)] = at
 		if v.ring == nil {
@@ -171,4 +173,43 @@ func (n *Node) drainedStart(key string) (time.Time, bool) {
 	}
 	at, ok := n.drained[ring.PartitionOf(key, n.cfg.Ring.PartitionCount)]
 	return at, ok
+}
+
+// boundDrainedOwned drains as of t (the bucket time) the owned records of
+// the partitions ids (noteDrained) that hold a markable algorithm's
+// bucket: the dropped state of their key, had it been handed, would have
+// been merged into them keeping the most consumed, and a bucket drained at
+// the hand-off is at least that (TestDroppedStateBoundsOwnedRecord: a
+// victim its owner had checked once before the hand-off admitted 61 more
+// after it, at most 7 refilled; 1 now). The cost: one pass over the owned
+// records (at most MaxKeys) a hand-off that names partitions, and the
+// tokens left of every owned key of them, once.
+func (n *Node) boundDrainedOwned(t time.Time, ids []uint32) {
+	count := n.cfg.Ring.PartitionCount
+	parts := make(map[int]bool, len(ids))
+	for _, id := range ids {
+		parts[int(id)] = true
+	}
+	type hit struct {
+		s   *shard
+		key string
+		e   *ownedKey
+	}
+	var hits []hit
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		for key, e := range s.own.all() {
+			if parts[ring.PartitionOf(key, count)] && markable(e.b.Config().Algorithm) {
+				hits = append(hits, hit{s, key, e})
+			}
+		}
+	}
+	for _, h := range hits {
+		l := h.e.b.Config()
+		m, err := bucket.New(l, t)
+		if err != nil || m.Drain(t, l.Capacity()) != nil || h.e.b.Merge(t, m) != nil {
+			continue
+		}
+		n.markChanged(h.s, h.key, h.e, -1) // its backup and the views of it
+	}
 }

@@ -228,3 +228,24 @@ func TestLapsedDroppedPartitionsNotHanded(t *testing.T) {
 		t.Errorf("c holds %d partitions drained, b %d, want none: the dropped states were all full again", len(c.drained), len(b.unownedDrained))
 	}
 }
+
+// TestDroppedStateBoundsOwnedRecord: as
+// TestDroppedUnownedStateKeepsKeySpent, but c decides the victim once,
+// as its owner on its ring of b and c, before b learns of it: c's record
+// of the victim is fresh when the partitions come. Before, c kept its
+// record and admitted its burst less one after the hand-off; now the
+// record is drained as of the hand-off (boundDrainedOwned), as the
+// victim's state, had b kept it, would have been merged into it.
+func TestDroppedStateBoundsOwnedRecord(t *testing.T) {
+	nw, victim, spentAt := droppedScene(t, "c")
+	c := nw.add("c", nil)
+	c.SetMembers(nw.now, []string{"b", "c"})
+	nw.names = []string{"a", "b", "c"}
+	req := check.Request{Key: victim, Hits: 1, Limit: perMinute(60), Mode: check.ModeOwner}
+	if r := nw.checkAnswered(c, req); !r.Allowed || !isOwned(c, victim) {
+		t.Fatalf("c's first check of %s: allowed %v, owned %v: not the scene", victim, r.Allowed, isOwned(c, victim))
+	}
+	nw.nodes["b"].SetMembers(nw.now, []string{"b", "c"})
+	nw.run(time.Second)
+	victimLoad(t, nw, "c", victim, check.PolicyFailClosed, spentAt)
+}
