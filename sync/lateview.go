@@ -74,7 +74,7 @@ func (n *Node) noteTakeoverKey(key string) {
 // and that this node owns: their states as they start.
 func (n *Node) markLateStarts(now time.Time, nv *view) {
 	keys := n.lateKeys
-	n.lateKeys = n.lateKeys[:0]
+	n.lateKeys = nil // not kept: it may have listed every key
 	if nv.confirm == nil {
 		return
 	}
@@ -82,8 +82,8 @@ func (n *Node) markLateStarts(now time.Time, nv *view) {
 	n.sweepLate(t)
 	for _, key := range keys {
 		e := n.st.lookupOwned(n.st.shardOf(key), key)
-		if e == nil || !nv.takingOver(key) || n.late[key] != nil {
-			continue
+		if e == nil || !nv.takingOver(key) || n.late[key] != nil || e.b.Config().Algorithm == bucket.Concurrency {
+			continue // a concurrency limit's slots are released by their holders: none to charge
 		}
 		if n.st.sideFull(len(n.late), 0, 0) {
 			return
