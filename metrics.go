@@ -131,6 +131,7 @@ func coreCounters(c *rlsync.Metrics) []coreCounter {
 		{"ringlimit_fence_waits_total", "Checks that waited for their key's backup to be acknowledged before the owner decided them.", &c.FenceWaits},
 		{"ringlimit_fence_timeouts_total", "Checks that waited for their key's backup in vain and went to the partition policy.", &c.FenceTimeouts},
 		{"ringlimit_deposed_keys_total", "Owned states dropped on the return from a minority side (the majority decided them meanwhile).", &c.DeposedKeys},
+		{"ringlimit_late_view_hits_total", "Hits a new owner charged from a survivor's late view of a failed owner's state: what the view showed consumed beyond the state the key was taken over from.", &c.LateViewHits},
 		{"ringlimit_drained_starts_total", "Keys a node started into a running cluster (Joining) began to own drained as of its start under fail-closed: no member sent their state.", &c.DrainedStarts},
 		{"ringlimit_takeovers_unconfirmed_total", "Membership changes that gave this node a failed member's partitions, decided as owner only once a majority is heard from.", &c.TakeoversUnconfirmed},
 		{"ringlimit_unconfirmed_checks_total", "Checks of keys taken over from a failed member not decided as owner while no majority was heard from since.", &c.UnconfirmedChecks},

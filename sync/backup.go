@@ -1048,6 +1048,11 @@ func (n *Node) restoreBackups(now time.Time, old, nv *view) {
 		return
 	}
 	keys, hs := n.takeHeld(func(_ string, h *heldBackup) bool { return nv.ring.Has(h.from) })
+	for _, key := range keys {
+		if nv.owner(key) == n.cfg.Self {
+			n.noteTakeoverKey(key) // lateview.go
+		}
+	}
 	n.restoreHeld(now, nv, keys, hs)
 }
 

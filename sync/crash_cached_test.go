@@ -69,11 +69,7 @@ func TestCrashedOwnerViewHitsCountedOnce(t *testing.T) {
 					admitted++
 				}
 			}
-			for i := 0; admitted < spent; i++ {
-				try([]*Node{a, b, c}[i%3])
-				nw.run(time.Millisecond)
-			}
-			nw.run(300 * time.Millisecond) // views, pushes and backups settle
+			nw.spendInTurn(try, &admitted, spent, a, b, c)
 			if tc.unseen > 0 {
 				nw.drop = func(from, to string, env *peerv1.Envelope) bool {
 					return from == "c" && to == "b" && bodyName(env) == "push"
@@ -188,11 +184,7 @@ func TestShareHitsCountedInViewAfterMarkLapses(t *testing.T) {
 					}
 				}
 			}
-			for i := 0; admitted < spent; i++ {
-				try([]*Node{a, b, c}[i%3])
-				nw.run(time.Millisecond)
-			}
-			nw.run(300 * time.Millisecond) // views, pushes and backups settle
+			nw.spendInTurn(try, &admitted, spent, a, b, c)
 			nw.isolate("c")
 			nw.nodes["c"] = nil // crashed
 			if tc.inFlight {
@@ -251,4 +243,16 @@ func TestShareHitsCountedInViewAfterMarkLapses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// spendInTurn checks through nodes in turn, one check a millisecond,
+// counting with try into admitted, until spent are admitted; then lets the
+// views, pushes and backups settle: a key's spending before its owner
+// crashes.
+func (nw *testNet) spendInTurn(try func(*Node), admitted *int, spent int, nodes ...*Node) {
+	for i := 0; *admitted < spent; i++ {
+		try(nodes[i%len(nodes)])
+		nw.run(time.Millisecond)
+	}
+	nw.run(300 * time.Millisecond)
 }

@@ -141,6 +141,9 @@ func (n *Node) addInterest(s *shard, key string, e *ownedKey, m int) {
 	if m < 0 {
 		return
 	}
+	if n.late != nil {
+		n.lateShown(key, m) // lateview.go
+	}
 	var buf [4]uint64
 	sets := n.readSets(s, key, e, &buf)
 	setAdd(sets.cur, m)

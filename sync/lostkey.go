@@ -179,6 +179,11 @@ func (n *Node) forgetTaken(nv *view) {
 			delete(n.promoted, key)
 		}
 	}
+	for key := range n.late {
+		if nv.ring == nil || !owns(nv.ring.PartitionOf(key)) {
+			delete(n.late, key) // lateview.go
+		}
+	}
 }
 
 // markPromoted notes that key's cached view has just become this node's
@@ -228,6 +233,7 @@ func (n *Node) boundPromoted(key string, e *ownedKey, l bucket.Limit, now time.T
 		return
 	}
 	if e.b.Merge(now, b) == nil {
+		n.lateMerged(now, key, b) // lateview.go
 		n.metrics.DrainedStarts.Add(1)
 	}
 }

@@ -168,6 +168,7 @@ func (n *Node) applyMembers(now time.Time) {
 			n.abandon(now, nv, p)
 		}
 	}
+	n.markLateStarts(now, nv) // lateview.go
 	n.rebackup(old, nv)
 	n.resetFences(now, old, nv) // fence.go
 	n.askEcho(now, nv)          // confirm.go
@@ -224,7 +225,8 @@ func (n *Node) moveKeys(now time.Time, old, nv *view) {
 				if owner == n.cfg.Self {
 					n.dropLease(s, key)
 					n.st.toOwned(s, e, n.bt(now))
-					n.markPromoted(key) // lostkey.go
+					n.markPromoted(key)    // lostkey.go
+					n.noteTakeoverKey(key) // lateview.go
 					continue
 				}
 				if old.owner(key) != owner && e.has(flagSynced) {
@@ -508,6 +510,7 @@ func (n *Node) mergeState(now time.Time, v *view, key string, b bucket.Bucket, d
 		return // a view; or another algorithm: the live state wins
 	}
 	o.dem = max(o.dem, demand)
+	n.lateMerged(n.bt(now), key, b) // lateview.go
 	n.markChanged(s, key, o, -1)
 }
 

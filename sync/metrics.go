@@ -103,6 +103,10 @@ type Metrics struct {
 	// DrainedStarts counts keys a Joining node started to own drained as
 	// of its start, not full: no member sent their state (lostkey.go).
 	DrainedStarts atomic.Int64
+	// LateViewHits counts the hits an owner charged from late views of a
+	// failed owner's state: what a survivor's view showed consumed beyond
+	// the state the owner took the key over from (lateview.go).
+	LateViewHits atomic.Int64
 	// TakeoversUnconfirmed counts the membership changes that gave this
 	// node partitions of a failed member to be confirmed by a majority
 	// heard from (confirm.go); UnconfirmedChecks the checks of their keys,

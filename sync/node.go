@@ -82,6 +82,11 @@ type Node struct {
 	// owned state in such a takeover, not yet bounded (lostkey.go).
 	taken    map[int]time.Time
 	promoted map[string]bool
+	// late holds the keys taken over from a failed member whose late views
+	// are charged (lateview.go); lateKeys, the keys a membership change
+	// being applied may have taken over so.
+	late     map[string]*lateStart
+	lateKeys []string
 	// unowned holds, once leaving, the states this node had no member to
 	// hand to, by key (leave.go, keepUnowned).
 	unowned map[string]*peerv1.KeyState

@@ -1,0 +1,175 @@
+package sync
+
+import (
+	"slices"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+)
+
+// Late views after a takeover (issue 15: every admission charged once).
+//
+// A member that takes a key over from a failed owner starts from the
+// backup the owner last sent it, merged with its own view (restoreHeld,
+// mergeState). Backups go on a cadence, so that state lacks the owner's
+// last admissions; another survivor's view may show some of them (the
+// owner's last answer to it), and its first flush to the new owner
+// reports that view (movedView). The owner merged it keeping the most
+// consumed: once it had admitted past the view, the merge changed nothing
+// and what the view showed beyond the start was admitted twice (33 hits in
+// a traced TestOwnerKilledMidKey; 1031 of 1000 with a lag of 30,
+// TestLateViewChargedAfterTakeover).
+//
+// So, for a while after such a takeover, the owner keeps per key the state
+// it started from, merged with every view of the failed owner's state
+// reported since (seen). A view that shows more consumed than seen, both at
+// the same instant (refill accounted), is the failed owner's consumption
+// this owner did not start from: the difference is charged to the live
+// state (drained), and seen takes the view in, so later views charge only
+// what they show beyond it (the most over the views, not their sum: they
+// are snapshots of one state at different times).
+//
+// What is not charged twice:
+//   - hits a survivor flushed and the failed owner acknowledged are in its
+//     view and not sent again; those not acknowledged are sent again as
+//     hits and are not in the view (movedView takes them off);
+//   - a survivor's debts (charge.go) are not in its view;
+//   - the new owner's own view and the backup were merged into the start;
+//   - a state merged into the live one meanwhile (a hand-off, a backup
+//     holder's answer, the drained bound of a promoted key) is merged into
+//     seen as well, uncharged;
+//   - a member this owner sent the key's state to since the takeover
+//     (its interest registered: every answer, push and forward reply goes
+//     to one) may hold this owner's admissions in its view (install merges
+//     an answer into a moved view): its views are merged as before, never
+//     charged.
+//
+// The marks last OwnerLeaseTTL + RequestTimeout from the takeover (the
+// survivors flush a moved view at their next check, at once once the
+// membership moved it) and are at most MaxKeys (sideFull); a key not
+// marked merges views as before.
+
+// lateStart is what a node remembers of a key it took over from a failed
+// member: the state it started from merged with the failed owner's states
+// reported since, until when, and the members it sent the key's state to.
+type lateStart struct {
+	seen  bucket.Bucket // cluster time
+	until time.Time     // cluster time
+	shown []string
+}
+
+// maxShown bounds a mark's shown members; beyond, the mark is dropped
+// (its views then merge as before).
+const maxShown = 16
+
+// noteTakeoverKey records key as possibly started in a takeover by the
+// membership change being applied (restoreHeld, moveKeys); markLateStarts
+// decides.
+func (n *Node) noteTakeoverKey(key string) {
+	n.lateKeys = append(n.lateKeys, key)
+}
+
+// markLateStarts marks the keys noted by this membership change that nv
+// takes over from a failed member (an unconfirmed takeover, confirm.go)
+// and that this node owns: their states as they start.
+func (n *Node) markLateStarts(now time.Time, nv *view) {
+	keys := n.lateKeys
+	n.lateKeys = nil // not kept: it may have listed every key
+	if nv.confirm == nil {
+		return
+	}
+	t := n.bt(now)
+	n.sweepLate(t)
+	for _, key := range keys {
+		e := n.st.lookupOwned(n.st.shardOf(key), key)
+		if e == nil || !nv.takingOver(key) || n.late[key] != nil || e.b.Config().Algorithm == bucket.Concurrency {
+			continue // a concurrency limit's slots are released by their holders: none to charge
+		}
+		if n.st.sideFull(len(n.late), 0, 0) {
+			return
+		}
+		if n.late == nil {
+			n.late = map[string]*lateStart{}
+		}
+		n.late[key] = &lateStart{seen: e.b.Clone(), until: t.Add(n.cfg.OwnerLeaseTTL + n.cfg.RequestTimeout)}
+	}
+}
+
+// lateFor returns key's mark, nil if none or lapsed at t (cluster time).
+func (n *Node) lateFor(t time.Time, key string) *lateStart {
+	m := n.late[key]
+	if m != nil && t.After(m.until) {
+		delete(n.late, key)
+		return nil
+	}
+	return m
+}
+
+// sweepLate drops the marks lapsed at t (cluster time).
+func (n *Node) sweepLate(t time.Time) {
+	for key, m := range n.late {
+		if t.After(m.until) {
+			delete(n.late, key)
+		}
+	}
+}
+
+// chargeLateView charges e, key's owned state, what view vb (from member
+// from, rebased) shows consumed beyond key's mark, and returns the hits
+// charged: 0 with no mark, from a member shown the key's state, or for
+// another algorithm. The caller merges vb into e as before.
+func (n *Node) chargeLateView(t time.Time, key, from string, e *ownedKey, vb bucket.Bucket) int64 {
+	m := n.lateFor(t, key)
+	if m == nil || slices.Contains(m.shown, from) || vb.Config().Algorithm != m.seen.Config().Algorithm {
+		return 0
+	}
+	more := consumedBeyond(m.seen, vb, t)
+	if more > 0 {
+		_ = e.b.Drain(t, more)
+		n.metrics.LateViewHits.Add(more)
+	}
+	return more
+}
+
+// consumedBeyond merges b into seen, at t, and returns how many tokens
+// fewer seen holds then: what b showed consumed beyond it.
+func consumedBeyond(seen, b bucket.Bucket, t time.Time) int64 {
+	before, err := seen.Take(t, 0)
+	if err != nil || seen.Merge(t, b) != nil {
+		return 0
+	}
+	after, err := seen.Take(t, 0)
+	if err != nil {
+		return 0
+	}
+	return max(0, before.Remaining-after.Remaining)
+}
+
+// lateMerged merges b, a state merged into key's owned state at t
+// (cluster time) other than by a view (a hand-off, a backup, a drained
+// bound), into key's mark, uncharged, so that no later view charges what
+// b showed.
+func (n *Node) lateMerged(t time.Time, key string, b bucket.Bucket) {
+	if m := n.lateFor(t, key); m != nil && b.Config().Algorithm == m.seen.Config().Algorithm {
+		_ = m.seen.Merge(t, b)
+	}
+}
+
+// lateShown records that member m of the current view registered interest
+// in key (it is sent the key's state from now on): its views are no longer
+// charged.
+func (n *Node) lateShown(key string, m int) {
+	mk := n.late[key]
+	if mk == nil || n.view == nil || m < 0 || m >= len(n.view.names) {
+		return
+	}
+	name := n.view.names[m]
+	if slices.Contains(mk.shown, name) {
+		return
+	}
+	if len(mk.shown) >= maxShown {
+		delete(n.late, key)
+		return
+	}
+	mk.shown = append(mk.shown, name)
+}

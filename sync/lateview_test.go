@@ -1,0 +1,154 @@
+package sync
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/bucket"
+	"github.com/ringlimit/ringlimit/check"
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+)
+
+// TestLateViewChargedAfterTakeover is TestOwnerKilledMidKey's traced
+// interleaving at the sync level: a key of 1000 an hour, 500 spent
+// through a, b and its owner c; then c's backups and pushes to b are lost
+// while a spends lag more through c (c applies them and answers a: a's
+// view shows them, b's view and c's backup with b do not); c crashes; b
+// takes the key over from that backup and decides checks before a's view
+// reaches it; then a checks, and its flush carries its view of c's state.
+// The view shows lag more consumed than the state b started from: b
+// charges them (lateview.go). Before, b merged the view keeping the most
+// consumed, which changed nothing once b had decided past it, and the lag
+// was admitted twice (1030 of 1000 with a lag of 30).
+func TestLateViewChargedAfterTakeover(t *testing.T) {
+	const limit, spent = 1000, 500
+	members, survivors := []string{"a", "b", "c"}, []string{"a", "b"}
+	key := keyMoving(t, "c", "b", members, survivors)
+	for _, tc := range []struct {
+		pol     check.Policy
+		lag     int // hits a spends through c that b's backup and view miss
+		byOwner int // checks b decides before a's view arrives
+	}{
+		{check.PolicyFailClosed, 30, 200},
+		{check.PolicyLocalShare, 30, 200},
+		{check.PolicyFailClosed, 30, 0},  // the view arrives first: the merge alone counts it
+		{check.PolicyFailClosed, 0, 200}, // no lag: nothing to charge
+	} {
+		t.Run(fmt.Sprintf("%v/lag %d/%d by b first", tc.pol, tc.lag, tc.byOwner), func(t *testing.T) {
+			nw := newTestNet(t, withWait, members...)
+			a, b, c := nw.nodes["a"], nw.nodes["b"], nw.nodes["c"]
+			req := check.Request{Key: key, Hits: 1, Limit: perHour(limit), Mode: check.ModeCached, Policy: tc.pol}
+			admitted := 0
+			try := func(n *Node) {
+				if r := nw.checkAnswered(n, req); r.Allowed {
+					admitted++
+				}
+			}
+			nw.spendInTurn(try, &admitted, spent, a, b, c)
+			nw.drop = func(from, to string, env *peerv1.Envelope) bool {
+				return from == "c" && to == "b" && (bodyName(env) == "push" || bodyName(env) == "backup")
+			}
+			for range tc.lag {
+				try(a)
+				nw.run(time.Millisecond)
+			}
+			nw.run(150 * time.Millisecond) // c applies a's hits and answers a
+			nw.isolate("c")
+			nw.nodes["c"] = nil // crashed
+			nw.drop = nil
+			nw.failNode(survivors, []string{"c"}, "a", "b")
+			nw.run(500 * time.Millisecond) // b confirms the takeover and decides (cached mode)
+			started := remainingOn(b, nw.now, key)
+			for range tc.byOwner {
+				try(b)
+				nw.run(time.Millisecond)
+			}
+			try(a)                         // its flush reports its view of c's state
+			nw.run(250 * time.Millisecond) // a flush interval and a tick
+			if mk := b.late[key]; mk == nil || !slices.Contains(mk.shown, "a") {
+				t.Errorf("b's mark of the key does not name a as sent its state, after answering its flush")
+			}
+			nw.run(time.Second)
+			for i := range 2000 {
+				try([]*Node{a, b}[i%2])
+				nw.run(time.Millisecond)
+			}
+			charged := b.Metrics().LateViewHits.Load()
+			t.Logf("b started from %d left (c had %d), charged %d from a's late view; %d admitted in all",
+				started, limit-spent-tc.lag, charged, admitted)
+			// A 1000/h key refills about one token over the run's 4.5 s.
+			if admitted > limit+1 || admitted < limit-1 {
+				t.Errorf("%d admitted in all, want %d (±1)", admitted, limit)
+			}
+		})
+	}
+}
+
+// TestLateViewChargesMostOverViews steps the views of a failed owner's
+// state that reach b, which took its key over from a state with 500 left:
+// each is charged only what it shows beyond the start and the views and
+// states before it (the most over them, not their sum); a member b sent
+// the key's state to is never charged; nor is any view once the mark
+// lapsed.
+func TestLateViewChargesMostOverViews(t *testing.T) {
+	members, survivors := []string{"a", "b", "c"}, []string{"a", "b"}
+	key := keyMoving(t, "c", "b", members, survivors)
+	nw := newTestNet(t, withWait, members...)
+	b := nw.nodes["b"]
+	req := check.Request{Key: key, Hits: 500, Limit: perHour(1000), Mode: check.ModeCached, Policy: check.PolicyFailClosed}
+	if r := nw.checkAnswered(nw.nodes["c"], req); !r.Allowed {
+		t.Fatal("500 not admitted at c")
+	}
+	nw.run(300 * time.Millisecond) // backed up with b, pushed
+	nw.isolate("c")
+	nw.nodes["c"] = nil
+	nw.failNode(survivors, []string{"c"}, "a", "b")
+	nw.run(100 * time.Millisecond)
+	if b.late[key] == nil {
+		t.Fatal("b marked no late start for the key it took over")
+	}
+	e := b.st.lookupOwned(b.st.shardOf(key), key)
+	left := func(spent int64) bucket.Bucket { // a state of the key with 1000 - spent left now
+		t.Helper()
+		at := b.bt(nw.now)
+		s, err := bucket.New(perHour(1000), at)
+		if err != nil || s.Drain(at, spent) != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, st := range []struct {
+		name  string
+		from  string
+		shown bool          // from is sent the key's state first
+		state bucket.Bucket // merged as a hand-off would be, instead of a view
+		after time.Duration // run first
+		view  int64         // consumed the view shows
+		want  int64         // charged
+	}{
+		{name: "a view 30 ahead", from: "a", view: 530, want: 30},
+		{name: "an older view", from: "a", view: 520, want: 0},
+		{name: "a later view", from: "a", view: 545, want: 15},
+		{name: "a state merged, then a view as far", from: "a", state: left(560), view: 560, want: 0},
+		{name: "a view from a member shown the state", from: "d", shown: true, view: 600, want: 0},
+		{name: "a view 5 beyond, from another", from: "e", view: 565, want: 5},
+		{name: "a view after the mark lapsed", from: "a", after: 3 * time.Second, view: 700, want: 0},
+	} {
+		nw.run(st.after)
+		if st.shown {
+			mk := b.late[key]
+			if mk == nil {
+				t.Fatalf("%s: the mark is gone", st.name)
+			}
+			mk.shown = append(mk.shown, st.from)
+		}
+		if st.state != nil {
+			b.lateMerged(b.bt(nw.now), key, st.state)
+		}
+		if got := b.chargeLateView(b.bt(nw.now), key, st.from, e, left(st.view)); got != st.want {
+			t.Errorf("%s: charged %d, want %d", st.name, got, st.want)
+		}
+	}
+}
