@@ -3,6 +3,7 @@ package sync
 import (
 	"time"
 
+	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -285,4 +286,33 @@ func (v *view) restartConfirm(now int64) {
 	if c := v.confirm; c != nil && c.parts != nil && c.until.IsZero() {
 		c.reading, c.heard, c.asked = now, 0, time.Time{}
 	}
+}
+
+// waitState returns this node's state of it's key for the not-owner
+// answer to it, a check forwarded to this node while it takes the key
+// over (see above), or nil. The asking node goes by its policy; under
+// local-share it starts its share from a view of the key, or from a backup
+// it holds (policy.go), and it holds neither of an owner-mode key when the
+// backup this node sends it after the takeover has not come yet: it
+// started a fresh share of a key spent at its crashed owner (issue #15:
+// the root package's TestClockSkewBackupRealNodes admitted 4 of 4 such
+// checks through n2 in 1 of 16 loaded runs;
+// TestTakeoverWaitAnswerCarriesState). With the state, its share starts
+// from the most consumed of what it holds and this (seedShare).
+//
+// The state is the one this node's own checks' shares start from
+// meanwhile (its record: restored from the failed owner's backup with the
+// reserve drained, restoreHeld), so a share started from it admits at most
+// what a fresh share would, and never more than this node's own. It goes
+// with a fenced check not of policy fail-closed only: no other policy
+// starts from a state, and a cached-mode check's view is kept by its
+// owner's answers (keepView).
+func (n *Node) waitState(it *peerv1.ForwardItem) []byte {
+	if !it.Fenced || it.GetFailClosed() {
+		return nil
+	}
+	if ks := n.recordState(it.Key); ks != nil {
+		return ks.State // none for a view with hits no owner has seen
+	}
+	return nil
 }

@@ -290,6 +290,7 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 				n.decideHere(now, c, v, it)
 				continue
 			}
+			n.seedShare(now, c, it, rep.Items[i].GetState()) // policy.go
 			nv := n.view
 			if n.reroute(now, c, nv, p, it) ||
 				errors.Is(err, ErrNotOwner) && n.holdContested(now, nv, p, it) {
@@ -595,6 +596,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			// OwnerLeaseTTL since); the asking node applies its rules.
 			n.metrics.UnconfirmedChecks.Add(1)
 			resp.Err = ErrNotOwner
+			decs[i].State = n.waitState(it) // the asking node's share starts from it
 		case v.owner(it.Key) != n.cfg.Self:
 			n.metrics.NotOwner.Add(1)
 			resp.Err = ErrNotOwner

@@ -1444,7 +1444,11 @@ type Decision struct {
 	// decided by its owner, is the key's state after the check
 	// (bucket.AppendBinary): the asking node's view of the key, which the
 	// partition policy starts from, is refreshed by it, with no flush of its
-	// own (sync/cached.go, keepView). share is the receiver's share of the
+	// own (sync/cached.go, keepView). With error NOT_OWNER, in the answer to
+	// a fenced check not of policy fail-closed from a node taking the key
+	// over from a failed member (sync/confirm.go, waitState), it is that
+	// node's state of the key, which the asking node's local share starts
+	// from (sync/policy.go, seedShare). share is the receiver's share of the
 	// key's tokens, as in KeyState.
 	State []byte  `protobuf:"bytes,41,opt,name=state,proto3" json:"state,omitempty"`
 	Share float32 `protobuf:"fixed32,42,opt,name=share,proto3" json:"share,omitempty"`
