@@ -195,8 +195,8 @@ func TestClockSkewHandoffRealNodes(t *testing.T) {
 
 // TestClockSkewBackupRealNodes: a key spent at n1, whose backup n3 (30
 // minutes ahead) holds, stays spent when n1 dies and n3 takes it over:
-// nothing admitted through n3, by n3 as owner, or through n2, which holds
-// no state of the key but is answered with n3's while n3 waits.
+// nothing admitted through n3 or by n3 as owner, and through n2, which
+// holds no state of the key, at most the fresh local-share the docs allow.
 func TestClockSkewBackupRealNodes(t *testing.T) {
 	nodes := startSkewed(t, 30*time.Minute)
 	const limit = 40
@@ -237,15 +237,20 @@ func TestClockSkewBackupRealNodes(t *testing.T) {
 	// each mode guarantees, by policy"): until n3's takeover is confirmed
 	// (confirm.go) it answers n2's forwards not-owner, and both go by the
 	// policy, local-share, which starts from the key's last known state,
-	// else from a fresh share of limit / members. n3 starts from the backup
-	// it holds, its reserve drained: spent. n2 keeps no view of an
-	// owner-mode key, and n3's backup of the key to it may come after its
-	// first check of the wait (about 1 run in 16 to 50 on loaded cores: n2
-	// then admitted the 4 checks it saw in the wait, from a fresh share);
-	// n3's not-owner answers carry n3's state of the key (sync's
-	// waitState), and n2's share starts from it: spent. Once confirmed, n3
-	// decides as owner: nothing. So nothing at all. (n2 starts a fresh share
-	// still for a forward n3 leaves unanswered for RequestTimeout.)
+	// else from a fresh share of limit / members, one per node and
+	// episode, charged afterwards. n3 starts from the backup it holds, its
+	// reserve drained: spent. n2 keeps no view of an owner-mode key; it
+	// starts from n3's backup of the key to it if that has come, or from
+	// the state n3's not-owner answer carries (sync's waitState): spent.
+	// Before that answer carried it, n2 started a fresh share in about 1
+	// run in 16 to 50 on loaded cores (n3's backup came after n2's first
+	// check of the wait; n2 admitted the 4 checks it saw);
+	// TestTakeoverWaitAnswerCarriesState forces that interleaving: 4 -> 0.
+	// A forward n3 leaves unanswered for RequestTimeout still starts a
+	// fresh share, which the docs allow, and which a loaded machine can
+	// produce. Once confirmed, n3 decides as owner: nothing. So nothing
+	// through n3, nothing decided by the owner, and through n2 at most its
+	// share.
 	shareOfN2 := limit / len(nodes[1:])
 	clients := []ringlimitv1.RateLimiterClient{c2, dial(t, nodes[2])}
 	var viaN2, viaN3, byOwner int
@@ -268,8 +273,8 @@ func TestClockSkewBackupRealNodes(t *testing.T) {
 		}
 	}
 	t.Logf("after n1 died: admitted by the owner %d, by the policy through n2 %d (its share %d), through n3 %d", byOwner, viaN2, shareOfN2, viaN3)
-	if byOwner != 0 || viaN3 != 0 || viaN2 != 0 {
-		t.Errorf("spent key after its owner died (its backup on the skewed n3): admitted by the owner %d, by the policy through n3 %d, through n2 %d (a fresh share: %d); want 0",
+	if byOwner != 0 || viaN3 != 0 || viaN2 > shareOfN2 {
+		t.Errorf("spent key after its owner died (its backup on the skewed n3): admitted by the owner %d, by the policy through n3 %d, want 0; through n2 %d, want at most its fresh share %d",
 			byOwner, viaN3, viaN2, shareOfN2)
 	}
 }
