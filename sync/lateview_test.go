@@ -21,7 +21,9 @@ import (
 // The view shows lag more consumed than the state b started from: b
 // charges them (lateview.go). Before, b merged the view keeping the most
 // consumed, which changed nothing once b had decided past it, and the lag
-// was admitted twice (1030 of 1000 with a lag of 30).
+// was admitted twice (1030 of 1000 with a lag of 30). A SlidingLog key's
+// merge counts the view's entries itself (the union of the logs): charged
+// on top, the lag was drained twice (971 admitted of 1000, mergeView).
 func TestLateViewChargedAfterTakeover(t *testing.T) {
 	const limit, spent = 1000, 500
 	members, survivors := []string{"a", "b", "c"}, []string{"a", "b"}
@@ -30,16 +32,21 @@ func TestLateViewChargedAfterTakeover(t *testing.T) {
 		pol     check.Policy
 		lag     int // hits a spends through c that b's backup and view miss
 		byOwner int // checks b decides before a's view arrives
+		alg     bucket.Algorithm
 	}{
-		{check.PolicyFailClosed, 30, 200},
-		{check.PolicyLocalShare, 30, 200},
-		{check.PolicyFailClosed, 30, 0},  // the view arrives first: the merge alone counts it
-		{check.PolicyFailClosed, 0, 200}, // no lag: nothing to charge
+		{check.PolicyFailClosed, 30, 200, bucket.TokenBucket},
+		{check.PolicyLocalShare, 30, 200, bucket.TokenBucket},
+		{check.PolicyFailClosed, 30, 0, bucket.TokenBucket},  // the view arrives first: the merge alone counts it
+		{check.PolicyFailClosed, 0, 200, bucket.TokenBucket}, // no lag: nothing to charge
+		{check.PolicyFailClosed, 30, 200, bucket.SlidingLog}, // the merge counts the view's entries: nothing to charge on top
+		{check.PolicyFailClosed, 30, 200, bucket.FixedWindow},
 	} {
-		t.Run(fmt.Sprintf("%v/lag %d/%d by b first", tc.pol, tc.lag, tc.byOwner), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v/%v/lag %d/%d by b first", tc.alg, tc.pol, tc.lag, tc.byOwner), func(t *testing.T) {
 			nw := newTestNet(t, withWait, members...)
 			a, b, c := nw.nodes["a"], nw.nodes["b"], nw.nodes["c"]
-			req := check.Request{Key: key, Hits: 1, Limit: perHour(limit), Mode: check.ModeCached, Policy: tc.pol}
+			l := perHour(limit)
+			l.Algorithm = tc.alg
+			req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeCached, Policy: tc.pol}
 			admitted := 0
 			try := func(n *Node) {
 				if r := nw.checkAnswered(n, req); r.Allowed {
@@ -109,7 +116,6 @@ func TestLateViewChargesMostOverViews(t *testing.T) {
 	if b.late[key] == nil {
 		t.Fatal("b marked no late start for the key it took over")
 	}
-	e := b.st.lookupOwned(b.st.shardOf(key), key)
 	left := func(spent int64) bucket.Bucket { // a state of the key with 1000 - spent left now
 		t.Helper()
 		at := b.bt(nw.now)
@@ -147,7 +153,7 @@ func TestLateViewChargesMostOverViews(t *testing.T) {
 		if st.state != nil {
 			b.lateMerged(b.bt(nw.now), key, st.state)
 		}
-		if got := b.chargeLateView(b.bt(nw.now), key, st.from, e, left(st.view)); got != st.want {
+		if got := b.lateBeyond(b.bt(nw.now), key, st.from, left(st.view)); got != st.want {
 			t.Errorf("%s: charged %d, want %d", st.name, got, st.want)
 		}
 	}
