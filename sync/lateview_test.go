@@ -158,3 +158,44 @@ func TestLateViewChargesMostOverViews(t *testing.T) {
 		}
 	}
 }
+
+// TestLateViewSlidingCounterChargedOnce: a SlidingCounter key of 100 per
+// 10 s taken over from a backup with 40 in the window before the current
+// one; the failed owner's state a survivor reports holds 60 there and 10
+// in the current window; the new owner has admitted 30 since. At 1 s into
+// the window the key holds 0.9 x 60 + 10 + 30 = 94: 6 left. The view
+// shows 0.9 x 20 + 10 = 28 beyond the start; the merge raises the
+// previous window to 60 itself (18 of them), so only 10 are charged.
+// Before mergeView, all 28 were drained into the current window and the
+// merge then raised the previous one too: 18 counted twice, 0 left.
+func TestLateViewSlidingCounterChargedOnce(t *testing.T) {
+	nw := newTestNet(t, nil, "b")
+	b := nw.nodes["b"]
+	l := bucket.Limit{Algorithm: bucket.SlidingCounter, Limit: 100, Period: 10 * time.Second}
+	w := time.Unix(1_000_000_000, 0)                                     // a window's start
+	state := func(before, after int64, at time.Duration) bucket.Bucket { // as seen at w + at
+		t.Helper()
+		s, err := bucket.New(l, w.Add(-2*time.Second))
+		if err != nil || s.Drain(w.Add(-time.Second), before) != nil || s.Drain(w.Add(at), after) != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	key := "k"
+	start := state(40, 0, -time.Second)         // the backup: 40 in the previous window
+	live := state(40, 30, 500*time.Millisecond) // and this owner's admissions since
+	view := state(60, 10, 500*time.Millisecond) // 60 in the previous window, 10 in this one
+	b.late = map[string]*lateStart{key: {seen: start, until: w.Add(time.Minute)}}
+	e := &ownedKey{}
+	e.b = live
+	at := w.Add(time.Second)
+	charged := b.mergeView(at, key, "a", e, view)
+	d, err := e.b.Take(at, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("charged %d, %d left", charged, d.Remaining)
+	if charged != 10 || d.Remaining != 6 {
+		t.Errorf("charged %d, %d left; want 10 charged, 6 left (0.9 x 60 + 10 + 30 = 94 used)", charged, d.Remaining)
+	}
+}
