@@ -199,3 +199,64 @@ func TestLateViewSlidingCounterChargedOnce(t *testing.T) {
 		t.Errorf("charged %d, %d left; want 10 charged, 6 left (0.9 x 60 + 10 + 30 = 94 used)", charged, d.Remaining)
 	}
 }
+
+// TestLateViewChargedWithoutStart: b takes over c's key with no state of
+// it (c's backups and pushes to b lost, b never checked it), so it starts
+// the key from the first survivor's view, a's; d spent 30 more through c
+// than a's view shows, and d's view reaches b only after b decided 200
+// checks. The key is marked as it starts (lateNew) and d's view is charged
+// the 30 beyond a's. Before, only keys b held a state of at the
+// membership change were marked: d's view merged as a no-op and the 30
+// were admitted twice (1031 of 1000).
+func TestLateViewChargedWithoutStart(t *testing.T) {
+	const limit, spent, lag = 1000, 500, 30
+	members, survivors := []string{"a", "b", "c", "d"}, []string{"a", "b", "d"}
+	key := keyMoving(t, "c", "b", members, survivors)
+	for _, pol := range []check.Policy{check.PolicyLocalShare, check.PolicyFailClosed} {
+		t.Run(pol.String(), func(t *testing.T) {
+			nw := newTestNet(t, withWait, members...)
+			a, b, d := nw.nodes["a"], nw.nodes["b"], nw.nodes["d"]
+			req := check.Request{Key: key, Hits: 1, Limit: perHour(limit), Mode: check.ModeCached, Policy: pol}
+			admitted := 0
+			try := func(n *Node) {
+				if r := nw.checkAnswered(n, req); r.Allowed {
+					admitted++
+				}
+			}
+			nw.drop = func(from, to string, env *peerv1.Envelope) bool {
+				return from == "c" && to == "b" && (bodyName(env) == "push" || bodyName(env) == "backup")
+			}
+			nw.spendInTurn(try, &admitted, spent, a, d, nw.nodes["c"])
+			for range lag {
+				try(d)
+				nw.run(time.Millisecond)
+			}
+			nw.run(150 * time.Millisecond) // c applies d's hits and answers d
+			nw.isolate("c")
+			nw.nodes["c"] = nil // crashed
+			nw.drop = nil
+			nw.failNode(survivors, []string{"c"}, "a", "b", "d")
+			nw.run(500 * time.Millisecond)
+			if isOwned(b, key) {
+				t.Fatal("b holds a state of the key before any survivor's view")
+			}
+			try(a) // b starts the key from a's view
+			nw.run(250 * time.Millisecond)
+			for range 200 {
+				try(b)
+				nw.run(time.Millisecond)
+			}
+			try(d) // its view shows the lag beyond a's
+			nw.run(1250 * time.Millisecond)
+			for i := range 2000 {
+				try([]*Node{a, b, d}[i%3])
+				nw.run(time.Millisecond)
+			}
+			charged := b.Metrics().LateViewHits.Load()
+			t.Logf("charged %d from d's late view; %d admitted in all", charged, admitted)
+			if charged != lag || admitted > limit+1 || admitted < limit-1 {
+				t.Errorf("%d charged, %d admitted in all; want %d charged, %d (±1) admitted", charged, admitted, lag, limit)
+			}
+		})
+	}
+}
