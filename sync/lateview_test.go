@@ -57,16 +57,7 @@ func TestLateViewChargedAfterTakeover(t *testing.T) {
 			nw.drop = func(from, to string, env *peerv1.Envelope) bool {
 				return from == "c" && to == "b" && (bodyName(env) == "push" || bodyName(env) == "backup")
 			}
-			for range tc.lag {
-				try(a)
-				nw.run(time.Millisecond)
-			}
-			nw.run(150 * time.Millisecond) // c applies a's hits and answers a
-			nw.isolate("c")
-			nw.nodes["c"] = nil // crashed
-			nw.drop = nil
-			nw.failNode(survivors, []string{"c"}, "a", "b")
-			nw.run(500 * time.Millisecond) // b confirms the takeover and decides (cached mode)
+			nw.lagThenCrash(try, a, tc.lag, survivors, "a", "b") // b confirms the takeover and decides (cached mode)
 			started := remainingOn(b, nw.now, key)
 			for range tc.byOwner {
 				try(b)
@@ -227,16 +218,7 @@ func TestLateViewChargedWithoutStart(t *testing.T) {
 				return from == "c" && to == "b" && (bodyName(env) == "push" || bodyName(env) == "backup")
 			}
 			nw.spendInTurn(try, &admitted, spent, a, d, nw.nodes["c"])
-			for range lag {
-				try(d)
-				nw.run(time.Millisecond)
-			}
-			nw.run(150 * time.Millisecond) // c applies d's hits and answers d
-			nw.isolate("c")
-			nw.nodes["c"] = nil // crashed
-			nw.drop = nil
-			nw.failNode(survivors, []string{"c"}, "a", "b", "d")
-			nw.run(500 * time.Millisecond)
+			nw.lagThenCrash(try, d, lag, survivors, "a", "b", "d")
 			if isOwned(b, key) {
 				t.Fatal("b holds a state of the key before any survivor's view")
 			}
@@ -259,4 +241,20 @@ func TestLateViewChargedWithoutStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lagThenCrash has by spend lag checks through c (try), lets c apply them
+// and answer by, then crashes c, the survivors dropping it on the nodes
+// on, and runs 500 ms: the new owner confirms the takeover.
+func (nw *testNet) lagThenCrash(try func(*Node), by *Node, lag int, survivors []string, on ...string) {
+	for range lag {
+		try(by)
+		nw.run(time.Millisecond)
+	}
+	nw.run(150 * time.Millisecond)
+	nw.isolate("c")
+	nw.nodes["c"] = nil // crashed
+	nw.drop = nil
+	nw.failNode(survivors, []string{"c"}, on...)
+	nw.run(500 * time.Millisecond)
 }
