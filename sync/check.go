@@ -385,7 +385,8 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 		if v := s.view.get(h, key); v != nil {
 			n.dropLease(s, key)
 			e = n.st.toOwned(s, v, n.bt(now))
-			n.markPromoted(key) // lostkey.go
+			n.markPromoted(key)          // lostkey.go
+			n.lateNew(n.bt(now), key, e) // lateview.go
 		}
 	}
 	if e == nil {
@@ -403,6 +404,7 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 		}
 		n.st.insertEntry(s, h, e, n.bt(now), c)
 		n.capLeased(e, now)
+		n.lateNew(n.bt(now), key, e) // lateview.go
 		return e, false, nil
 	}
 	reconf, err = configure(&e.b, l, n.bt(now), hits)

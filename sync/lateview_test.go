@@ -21,7 +21,9 @@ import (
 // The view shows lag more consumed than the state b started from: b
 // charges them (lateview.go). Before, b merged the view keeping the most
 // consumed, which changed nothing once b had decided past it, and the lag
-// was admitted twice (1030 of 1000 with a lag of 30).
+// was admitted twice (1030 of 1000 with a lag of 30). A SlidingLog key's
+// merge counts the view's entries itself (the union of the logs): charged
+// on top, the lag was drained twice (971 admitted of 1000, mergeView).
 func TestLateViewChargedAfterTakeover(t *testing.T) {
 	const limit, spent = 1000, 500
 	members, survivors := []string{"a", "b", "c"}, []string{"a", "b"}
@@ -30,16 +32,21 @@ func TestLateViewChargedAfterTakeover(t *testing.T) {
 		pol     check.Policy
 		lag     int // hits a spends through c that b's backup and view miss
 		byOwner int // checks b decides before a's view arrives
+		alg     bucket.Algorithm
 	}{
-		{check.PolicyFailClosed, 30, 200},
-		{check.PolicyLocalShare, 30, 200},
-		{check.PolicyFailClosed, 30, 0},  // the view arrives first: the merge alone counts it
-		{check.PolicyFailClosed, 0, 200}, // no lag: nothing to charge
+		{check.PolicyFailClosed, 30, 200, bucket.TokenBucket},
+		{check.PolicyLocalShare, 30, 200, bucket.TokenBucket},
+		{check.PolicyFailClosed, 30, 0, bucket.TokenBucket},  // the view arrives first: the merge alone counts it
+		{check.PolicyFailClosed, 0, 200, bucket.TokenBucket}, // no lag: nothing to charge
+		{check.PolicyFailClosed, 30, 200, bucket.SlidingLog}, // the merge counts the view's entries: nothing to charge on top
+		{check.PolicyFailClosed, 30, 200, bucket.FixedWindow},
 	} {
-		t.Run(fmt.Sprintf("%v/lag %d/%d by b first", tc.pol, tc.lag, tc.byOwner), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v/%v/lag %d/%d by b first", tc.alg, tc.pol, tc.lag, tc.byOwner), func(t *testing.T) {
 			nw := newTestNet(t, withWait, members...)
 			a, b, c := nw.nodes["a"], nw.nodes["b"], nw.nodes["c"]
-			req := check.Request{Key: key, Hits: 1, Limit: perHour(limit), Mode: check.ModeCached, Policy: tc.pol}
+			l := perHour(limit)
+			l.Algorithm = tc.alg
+			req := check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeCached, Policy: tc.pol}
 			admitted := 0
 			try := func(n *Node) {
 				if r := nw.checkAnswered(n, req); r.Allowed {
@@ -50,16 +57,7 @@ func TestLateViewChargedAfterTakeover(t *testing.T) {
 			nw.drop = func(from, to string, env *peerv1.Envelope) bool {
 				return from == "c" && to == "b" && (bodyName(env) == "push" || bodyName(env) == "backup")
 			}
-			for range tc.lag {
-				try(a)
-				nw.run(time.Millisecond)
-			}
-			nw.run(150 * time.Millisecond) // c applies a's hits and answers a
-			nw.isolate("c")
-			nw.nodes["c"] = nil // crashed
-			nw.drop = nil
-			nw.failNode(survivors, []string{"c"}, "a", "b")
-			nw.run(500 * time.Millisecond) // b confirms the takeover and decides (cached mode)
+			nw.lagThenCrash(try, a, tc.lag, survivors, "a", "b") // b confirms the takeover and decides (cached mode)
 			started := remainingOn(b, nw.now, key)
 			for range tc.byOwner {
 				try(b)
@@ -109,7 +107,6 @@ func TestLateViewChargesMostOverViews(t *testing.T) {
 	if b.late[key] == nil {
 		t.Fatal("b marked no late start for the key it took over")
 	}
-	e := b.st.lookupOwned(b.st.shardOf(key), key)
 	left := func(spent int64) bucket.Bucket { // a state of the key with 1000 - spent left now
 		t.Helper()
 		at := b.bt(nw.now)
@@ -147,8 +144,117 @@ func TestLateViewChargesMostOverViews(t *testing.T) {
 		if st.state != nil {
 			b.lateMerged(b.bt(nw.now), key, st.state)
 		}
-		if got := b.chargeLateView(b.bt(nw.now), key, st.from, e, left(st.view)); got != st.want {
+		if got := b.lateBeyond(b.bt(nw.now), key, st.from, left(st.view)); got != st.want {
 			t.Errorf("%s: charged %d, want %d", st.name, got, st.want)
 		}
 	}
+}
+
+// TestLateViewSlidingCounterChargedOnce: a SlidingCounter key of 100 per
+// 10 s taken over from a backup with 40 in the window before the current
+// one; the failed owner's state a survivor reports holds 60 there and 10
+// in the current window; the new owner has admitted 30 since. At 1 s into
+// the window the key holds 0.9 x 60 + 10 + 30 = 94: 6 left. The view
+// shows 0.9 x 20 + 10 = 28 beyond the start; the merge raises the
+// previous window to 60 itself (18 of them), so only 10 are charged.
+// Before mergeView, all 28 were drained into the current window and the
+// merge then raised the previous one too: 18 counted twice, 0 left.
+func TestLateViewSlidingCounterChargedOnce(t *testing.T) {
+	nw := newTestNet(t, nil, "b")
+	b := nw.nodes["b"]
+	l := bucket.Limit{Algorithm: bucket.SlidingCounter, Limit: 100, Period: 10 * time.Second}
+	w := time.Unix(1_000_000_000, 0)                                     // a window's start
+	state := func(before, after int64, at time.Duration) bucket.Bucket { // as seen at w + at
+		t.Helper()
+		s, err := bucket.New(l, w.Add(-2*time.Second))
+		if err != nil || s.Drain(w.Add(-time.Second), before) != nil || s.Drain(w.Add(at), after) != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	key := "k"
+	start := state(40, 0, -time.Second)         // the backup: 40 in the previous window
+	live := state(40, 30, 500*time.Millisecond) // and this owner's admissions since
+	view := state(60, 10, 500*time.Millisecond) // 60 in the previous window, 10 in this one
+	b.late = map[string]*lateStart{key: {seen: start, until: w.Add(time.Minute)}}
+	e := &ownedKey{}
+	e.b = live
+	at := w.Add(time.Second)
+	charged := b.mergeView(at, key, "a", e, view)
+	d, err := e.b.Take(at, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("charged %d, %d left", charged, d.Remaining)
+	if charged != 10 || d.Remaining != 6 {
+		t.Errorf("charged %d, %d left; want 10 charged, 6 left (0.9 x 60 + 10 + 30 = 94 used)", charged, d.Remaining)
+	}
+}
+
+// TestLateViewChargedWithoutStart: b takes over c's key with no state of
+// it (c's backups and pushes to b lost, b never checked it), so it starts
+// the key from the first survivor's view, a's; d spent 30 more through c
+// than a's view shows, and d's view reaches b only after b decided 200
+// checks. The key is marked as it starts (lateNew) and d's view is charged
+// the 30 beyond a's. Before, only keys b held a state of at the
+// membership change were marked: d's view merged as a no-op and the 30
+// were admitted twice (1031 of 1000).
+func TestLateViewChargedWithoutStart(t *testing.T) {
+	const limit, spent, lag = 1000, 500, 30
+	members, survivors := []string{"a", "b", "c", "d"}, []string{"a", "b", "d"}
+	key := keyMoving(t, "c", "b", members, survivors)
+	for _, pol := range []check.Policy{check.PolicyLocalShare, check.PolicyFailClosed} {
+		t.Run(pol.String(), func(t *testing.T) {
+			nw := newTestNet(t, withWait, members...)
+			a, b, d := nw.nodes["a"], nw.nodes["b"], nw.nodes["d"]
+			req := check.Request{Key: key, Hits: 1, Limit: perHour(limit), Mode: check.ModeCached, Policy: pol}
+			admitted := 0
+			try := func(n *Node) {
+				if r := nw.checkAnswered(n, req); r.Allowed {
+					admitted++
+				}
+			}
+			nw.drop = func(from, to string, env *peerv1.Envelope) bool {
+				return from == "c" && to == "b" && (bodyName(env) == "push" || bodyName(env) == "backup")
+			}
+			nw.spendInTurn(try, &admitted, spent, a, d, nw.nodes["c"])
+			nw.lagThenCrash(try, d, lag, survivors, "a", "b", "d")
+			if isOwned(b, key) {
+				t.Fatal("b holds a state of the key before any survivor's view")
+			}
+			try(a) // b starts the key from a's view
+			nw.run(250 * time.Millisecond)
+			for range 200 {
+				try(b)
+				nw.run(time.Millisecond)
+			}
+			try(d) // its view shows the lag beyond a's
+			nw.run(1250 * time.Millisecond)
+			for i := range 2000 {
+				try([]*Node{a, b, d}[i%3])
+				nw.run(time.Millisecond)
+			}
+			charged := b.Metrics().LateViewHits.Load()
+			t.Logf("charged %d from d's late view; %d admitted in all", charged, admitted)
+			if charged != lag || admitted > limit+1 || admitted < limit-1 {
+				t.Errorf("%d charged, %d admitted in all; want %d charged, %d (±1) admitted", charged, admitted, lag, limit)
+			}
+		})
+	}
+}
+
+// lagThenCrash has by spend lag checks through c (try), lets c apply them
+// and answer by, then crashes c, the survivors dropping it on the nodes
+// on, and runs 500 ms: the new owner confirms the takeover.
+func (nw *testNet) lagThenCrash(try func(*Node), by *Node, lag int, survivors []string, on ...string) {
+	for range lag {
+		try(by)
+		nw.run(time.Millisecond)
+	}
+	nw.run(150 * time.Millisecond)
+	nw.isolate("c")
+	nw.nodes["c"] = nil // crashed
+	nw.drop = nil
+	nw.failNode(survivors, []string{"c"}, on...)
+	nw.run(500 * time.Millisecond)
 }

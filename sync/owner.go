@@ -140,9 +140,9 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		if vb, err := bucket.Decode(it.View); err != nil {
 			n.metrics.Malformed.Add(1)
 		} else {
-			vb = n.rebase(vb)
-			n.chargeLateView(n.bt(now), it.Key, p.name, e, vb) // lateview.go: what the view shows beyond the takeover's start
-			_ = e.b.Merge(n.bt(now), vb)                       // most consumed wins; another algorithm is ignored
+			// Most consumed wins; another algorithm is ignored; then what the
+			// view shows beyond the takeover's start (lateview.go).
+			n.mergeView(n.bt(now), it.Key, p.name, e, n.rebase(vb))
 		}
 	}
 	e.touch(c, it.Demand, false)
