@@ -116,3 +116,21 @@ func droppedLostScene(t *testing.T, nw *testNet, victim string) time.Time {
 func keptForLost(n *Node, owner, key string) bool {
 	return slices.ContainsFunc(n.dur.forLost[owner], func(ks *peerv1.KeyState) bool { return ks.Key == key })
 }
+
+// TestDroppedLostPartitionsForgottenWithOwner: the partitions recorded
+// for a lost owner go with the states kept for it when it is forgotten
+// (neither live nor lost: FailedMemberTTL, or left): its keys are others'
+// then, and nothing is left to hand, nor kept for ever.
+func TestDroppedLostPartitionsForgottenWithOwner(t *testing.T) {
+	nw := newTestNet(t, func(cfg *Config) { cfg.MaxKeys = floodBudget }, lostMembers...)
+	a := nw.nodes["a"]
+	droppedLostScene(t, nw, keysOwnedBy(t, "c", lostMembers, 1)[0])
+	if len(a.dur.forLostDrained["c"]) == 0 {
+		t.Fatalf("a records no partition dropped for c: not the scene")
+	}
+	a.SetMembership(nw.now, []string{"a", "b"}, nil) // c, d and e forgotten
+	if len(a.dur.forLostDrained) != 0 || len(a.unownedDrained) != 0 {
+		t.Errorf("a holds %d lost owners' dropped partitions and %d to hand after c was forgotten, want none",
+			len(a.dur.forLostDrained), len(a.unownedDrained))
+	}
+}
