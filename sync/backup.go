@@ -127,6 +127,12 @@ type durability struct {
 	// grantsForLost maps such a member to the live lease grants of those
 	// keys, to hand to it after the states (keptgrants.go).
 	grantsForLost map[string][]*peerv1.LeaseGrant
+	// forLostDrained maps such a member to the ring partitions of the
+	// states dropped from, or not kept in, forLost at its cap while not
+	// full, with the instant (bucket time) the latest would be full
+	// again, to hand after the states (dropped.go); at most
+	// PartitionCount a member.
+	forLostDrained map[string]map[int]time.Time
 	// spare is a bucket no one else refers to (a received state that was
 	// merged, or one a newer state replaced), decoded into by the next
 	// received state instead of allocating (bucket.DecodeInto); nil when

@@ -64,7 +64,10 @@ import (
 //     no state of drained as of the hand-off, not fresh (dropped.go);
 //   - the states a node on a minority side keeps for an owner lost to
 //     the partition (lostowner.go, keepForLost): the same caps and rule
-//     (roomForKept), apart;
+//     (roomForKept), apart; the partitions of the states dropped or not
+//     kept while not full are recorded per lost owner (at most
+//     PartitionCount each, keepDroppedForLost) and handed after the
+//     states when it is back, to each partition's owner (dropped.go);
 //   - the lease grants of keys with no owned record (leasecap.go,
 //     looseGrants): at most MaxKeys keys; beyond, a key's live grants
 //     are folded into a mark that holds its next record's bucket under
@@ -77,7 +80,8 @@ import (
 // TestStrayGrantsBounded and TestHandedGrantsHeap flood each with 100,000
 // keys (or 256 grants a key), TestLostOwnerStatesBounded with 10,000,
 // within the wire limits; TestDroppedUnownedStateKeepsKeySpent floods the
-// unowned states past a victim's.
+// unowned states past a victim's, TestDroppedLostOwnerStateKeepsKeySpent
+// those kept for a lost owner.
 
 // The charges, in bytes, of a key's share of the index that finds it: a
 // table slot (12 bytes at 3/8 to 3/4 load: 1.33 to 2.67 slots a key, 1.85

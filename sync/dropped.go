@@ -41,13 +41,22 @@ import (
 // already had of a key of them when the hand-off came (it decided the key
 // apart from the leaving node, before it learned of it) is drained as of
 // the hand-off too, as a handed state would have been merged into it
-// (boundDrainedOwned): all its tokens left, once.
+// (boundDrainedOwned): all its tokens left, once; and so is a state it
+// kept aside on its return from a minority side (deposed, keptState).
+//
+// The states a node keeps for an owner lost to a partition (lostowner.go)
+// are capped by the same rule, and their dropped partitions recorded the
+// same way, per lost owner (keepDroppedForLost), and handed by
+// handDrained after the states when that owner is live again
+// (handBackToLost): TestDroppedLostOwnerStateKeepsKeySpent, 61 admitted
+// of the victim by the owner back, at most 7 refilled; 2 now.
 
-// keepDroppedState records, once leaving, the partition of ks, a state
-// dropped from those kept for no owner, or not kept, if it is not full at
-// t, the bucket time (a full state, or one that does not decode, carries
+// keepDroppedState records in *into (unownedDrained once leaving, or a
+// lost owner's in forLostDrained) the partition of ks, a state dropped
+// from those kept to hand on, or not kept, if it is not full at t, the
+// bucket time (a full state, or one that does not decode, carries
 // nothing).
-func (n *Node) keepDroppedState(t time.Time, ks *peerv1.KeyState) {
+func (n *Node) keepDroppedState(into *map[int]time.Time, t time.Time, ks *peerv1.KeyState) {
 	b, err := bucket.Decode(ks.State)
 	if err != nil || b.Idle(t) {
 		return
@@ -56,17 +65,17 @@ func (n *Node) keepDroppedState(t time.Time, ks *peerv1.KeyState) {
 	if err != nil || !d.ResetAt.After(t) {
 		return
 	}
-	n.keepDrainedUntil(ring.PartitionOf(ks.Key, n.cfg.Ring.PartitionCount), d.ResetAt)
+	keepDrainedUntil(into, ring.PartitionOf(ks.Key, n.cfg.Ring.PartitionCount), d.ResetAt)
 }
 
-// keepDrainedUntil records partition id for handDrained, until full (the
-// bucket time), or later if it is recorded until later already.
-func (n *Node) keepDrainedUntil(id int, full time.Time) {
-	if n.unownedDrained == nil {
-		n.unownedDrained = map[int]time.Time{}
+// keepDrainedUntil records partition id in *into for handDrained, until
+// full (the bucket time), or later if it is recorded until later already.
+func keepDrainedUntil(into *map[int]time.Time, id int, full time.Time) {
+	if *into == nil {
+		*into = map[int]time.Time{}
 	}
-	if full.After(n.unownedDrained[id]) {
-		n.unownedDrained[id] = full
+	if full.After((*into)[id]) {
+		(*into)[id] = full
 	}
 }
 
@@ -127,7 +136,7 @@ func (n *Node) keepDrainedOf(v *view, p *peer, b *handoffBatch) {
 				continue // this node's, or still p's: the hand-off to it stands
 			}
 		}
-		n.keepDrainedUntil(int(id), drainedAlways)
+		keepDrainedUntil(&n.unownedDrained, int(id), drainedAlways)
 	}
 }
 
@@ -159,7 +168,7 @@ func (n *Node) noteDrained(now time.Time, v *view, p *peer, ids []uint32) {
 			continue
 		}
 		if q := v.peers[o]; q != nil && q != p && !q.gone || q == nil && n.leaving {
-			n.keepDrainedUntil(int(id), drainedAlways)
+			keepDrainedUntil(&n.unownedDrained, int(id), drainedAlways)
 		}
 	}
 	n.handDrained(now, v)
@@ -177,13 +186,17 @@ func (n *Node) drainedStart(key string) (time.Time, bool) {
 
 // boundDrainedOwned drains as of t (the bucket time) the owned records of
 // the partitions ids (noteDrained) that hold a markable algorithm's
-// bucket: the dropped state of their key, had it been handed, would have
-// been merged into them keeping the most consumed, and a bucket drained at
-// the hand-off is at least that (TestDroppedStateBoundsOwnedRecord: a
-// victim its owner had checked once before the hand-off admitted 61 more
-// after it, at most 7 refilled; 1 now). The cost: one pass over the owned
-// records (at most MaxKeys) a hand-off that names partitions, and the
-// tokens left of every owned key of them, once.
+// bucket, and the states of their keys kept aside on a return from a
+// minority side (quorum.go, deposed: keptState): the dropped state of
+// their key, had it been handed, would have been merged into them keeping
+// the most consumed, and a bucket drained at the hand-off is at least
+// that (TestDroppedStateBoundsOwnedRecord: a victim its owner had checked
+// once before the hand-off admitted 61 more after it, at most 7 refilled;
+// 1 now; TestDroppedLostOwnerStateBoundsDeposedState: an owner back from
+// its minority side started the victim from its kept state, 61 admitted,
+// at most 7 refilled; 2 now). The cost: one pass over the owned records
+// and the kept ones (at most MaxKeys each) a hand-off that names
+// partitions, and the tokens left of every owned key of them, once.
 func (n *Node) boundDrainedOwned(t time.Time, ids []uint32) {
 	count := n.cfg.Ring.PartitionCount
 	parts := make(map[int]bool, len(ids))
@@ -205,11 +218,21 @@ func (n *Node) boundDrainedOwned(t time.Time, ids []uint32) {
 		}
 	}
 	for _, h := range hits {
-		l := h.e.b.Config()
-		m, err := bucket.New(l, t)
-		if err != nil || m.Drain(t, l.Capacity()) != nil || h.e.b.Merge(t, m) != nil {
-			continue
+		if drainAt(h.e.b, t) {
+			n.markChanged(h.s, h.key, h.e, -1) // its backup and the views of it
 		}
-		n.markChanged(h.s, h.key, h.e, -1) // its backup and the views of it
 	}
+	for key, b := range n.dur.kept {
+		if parts[ring.PartitionOf(key, count)] && markable(b.Config().Algorithm) {
+			drainAt(b, t)
+		}
+	}
+}
+
+// drainAt merges into b a bucket of its limit drained at t (the bucket
+// time), keeping the most consumed, and reports whether it did.
+func drainAt(b bucket.Bucket, t time.Time) bool {
+	l := b.Config()
+	m, err := bucket.New(l, t)
+	return err == nil && m.Drain(t, l.Capacity()) == nil && b.Merge(t, m) == nil
 }

@@ -184,11 +184,11 @@ func (n *Node) roomForUnowned(now time.Time, ks *peerv1.KeyState) bool {
 			n.unownedBytes -= lostCharge(k)
 			delete(n.unowned, k.Key)
 			n.metrics.FloodCapped.Add(1)
-			n.keepDroppedState(t, k) // dropped.go
+			n.keepDroppedState(&n.unownedDrained, t, k) // dropped.go
 		}
 	})
 	if !kept {
-		n.keepDroppedState(n.bt(now), ks)
+		n.keepDroppedState(&n.unownedDrained, n.bt(now), ks)
 	}
 	return kept
 }

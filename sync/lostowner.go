@@ -35,7 +35,7 @@ import (
 // keepForLost keeps ks, the state of a key owned here until now whose
 // owner is the lost member named to, if there is room (roomForLost).
 func (n *Node) keepForLost(now time.Time, to string, ks *peerv1.KeyState) {
-	if !n.roomForLost(now, ks) {
+	if !n.roomForLost(now, to, ks) {
 		return
 	}
 	d := &n.dur
@@ -47,18 +47,21 @@ func (n *Node) keepForLost(now time.Time, to string, ks *peerv1.KeyState) {
 	d.forLostBytes += lostCharge(ks)
 }
 
-// roomForLost reports whether ks may be kept for a lost owner, making
-// room for it if it must (roomForKept). The states kept for lost owners
-// are a side structure (budget.go): at most MaxKeys over all owners, and
-// at most half the byte budget. Before, a member handing this node, on a
-// minority side, states of keys of a lost owner had every one kept
-// (TestLostOwnerStatesBounded: 10,001 states with MaxKeys 64, each found
-// by a scan of those kept before). An honest node keeps at most the keys
-// its store held when their owner was lost, plus those handed to it
-// since. A state given up is the owner's loss at its return: it starts
-// the key from what it had before (deposed, quorum.go), and may admit
-// what this side spent; so those given up are those full again soonest.
-func (n *Node) roomForLost(now time.Time, ks *peerv1.KeyState) bool {
+// roomForLost reports whether ks may be kept for to, a lost owner,
+// making room for it if it must (roomForKept). The states kept for lost
+// owners are a side structure (budget.go): at most MaxKeys over all
+// owners, and at most half the byte budget. Before, a member handing
+// this node, on a minority side, states of keys of a lost owner had every
+// one kept (TestLostOwnerStatesBounded: 10,001 states with MaxKeys 64,
+// each found by a scan of those kept before). An honest node keeps at
+// most the keys its store held when their owner was lost, plus those
+// handed to it since. A state given up is lost to the owner at its
+// return, so the partition of one not full is recorded for that owner
+// (keepDroppedForLost) and handed to it after the states: it starts the
+// partition's keys it has no state of drained as of the hand-off, not
+// from what it had before the cut (dropped.go); the states given up are
+// those full again soonest.
+func (n *Node) roomForLost(now time.Time, to string, ks *peerv1.KeyState) bool {
 	d := &n.dur
 	count := func() int {
 		k := 0
@@ -67,7 +70,7 @@ func (n *Node) roomForLost(now time.Time, ks *peerv1.KeyState) bool {
 		}
 		return k
 	}
-	return n.roomForKept(now, ks, count, &d.forLostBytes, func(t time.Time) {
+	kept := n.roomForKept(now, ks, count, &d.forLostBytes, func(t time.Time) {
 		var all []*peerv1.KeyState
 		for _, kss := range d.forLost {
 			all = append(all, kss...)
@@ -80,13 +83,40 @@ func (n *Node) roomForLost(now time.Time, ks *peerv1.KeyState) bool {
 			n.metrics.FloodCapped.Add(1)
 		}
 		for name, kss := range d.forLost {
-			if kss = slices.DeleteFunc(kss, func(k *peerv1.KeyState) bool { return drop[k] }); len(kss) > 0 {
+			kss = slices.DeleteFunc(kss, func(k *peerv1.KeyState) bool {
+				if drop[k] {
+					n.keepDroppedForLost(name, t, k)
+				}
+				return drop[k]
+			})
+			if len(kss) > 0 {
 				d.forLost[name] = kss
 			} else {
 				delete(d.forLost, name)
 			}
 		}
 	})
+	if !kept {
+		n.keepDroppedForLost(to, n.bt(now), ks)
+	}
+	return kept
+}
+
+// keepDroppedForLost records, for to, a lost owner, the partition of ks,
+// a state dropped from those kept for it, or not kept, if it is not full
+// at t, the bucket time (keepDroppedState): handBackToLost hands it after
+// the states.
+func (n *Node) keepDroppedForLost(to string, t time.Time, ks *peerv1.KeyState) {
+	d := &n.dur
+	m := d.forLostDrained[to]
+	n.keepDroppedState(&m, t, ks)
+	if len(m) == 0 {
+		return
+	}
+	if d.forLostDrained == nil {
+		d.forLostDrained = map[string]map[int]time.Time{}
+	}
+	d.forLostDrained[to] = m
 }
 
 // keepHandedForLost keeps b, a state of key handed to this node (demand
@@ -142,13 +172,18 @@ func (n *Node) mergedKeyState(now time.Time, kept *peerv1.KeyState, b bucket.Buc
 }
 
 // handBackToLost sends the states kept for members that are live in v
-// again, then the grants kept with them (keptgrants.go), and drops those
-// kept for members that are neither live nor lost in v. sendHandoffs
-// sends them in v's member order, each list in the order moveKeys kept
-// it: reproducible.
+// again, then the partitions of the states dropped for them
+// (keepDroppedForLost) to the partitions' owners in v, as a leaving node
+// hands those of its unowned states (handDrained: to the owner, if the
+// partition moved, and later if it has no live owner yet; a partition
+// this node owns again waits there, its cached views holding what it
+// kept), then the grants kept with them (keptgrants.go); and it drops
+// those kept for members that are neither live nor lost in v.
+// sendHandoffs sends the states in v's member order, each list in the
+// order moveKeys kept it: reproducible.
 func (n *Node) handBackToLost(now time.Time, v *view) {
 	d := &n.dur
-	if len(d.forLost) == 0 && len(d.grantsForLost) == 0 {
+	if len(d.forLost) == 0 && len(d.grantsForLost) == 0 && len(d.forLostDrained) == 0 {
 		return
 	}
 	out := map[*peer][]*peerv1.KeyState{}
@@ -167,7 +202,20 @@ func (n *Node) handBackToLost(now time.Time, v *view) {
 			out[p] = kss
 		}
 	}
+	for name, parts := range d.forLostDrained {
+		if v.lost[name] != nil {
+			continue
+		}
+		delete(d.forLostDrained, name)
+		if v.peers[name] == nil {
+			continue // dropped with the states
+		}
+		for id, full := range parts {
+			keepDrainedUntil(&n.unownedDrained, id, full)
+		}
+	}
 	n.sendHandoffs(now, v, out)
+	n.handDrained(now, v)      // dropped.go: after the states, on the same queue
 	n.sendGrants(now, v, held) // leasecap.go: after the states, on the same queue
 }
 

@@ -95,10 +95,11 @@ type Node struct {
 	unownedGrants []*peerv1.LeaseGrant
 	// unownedBytes is what the states in unowned are charged (lostCharge).
 	unownedBytes int64
-	// unownedDrained holds, once leaving, the ring partitions of the
-	// states in unowned that were dropped at its cap, with the instant
-	// (bucket time) the latest would be full again, until handed to
-	// their owners (dropped.go); at most PartitionCount.
+	// unownedDrained holds the ring partitions of states dropped at a
+	// side structure's cap, with the instant (bucket time) the latest
+	// would be full again, until handed to their owners (dropped.go): once
+	// leaving, those of unowned; and those of a lost owner back
+	// (handBackToLost). At most PartitionCount.
 	unownedDrained map[int]time.Time
 	// drained holds, per partition a leaving member handed as drained
 	// (dropped.go, noteDrained), the instant (cluster time) of the
