@@ -207,33 +207,14 @@ func TestKnownMembersBoundedForGone(t *testing.T) {
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "a", "a", "b", "c")
 	checkAsync(a, nw.now, check.Request{Key: key, Hits: 1, Limit: perMinute(10), Mode: check.ModeOwner})
-	var to string
-	var seq uint64
-	for range 100 {
-		nw.queue = slices.DeleteFunc(nw.queue, func(m *netMsg) bool {
-			if b := m.env.GetBackup(); b != nil && m.from == "a" && to == "" {
-				to, seq = m.to, b.Seq
-				return true
-			}
-			return false
-		})
-		if to != "" {
-			break
-		}
-		nw.now = nw.now.Add(10 * time.Millisecond)
-		a.Tick(nw.now)
-	}
-	if to == "" {
-		t.Fatalf("a sent no backup")
-	}
+	to, seq := takeFirstBackup(t, nw, a)
 	a.st.gone = map[int]*fence{0: {holdFrom: to, holdFor: "j"}}
 	known := make([]string, maxAskMembers, maxAskMembers+1)
 	for i := range known {
 		known[i] = fmt.Sprintf("m%d", i)
 	}
 	known = append(known, "j") // beyond the bound
-	a.Step(nw.now, &peerv1.Envelope{From: to, To: "a", Incarnation: nw.nodes[to].cfg.Incarnation,
-		Body: &peerv1.Envelope_BackupAck{BackupAck: &peerv1.BackupAck{Seq: seq, BackupIncarnation: a.cfg.Incarnation, KnownMembers: known}}})
+	ackBackupKnowing(nw, a, to, seq, known)
 	if g := a.st.gone[0]; g == nil || g.holdFrom != to {
 		t.Errorf("the hold from %s for j was ended by a name beyond maxAskMembers (%d): %+v", to, maxAskMembers, g)
 	}

@@ -364,33 +364,13 @@ func TestKnownMembersBounded(t *testing.T) {
 	a := nw.nodes["a"]
 	key := keyOwnedBy(t, "a", "a", "b", "c")
 	p := checkAsync(a, nw.now, check.Request{Key: key, Hits: 1, Limit: perMinute(10), Mode: check.ModeOwner})
-	var to string
-	var seq uint64
-	for range 100 {
-		// The backup is taken off the network, the rest left.
-		nw.queue = slices.DeleteFunc(nw.queue, func(m *netMsg) bool {
-			if b := m.env.GetBackup(); b != nil && m.from == "a" && to == "" {
-				to, seq = m.to, b.Seq
-				return true
-			}
-			return false
-		})
-		if to != "" {
-			break
-		}
-		nw.now = nw.now.Add(10 * time.Millisecond)
-		a.Tick(nw.now)
-	}
-	if to == "" {
-		t.Fatalf("a sent no backup")
-	}
+	to, seq := takeFirstBackup(t, nw, a)
 	known := make([]string, 100_000)
 	for i := range known {
 		known[i] = fmt.Sprintf("m%d", i)
 	}
 	before := a.Metrics().Malformed.Load()
-	a.Step(nw.now, &peerv1.Envelope{From: to, To: "a", Incarnation: nw.nodes[to].cfg.Incarnation,
-		Body: &peerv1.Envelope_BackupAck{BackupAck: &peerv1.BackupAck{Seq: seq, BackupIncarnation: a.cfg.Incarnation, KnownMembers: known}}})
+	ackBackupKnowing(nw, a, to, seq, known)
 	if got := a.Metrics().Malformed.Load() - before; got != 1 {
 		t.Errorf("Malformed +%d, want 1", got)
 	}
@@ -516,4 +496,34 @@ func answeredAdmitted(nw *testNet, n *Node, req check.Request, count int) int {
 		}
 	}
 	return admitted
+}
+
+// takeFirstBackup ticks a until it sends a backup, takes that backup off
+// the network (the other messages are left) and returns its target and
+// sequence number.
+func takeFirstBackup(t *testing.T, nw *testNet, a *Node) (to string, seq uint64) {
+	t.Helper()
+	for range 100 {
+		nw.queue = slices.DeleteFunc(nw.queue, func(m *netMsg) bool {
+			if b := m.env.GetBackup(); b != nil && m.from == a.cfg.Self && to == "" {
+				to, seq = m.to, b.Seq
+				return true
+			}
+			return false
+		})
+		if to != "" {
+			return to, seq
+		}
+		nw.now = nw.now.Add(10 * time.Millisecond)
+		a.Tick(nw.now)
+	}
+	t.Fatalf("%s sent no backup", a.cfg.Self)
+	return "", 0
+}
+
+// ackBackupKnowing steps into a the acknowledgement of its backup batch
+// seq from its target to, listing known as the members to knows.
+func ackBackupKnowing(nw *testNet, a *Node, to string, seq uint64, known []string) {
+	a.Step(nw.now, &peerv1.Envelope{From: to, To: a.cfg.Self, Incarnation: nw.nodes[to].cfg.Incarnation,
+		Body: &peerv1.Envelope_BackupAck{BackupAck: &peerv1.BackupAck{Seq: seq, BackupIncarnation: a.cfg.Incarnation, KnownMembers: known}}})
 }
