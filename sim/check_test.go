@@ -200,17 +200,9 @@ func TestFaultCheckNoFaultKeepsEnvelope(t *testing.T) {
 			s := NewSchedule(spec, seed)
 			s.Faults = slices.DeleteFunc(s.Faults, func(f Fault) bool { return f.Kind != "offset" })
 			offsets += len(s.Faults)
-			r, err := Check(spec, m, s)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := requireHeld(t, spec, m, s)
 			if len(s.Faults) > 0 && r.Envelope.Over > worst {
 				worst = r.Envelope.Over
-			}
-			if r.Failed() {
-				var b bytes.Buffer
-				_ = WriteFailure(&b, s, r)
-				t.Errorf("%s", b.String())
 			}
 		}
 	}
@@ -242,15 +234,7 @@ func TestFaultCheckHandoffsKeepEnvelope(t *testing.T) {
 			continue
 		}
 		ran++
-		r, err := Check(spec, m, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Failed() {
-			var b bytes.Buffer
-			_ = WriteFailure(&b, s, r)
-			t.Errorf("%s", b.String())
-		}
+		requireHeld(t, spec, m, s)
 	}
 	if ran < seeds(100)/5 {
 		t.Errorf("only %d of %d seeds drew a join, a leave, a cut or an offset", ran, seeds(100))

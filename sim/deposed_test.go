@@ -17,18 +17,26 @@ import (
 // dropped states are now kept and started from when no hand-off comes
 // (keptState).
 func TestReturningOwnerKeepsEnvelope(t *testing.T) {
-	checkSchedule(t, DefaultCheckSpec(), `{"seed":85,"nodes":4,"detect":"1.321654833s","faults":[{"at":"4.423s","kind":"isolate","node":"owner","for":"1.44s"}]}`)
+	checkSchedule(t, DefaultCheckSpec(), CheckModes()[0], `{"seed":85,"nodes":4,"detect":"1.321654833s","faults":[{"at":"4.423s","kind":"isolate","node":"owner","for":"1.44s"}]}`)
 }
 
-// checkSchedule checks the schedule js (as a failure prints it) in owner
-// mode with policy fail-closed, and fails with its violations.
-func checkSchedule(t *testing.T, spec CheckSpec, js string) {
+// checkSchedule checks the schedule js (as a failure prints it) in mode
+// m, and fails with its violations.
+func checkSchedule(t *testing.T, spec CheckSpec, m CheckMode, js string) {
 	t.Helper()
 	var s Schedule
 	if err := json.Unmarshal([]byte(js), &s); err != nil {
 		t.Fatal(err)
 	}
-	r, err := Check(spec, CheckModes()[0], s)
+	requireHeld(t, spec, m, s)
+}
+
+// requireHeld checks s in mode m, fails t with the failure's report (as
+// the fault checker prints it) if s leaves the bounds, and returns the
+// result.
+func requireHeld(t *testing.T, spec CheckSpec, m CheckMode, s Schedule) *CheckResult {
+	t.Helper()
+	r, err := Check(spec, m, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +45,7 @@ func checkSchedule(t *testing.T, spec CheckSpec, js string) {
 		_ = WriteFailure(&b, s, r)
 		t.Errorf("%s", b.String())
 	}
+	return r
 }
 
 // TestReturningOwnerAwaitsTakeover replays the fault checker's minimal
@@ -53,5 +62,5 @@ func checkSchedule(t *testing.T, spec CheckSpec, js string) {
 // TestLeasedNeverOverLimit (seed 11, isolate-owner: 2542 for 2500), where
 // the holder was itself cut off and the old rule's member had the state.
 func TestReturningOwnerAwaitsTakeover(t *testing.T) {
-	checkSchedule(t, DefaultCheckSpec(), `{"seed":1,"nodes":5,"detect":"2.808250939s","faults":[{"at":"11.563s","kind":"isolate","node":"n1","for":"5.049s"}]}`)
+	checkSchedule(t, DefaultCheckSpec(), CheckModes()[0], `{"seed":1,"nodes":5,"detect":"2.808250939s","faults":[{"at":"11.563s","kind":"isolate","node":"n1","for":"5.049s"}]}`)
 }

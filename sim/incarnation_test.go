@@ -1,10 +1,6 @@
 package sim
 
-import (
-	"bytes"
-	"encoding/json"
-	"testing"
-)
+import "testing"
 
 // TestRestartedOwnerGetsMissedHandoff replays, in leased mode with policy
 // fail-closed, the fault checker's minimal schedule of seed 235: 5 nodes,
@@ -19,18 +15,5 @@ import (
 // admission in the merge: +0.97 over the envelope. A later life now has a
 // greater incarnation, as a real node's start time in nanoseconds.
 func TestRestartedOwnerGetsMissedHandoff(t *testing.T) {
-	var s Schedule
-	js := `{"seed":235,"nodes":5,"detect":"2.991550992s","faults":[{"at":"10.634s","kind":"restart","node":"owner","for":"1.711s"},{"at":"11.778s","kind":"leave","node":"n2"}]}`
-	if err := json.Unmarshal([]byte(js), &s); err != nil {
-		t.Fatal(err)
-	}
-	r, err := Check(DefaultCheckSpec(), CheckModes()[1], s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Failed() {
-		var b bytes.Buffer
-		_ = WriteFailure(&b, s, r)
-		t.Errorf("%s", b.String())
-	}
+	checkSchedule(t, DefaultCheckSpec(), CheckModes()[1], `{"seed":235,"nodes":5,"detect":"2.991550992s","faults":[{"at":"10.634s","kind":"restart","node":"owner","for":"1.711s"},{"at":"11.778s","kind":"leave","node":"n2"}]}`)
 }
