@@ -117,8 +117,10 @@ func decodeItems(dst []item, b []byte, maxItems int) ([]item, bool) {
 	return items, true
 }
 
-// readTag is consumeTag, reading itself the tag of one byte (a field
-// number under 16) that every field of CheckRequest and CheckItem has.
+// readTag is protowire.ConsumeTag, refusing also the field numbers beyond
+// protowire.MaxValidNumber (which proto.Unmarshal refuses). It reads
+// itself a tag of one byte (a field number under 16), which every field of
+// CheckRequest, CheckItem and Duration has.
 func readTag(b []byte) (protowire.Number, protowire.Type, int) {
 	if len(b) > 0 && b[0] < 0x80 {
 		if b[0] < 1<<3 {
@@ -126,7 +128,11 @@ func readTag(b []byte) (protowire.Number, protowire.Type, int) {
 		}
 		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
 	}
-	return consumeTag(b)
+	num, typ, n := protowire.ConsumeTag(b)
+	if n >= 0 && num > protowire.MaxValidNumber {
+		return 0, 0, -1
+	}
+	return num, typ, n
 }
 
 // readVarint is protowire.ConsumeVarint, reading itself a varint of one
@@ -280,23 +286,13 @@ func (d wireDur) duration(field string, prev error) (time.Duration, error) {
 	return v.AsDuration(), prev
 }
 
-// consumeTag is protowire.ConsumeTag, refusing also the field numbers
-// beyond protowire.MaxValidNumber (which proto.Unmarshal refuses).
-func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n >= 0 && num > protowire.MaxValidNumber {
-		return 0, 0, -1
-	}
-	return num, typ, n
-}
-
 // decodeDuration decodes a google.protobuf.Duration: seconds (1, int64)
 // and nanos (2, int32), each at most once.
 func decodeDuration(b []byte) (wireDur, bool) {
 	d := wireDur{set: true}
 	var seen uint8
 	for len(b) > 0 {
-		num, typ, l := consumeTag(b)
+		num, typ, l := readTag(b)
 		if l < 0 {
 			return d, false
 		}
