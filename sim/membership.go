@@ -109,7 +109,13 @@ func (c *Cluster) startNode(i int32) error {
 	// half the restarts had a smaller incarnation, which peers took for
 	// the old life's, and a restarted owner was not sent the hand-offs it
 	// had missed while down (leased seed 235: n3 decided a key on a fresh
-	// bucket until n2's hand-off came by its retry).
+	// bucket until n2's hand-off came by its retry). The life's number
+	// takes the top 8 bits, so this holds for 256 lives (128 restarts, far
+	// beyond a schedule's); past them the simulation stops with an error
+	// rather than break it.
+	if s.gen >= 1<<8 {
+		return fmt.Errorf("sim: %s started a 257th life: its incarnation would not grow", s.name)
+	}
 	cfg.Incarnation = uint64(s.gen)<<56 | c.rngMem.Uint64()>>8
 	cfg.Admitted = func(key string, hits int64, at time.Time) { c.admitted(s, key, hits, at) }
 	// A node started after the cluster's first nodes (a restart, or a
