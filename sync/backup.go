@@ -662,8 +662,8 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 	fl := bp.out[i]
 	bp.out = slices.Delete(bp.out, i, i+1)
 	c := coarse(now)
-	known := n.boundKnown(ack.KnownMembers) // wirelimits.go
-	dropped := ack.Dropped                  // ascending as onBackup sends it; sorted here if not
+	known := n.boundMembers(ack.KnownMembers) // wirelimits.go
+	dropped := ack.Dropped                    // ascending as onBackup sends it; sorted here if not
 	if !slices.IsSorted(dropped) {
 		dropped = slices.Sorted(slices.Values(dropped))
 	}

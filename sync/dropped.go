@@ -232,7 +232,6 @@ func (n *Node) boundDrainedOwned(t time.Time, ids []uint32) {
 // drainAt merges into b a bucket of its limit drained at t (the bucket
 // time), keeping the most consumed, and reports whether it did.
 func drainAt(b bucket.Bucket, t time.Time) bool {
-	l := b.Config()
-	m, err := bucket.New(l, t)
-	return err == nil && m.Drain(t, l.Capacity()) == nil && b.Merge(t, m) == nil
+	m, ok := newDrained(b.Config(), t) // evicted.go
+	return ok && b.Merge(t, m) == nil
 }

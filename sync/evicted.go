@@ -160,8 +160,8 @@ func drainedSince(l bucket.Limit, now, full time.Time) (time.Time, bool) {
 	if !markable(l.Algorithm) {
 		return time.Time{}, false
 	}
-	b, err := bucket.New(l, now) // a probe: NewIn on a local Space escapes as well
-	if err != nil || b.Drain(now, b.Config().Capacity()) != nil {
+	b, ok := newDrained(l, now)
+	if !ok {
 		return time.Time{}, false
 	}
 	d, err := b.Take(now, 0)
@@ -173,6 +173,17 @@ func drainedSince(l bucket.Limit, now, full time.Time) (time.Time, bool) {
 		at = now
 	}
 	return at, true
+}
+
+// newDrained returns a new bucket of l drained at at, a probe or a state
+// to merge (NewIn on a local Space escapes as well), or false when l
+// builds none.
+func newDrained(l bucket.Limit, at time.Time) (bucket.Bucket, bool) {
+	b, err := bucket.New(l, at)
+	if err != nil || b.Drain(at, l.Capacity()) != nil {
+		return nil, false
+	}
+	return b, true
 }
 
 // markable reports whether the keys of algorithm a are marked: not a
@@ -211,11 +222,9 @@ func (n *Node) heldToMark(key string, b bucket.Bucket, now time.Time) {
 	if !ok {
 		return
 	}
-	m, err := bucket.New(l, at)
-	if err != nil || m.Drain(at, l.Capacity()) != nil {
-		return
-	}
-	_ = b.Merge(t, m) // the most consumed of the two
+	if m, ok := newDrained(l, at); ok {
+		_ = b.Merge(t, m)
+	} // the most consumed of the two
 }
 
 // newLocalMarked is newLocal for a ModeLocal key, started drained as its

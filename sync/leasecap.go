@@ -230,8 +230,8 @@ func (st *store) capFolded(e *ownedKey, now time.Time) {
 	if !ok {
 		return
 	}
-	probe, err := bucket.New(l, at)
-	if err != nil || probe.Drain(at, l.Capacity()) != nil {
+	probe, ok := newDrained(l, at) // evicted.go
+	if !ok {
 		return
 	}
 	if d, err := probe.Take(now, 0); err == nil {

@@ -228,8 +228,8 @@ func (n *Node) boundPromoted(key string, e *ownedKey, l bucket.Limit, now time.T
 	if !drained || e.b.Config().Algorithm != l.Algorithm {
 		return
 	}
-	b, err := bucket.New(e.b.Config(), at)
-	if err != nil || b.Drain(at, b.Config().Capacity()) != nil {
+	b, ok := newDrained(e.b.Config(), at) // evicted.go
+	if !ok {
 		return
 	}
 	if e.b.Merge(now, b) == nil {

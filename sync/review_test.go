@@ -197,7 +197,7 @@ func TestBackupRunKeepsHeldDroppedForRoom(t *testing.T) {
 
 // TestKnownMembersBoundedForGone: the forgotten fences' holds (store.gone)
 // look for their joiner among the bounded known_members of a BackupAck
-// (boundKnown), as the fences do: a name beyond maxAskMembers is not
+// (boundMembers), as the fences do: a name beyond maxAskMembers is not
 // looked at. Before, releaseGone was given the whole list, so the work of
 // one acknowledgement was the partitions held from its sender times the
 // names it lists, unbounded (a list of 100,000 names against the 1,021

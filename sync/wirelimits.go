@@ -120,12 +120,8 @@ func memberName(v *view, name string) string {
 // list is counted malformed): the answer is bounded by the view, not by
 // the question (TestAskMembersBounded).
 func (n *Node) knownOf(v *view, ask []string) []string {
-	if len(ask) > maxAskMembers {
-		n.metrics.Malformed.Add(1)
-		ask = ask[:maxAskMembers]
-	}
 	var known []string
-	for _, m := range ask {
+	for _, m := range n.boundMembers(ask) {
 		if _, ok := v.index[m]; ok && !slices.Contains(known, m) {
 			known = append(known, m)
 		}
@@ -145,19 +141,20 @@ func validGrantIDs(ids []int64, items int) bool {
 	return !slices.ContainsFunc(ids, func(id int64) bool { return id < 0 })
 }
 
-// boundKnown returns known, a BackupAck's known_members, cut to
-// maxAskMembers names (a longer list is counted malformed): an honest
-// target names at most the members it was asked about, and each fence
-// under a join hold that the acknowledgement raises looks for its joiner
-// among them (fenceHeld), so the list bounds the work of one message
-// (TestKnownMembersBounded). Names never asked about are harmless: a fence
-// looks only for its own joiner.
-func (n *Node) boundKnown(known []string) []string {
-	if len(known) > maxAskMembers {
+// boundMembers returns names, a Backup's ask_members (knownOf) or a
+// BackupAck's known_members, cut to maxAskMembers names (a longer list is
+// counted malformed). For known_members: an honest target names at most
+// the members it was asked about, and each fence under a join hold that
+// the acknowledgement raises looks for its joiner among them (fenceHeld),
+// so the list bounds the work of one message (TestKnownMembersBounded).
+// Names never asked about are harmless: a fence looks only for its own
+// joiner.
+func (n *Node) boundMembers(names []string) []string {
+	if len(names) > maxAskMembers {
 		n.metrics.Malformed.Add(1)
-		return known[:maxAskMembers]
+		return names[:maxAskMembers]
 	}
-	return known
+	return names
 }
 
 // settledBound returns settled, a flush item's lease_settled (>= 0), at
