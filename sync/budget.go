@@ -174,6 +174,15 @@ func (st *store) charge(n int64) {
 	st.metrics.KeyBytes.Store(st.bytes)
 }
 
+// chargeKept adds n bytes (negative: gives them back) to the store's
+// budget and to *bytes, what a side structure of states kept to hand on
+// is charged (unownedBytes, forLostBytes; lostCharge), so that the two
+// move together: roomForKept bounds *bytes.
+func (st *store) chargeKept(bytes *int64, n int64) {
+	st.charge(n)
+	*bytes += n
+}
+
 // full reports whether one more key, costing need bytes, would exceed the
 // store's bounds.
 func (st *store) full(need int64) bool {

@@ -145,8 +145,7 @@ func (n *Node) keepUnowned(now time.Time, ks *peerv1.KeyState) {
 		if !ok {
 			return // another algorithm: the first state stands
 		}
-		n.st.charge(-lostCharge(old))
-		n.unownedBytes -= lostCharge(old)
+		n.st.chargeKept(&n.unownedBytes, -lostCharge(old))
 		ks = merged
 	} else {
 		ks = &peerv1.KeyState{Key: strings.Clone(ks.Key), State: slices.Clone(ks.State), Demand: ks.Demand}
@@ -155,8 +154,7 @@ func (n *Node) keepUnowned(now time.Time, ks *peerv1.KeyState) {
 		}
 	}
 	n.unowned[ks.Key] = ks
-	n.st.charge(lostCharge(ks))
-	n.unownedBytes += lostCharge(ks)
+	n.st.chargeKept(&n.unownedBytes, lostCharge(ks))
 }
 
 // roomForUnowned reports whether ks, the state of a key not kept yet, may
@@ -180,8 +178,7 @@ func (n *Node) roomForUnowned(now time.Time, ks *peerv1.KeyState) bool {
 			kss = append(kss, k)
 		}
 		for _, k := range soonestFull(t, kss) {
-			n.st.charge(-lostCharge(k))
-			n.unownedBytes -= lostCharge(k)
+			n.st.chargeKept(&n.unownedBytes, -lostCharge(k))
 			delete(n.unowned, k.Key)
 			n.metrics.FloodCapped.Add(1)
 			n.keepDroppedState(&n.unownedDrained, t, k) // dropped.go
@@ -270,8 +267,7 @@ func (n *Node) handUnowned(now time.Time, v *view) {
 		default:
 			continue
 		}
-		n.st.charge(-lostCharge(ks))
-		n.unownedBytes -= lostCharge(ks)
+		n.st.chargeKept(&n.unownedBytes, -lostCharge(ks))
 		delete(n.unowned, key)
 	}
 	held := map[*peer][]*peerv1.LeaseGrant{}

@@ -43,8 +43,7 @@ func (n *Node) keepForLost(now time.Time, to string, ks *peerv1.KeyState) {
 		d.forLost = map[string][]*peerv1.KeyState{}
 	}
 	d.forLost[to] = append(d.forLost[to], ks)
-	n.st.charge(lostCharge(ks))
-	d.forLostBytes += lostCharge(ks)
+	n.st.chargeKept(&d.forLostBytes, lostCharge(ks))
 }
 
 // roomForLost reports whether ks may be kept for to, a lost owner,
@@ -78,8 +77,7 @@ func (n *Node) roomForLost(now time.Time, to string, ks *peerv1.KeyState) bool {
 		drop := map[*peerv1.KeyState]bool{}
 		for _, k := range soonestFull(t, all) {
 			drop[k] = true
-			n.st.charge(-lostCharge(k))
-			d.forLostBytes -= lostCharge(k)
+			n.st.chargeKept(&d.forLostBytes, -lostCharge(k))
 			n.metrics.FloodCapped.Add(1)
 		}
 		for name, kss := range d.forLost {
@@ -144,8 +142,7 @@ func (n *Node) keepHandedForLost(now time.Time, v *view, key string, b bucket.Bu
 		if !ok {
 			return // another algorithm: the kept state stands
 		}
-		n.st.charge(lostCharge(merged) - lostCharge(ks))
-		n.dur.forLostBytes += lostCharge(merged) - lostCharge(ks)
+		n.st.chargeKept(&n.dur.forLostBytes, lostCharge(merged)-lostCharge(ks))
 		kss[i] = merged
 		return
 	}
@@ -194,8 +191,7 @@ func (n *Node) handBackToLost(now time.Time, v *view) {
 			continue
 		}
 		for _, ks := range kss {
-			n.st.charge(-lostCharge(ks))
-			d.forLostBytes -= lostCharge(ks)
+			n.st.chargeKept(&d.forLostBytes, -lostCharge(ks))
 		}
 		delete(d.forLost, name)
 		if p := v.peers[name]; p != nil {
