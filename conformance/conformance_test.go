@@ -88,7 +88,9 @@ func TestConformance(t *testing.T) {
 	logger.SetLevel(logger.ErrorLevel) // Lyft's service logs each Redis connection at warning level
 	redisAddr := startRedis(t)
 	short := testing.Short()
-	clk := &fakeClock{}
+	// Every sequence starts more than a year after the last one ended:
+	// fresh windows in both services for every unit.
+	epoch := time.Unix(2_000_000_000, 250_000_000)
 	var report strings.Builder
 	totals := map[string]*tally{}
 	for _, v := range variants {
@@ -111,7 +113,13 @@ func TestConformance(t *testing.T) {
 			if lerr == nil {
 				lyftOK++
 			}
+			// A clock per variant, shared by its ringlimit node and its Lyft
+			// service: the node's driver reads its clock on every tick, and
+			// a node that saw another variant's later times would answer
+			// this variant's requests at those times (its core never goes
+			// back in time).
 			clients := map[string]rlsv3.RateLimitServiceClient{}
+			clocks := map[string]*fakeClock{}
 			for _, v := range variants {
 				vc := variantContent(v, content)
 				_, rerr := rules.Parse(name, vc)
@@ -119,7 +127,8 @@ func TestConformance(t *testing.T) {
 				if rerr == nil {
 					ringOK[v]++
 					if lerr == nil {
-						clients[v] = startRinglimit(t, name, vc, clk, v == lyftMode)
+						clocks[v] = &fakeClock{now: epoch}
+						clients[v] = startRinglimit(t, name, vc, clocks[v], v == lyftMode)
 					}
 				}
 			}
@@ -134,13 +143,10 @@ func TestConformance(t *testing.T) {
 				// A Lyft service of its own per variant, under its own Redis
 				// key prefix: each variant replays the sequences from fresh
 				// counters.
+				clk := clocks[v]
 				lyft := startLyft(t, redisAddr, fmt.Sprintf("f%d_%s_", fi, v), lcfg, clk)
 				tl := &tally{}
-				epoch := time.Unix(2_000_000_000, 250_000_000)
 				for si, s := range seqs {
-					// Every sequence starts more than a year after the last
-					// one ended: fresh windows in both services for every
-					// unit.
 					start := epoch.Add(time.Duration(si) * 400 * 24 * time.Hour)
 					for i, st := range s.steps {
 						clk.Set(start.Add(st.at))
