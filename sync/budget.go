@@ -74,7 +74,12 @@ import (
 //     them (foldGrants); the grants handed with a key's state, held one
 //     by one up to maxKeyGrants a key as before, copy no holder's name
 //     that is not a member's (wirelimits.go, addHandedGrant): theirs
-//     fold into the key's grant held by no member (foldGrant).
+//     fold into the key's grant held by no member (foldGrant);
+//   - the marks of keys taken over from a failed member (lateview.go,
+//     markLate): at most MaxKeys and half the byte budget, charged to it
+//     with their list of members shown (lateCharge); a key not marked, or
+//     whose mark is dropped at the cap, merges its late views keeping the
+//     most consumed, as before the marks.
 //
 // TestHandedMarksBounded, TestUnownedStatesBounded,
 // TestStrayGrantsBounded and TestHandedGrantsHeap flood each with 100,000

@@ -3,6 +3,7 @@ package sync
 import (
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/ringlimit/ringlimit/bucket"
 )
@@ -57,8 +58,14 @@ import (
 //
 // The marks last OwnerLeaseTTL + RequestTimeout from the takeover (the
 // survivors flush a moved view at their next check, at once once the
-// membership moved it) and are at most MaxKeys (sideFull); a key not
-// marked merges views as before.
+// membership moved it). They are a side structure (budget.go): at most
+// MaxKeys, and charged to the byte budget (lateCharge: the mark, its
+// bucket and its list of members shown), of which they take at most half
+// (sideFull); a key not marked merges views as before. A mark names every
+// member shown the key's state, however many: before, a 17th dropped the
+// mark, and in a cluster of more than 17 members a hot key's late views
+// after a takeover merged as before, admitted twice
+// (TestLateMarkNamesEveryMemberShown).
 
 // lateStart is what a node remembers of a key it took over from a failed
 // member: the state it started from merged with the failed owner's states
@@ -69,9 +76,25 @@ type lateStart struct {
 	shown []string
 }
 
-// maxShown bounds a mark's shown members; beyond, the mark is dropped
-// (its views then merge as before).
-const maxShown = 16
+// lateBase is what a mark costs the byte budget without its list of
+// members shown: its map slot, its lateStart and its bucket (a token
+// bucket's; see budget.go for what the charges do not cover).
+var lateBase = mapCharge + sizeClass(unsafe.Sizeof(lateStart{})) + heldBucketCharge
+
+// lateCharge returns what mark m costs the byte budget: lateBase and its
+// list of members shown, by capacity (the names are the view's strings).
+func lateCharge(m *lateStart) int64 {
+	if cap(m.shown) == 0 {
+		return lateBase
+	}
+	return lateBase + sizeClass(uintptr(cap(m.shown))*unsafe.Sizeof(""))
+}
+
+// dropLate drops key's mark m and gives back its charge.
+func (n *Node) dropLate(key string, m *lateStart) {
+	n.st.chargeKept(&n.lateBytes, -lateCharge(m))
+	delete(n.late, key)
+}
 
 // noteTakeoverKey records key as possibly started in a takeover by the
 // membership change being applied (restoreHeld, moveKeys); markLateStarts
@@ -122,16 +145,18 @@ func (n *Node) markLate(t time.Time, key string, e *ownedKey) bool {
 	if n.late[key] != nil || e.b.Config().Algorithm == bucket.Concurrency {
 		return true
 	}
-	if n.st.sideFull(len(n.late), 0, 0) {
+	if n.st.sideFull(len(n.late), n.lateBytes, lateBase) {
 		n.sweepLate(t) // only when full: a pass over the marks
-		if n.st.sideFull(len(n.late), 0, 0) {
+		if n.st.sideFull(len(n.late), n.lateBytes, lateBase) {
 			return false
 		}
 	}
 	if n.late == nil {
 		n.late = map[string]*lateStart{}
 	}
-	n.late[key] = &lateStart{seen: e.b.Clone(), until: t.Add(n.cfg.OwnerLeaseTTL + n.cfg.RequestTimeout)}
+	m := &lateStart{seen: e.b.Clone(), until: t.Add(n.cfg.OwnerLeaseTTL + n.cfg.RequestTimeout)}
+	n.late[key] = m
+	n.st.chargeKept(&n.lateBytes, lateCharge(m))
 	return true
 }
 
@@ -139,7 +164,7 @@ func (n *Node) markLate(t time.Time, key string, e *ownedKey) bool {
 func (n *Node) lateFor(t time.Time, key string) *lateStart {
 	m := n.late[key]
 	if m != nil && t.After(m.until) {
-		delete(n.late, key)
+		n.dropLate(key, m)
 		return nil
 	}
 	return m
@@ -149,7 +174,7 @@ func (n *Node) lateFor(t time.Time, key string) *lateStart {
 func (n *Node) sweepLate(t time.Time) {
 	for key, m := range n.late {
 		if t.After(m.until) {
-			delete(n.late, key)
+			n.dropLate(key, m)
 		}
 	}
 }
@@ -220,7 +245,8 @@ func (n *Node) lateMerged(t time.Time, key string, b bucket.Bucket) {
 
 // lateShown records that member m of the current view registered interest
 // in key (it is sent the key's state from now on): its views are no longer
-// charged.
+// charged. A list that would take the marks past their half of the byte
+// budget drops the mark instead (its views then merge as before).
 func (n *Node) lateShown(key string, m int) {
 	mk := n.late[key]
 	if mk == nil || n.view == nil || m < 0 || m >= len(n.view.names) {
@@ -230,9 +256,14 @@ func (n *Node) lateShown(key string, m int) {
 	if slices.Contains(mk.shown, name) {
 		return
 	}
-	if len(mk.shown) >= maxShown {
-		delete(n.late, key)
-		return
+	before := lateCharge(mk)
+	grown := &lateStart{shown: append(mk.shown, name)}
+	if more := lateCharge(grown) - before; more > 0 {
+		if n.st.sideFull(0, n.lateBytes, more) {
+			n.dropLate(key, mk)
+			return
+		}
+		n.st.chargeKept(&n.lateBytes, more)
 	}
-	mk.shown = append(mk.shown, name)
+	mk.shown = grown.shown
 }

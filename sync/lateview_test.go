@@ -3,6 +3,7 @@ package sync
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,4 +258,72 @@ func (nw *testNet) lagThenCrash(try func(*Node), by *Node, lag int, survivors []
 	nw.drop = nil
 	nw.failNode(survivors, []string{"c"}, on...)
 	nw.run(500 * time.Millisecond)
+}
+
+// TestLateMarkNamesEveryMemberShown: in a cluster of 23, b takes a key
+// over from c, which crashed, and sends the key's state to 20 survivors
+// (their flushes register interest): the mark names them all, so none of
+// their views is charged, while a, never sent the state, is charged what
+// its view shows beyond the start. Before, the 17th member shown dropped
+// the mark, and every late view merged as before: the failed owner's
+// admissions a's view showed were admitted again. The marks' charge to
+// the byte budget is given back when they lapse.
+func TestLateMarkNamesEveryMemberShown(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	for i := range 20 {
+		members = append(members, fmt.Sprintf("n%02d", i))
+	}
+	survivors := slices.DeleteFunc(slices.Clone(members), func(s string) bool { return s == "c" })
+	key := keyMoving(t, "c", "b", members, survivors)
+	nw := newTestNet(t, withWait, members...)
+	b := nw.nodes["b"]
+	req := check.Request{Key: key, Hits: 500, Limit: perHour(1000), Mode: check.ModeCached, Policy: check.PolicyFailClosed}
+	if r := nw.checkAnswered(nw.nodes["c"], req); !r.Allowed {
+		t.Fatal("500 not admitted at c")
+	}
+	nw.run(300 * time.Millisecond) // backed up with b
+	nw.isolate("c")
+	nw.nodes["c"] = nil
+	nw.failNode(survivors, []string{"c"}, survivors...)
+	nw.run(100 * time.Millisecond)
+	mk := b.late[key]
+	if mk == nil {
+		t.Fatal("b marked no late start for the key it took over")
+	}
+	shown := 0
+	for m, name := range b.view.names {
+		if strings.HasPrefix(name, "n") {
+			b.lateShown(key, m)
+			shown++
+		}
+	}
+	if b.late[key] != mk || len(mk.shown) != shown {
+		t.Fatalf("after %d members shown the state, the mark is %v with %d named; want it kept, naming all", shown, b.late[key] != nil, len(mk.shown))
+	}
+	var charged int64
+	for _, m := range b.late {
+		charged += lateCharge(m)
+	}
+	if b.lateBytes != charged || charged <= lateBase {
+		t.Errorf("marks charged %d bytes, want %d (more than a mark with no list, %d)", b.lateBytes, charged, lateBase)
+	}
+	view := func(spent int64) bucket.Bucket {
+		at := b.bt(nw.now)
+		s, err := bucket.New(perHour(1000), at)
+		if err != nil || s.Drain(at, spent) != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if got := b.lateBeyond(b.bt(nw.now), key, "n19", view(560)); got != 0 {
+		t.Errorf("a view from the 20th member shown the state charged %d, want 0", got)
+	}
+	if got := b.lateBeyond(b.bt(nw.now), key, "a", view(530)); got != 30 {
+		t.Errorf("a view 30 beyond the start from a member never shown the state charged %d, want 30", got)
+	}
+	nw.run(3 * time.Second)
+	b.sweepLate(b.bt(nw.now))
+	if len(b.late) != 0 || b.lateBytes != 0 {
+		t.Errorf("after the marks lapsed: %d marks, %d bytes charged; want none", len(b.late), b.lateBytes)
+	}
 }

@@ -179,9 +179,9 @@ func (n *Node) forgetTaken(nv *view) {
 			delete(n.promoted, key)
 		}
 	}
-	for key := range n.late {
+	for key, m := range n.late {
 		if nv.ring == nil || !owns(nv.ring.PartitionOf(key)) {
-			delete(n.late, key) // lateview.go
+			n.dropLate(key, m) // lateview.go
 		}
 	}
 }

@@ -83,10 +83,12 @@ type Node struct {
 	taken    map[int]time.Time
 	promoted map[string]bool
 	// late holds the keys taken over from a failed member whose late views
-	// are charged (lateview.go); lateKeys, the keys a membership change
-	// being applied may have taken over so.
-	late     map[string]*lateStart
-	lateKeys []string
+	// are charged (lateview.go), lateBytes what they are charged of the
+	// byte budget; lateKeys, the keys a membership change being applied
+	// may have taken over so.
+	late      map[string]*lateStart
+	lateBytes int64
+	lateKeys  []string
 	// unowned holds, once leaving, the states this node had no member to
 	// hand to, by key (leave.go, keepUnowned).
 	unowned map[string]*peerv1.KeyState
