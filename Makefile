@@ -163,7 +163,8 @@ sim:
 ## A failure prints its seed and a minimal
 ## schedule; exit 1 then. A progress bar on a terminal only. About 300
 ## CPU-seconds with today's failures shrunk (docs/accuracy.md, "The fault
-## checker"). SIMCHECKFLAGS adds flags (-mode, -seed, -shrink).
+## checker"). SIMCHECKFLAGS adds flags (-mode, -seed, -shrink; -reorder
+## 10ms: every link delivers out of order, docs/consistency.md).
 SIMCHECK_N          ?= 1000
 SIMCHECK_MAX_OFFSET ?= 500ms
 SIMCHECKFLAGS       ?=

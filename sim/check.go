@@ -123,6 +123,12 @@ type CheckSpec struct {
 	// schedule's seed on a stream of its own: the faults are the seed's
 	// as without it, and a schedule read back replays its delay.
 	NotifyMax time.Duration
+	// Reorder, when not zero, gives every link an exponential jitter of
+	// this mean and lets it deliver out of order (Network.Reorder): a
+	// one-hop message may then arrive after a chain of two that started
+	// later. Zero keeps the simulator's links: FIFO, 200 µs of uniform
+	// jitter on 500 µs.
+	Reorder time.Duration
 }
 
 // DefaultCheckSpec returns the fault checker's defaults: 3 to 7 nodes, 20 s
@@ -153,8 +159,8 @@ func (s CheckSpec) Validate() error {
 		return fmt.Errorf("%w: check max faults %d: want at least 1", ErrScenario, s.MaxFaults)
 	case s.Keys < 1 || s.Rate <= 0:
 		return fmt.Errorf("%w: check keys %d and rate %v must be positive", ErrScenario, s.Keys, s.Rate)
-	case s.Interleave < 0 || s.MaxOffset < 0 || s.Notify < 0 || s.NotifyMax < 0:
-		return fmt.Errorf("%w: check interleave, max offset, notify and notify max must not be negative", ErrScenario)
+	case s.Interleave < 0 || s.MaxOffset < 0 || s.Notify < 0 || s.NotifyMax < 0 || s.Reorder < 0:
+		return fmt.Errorf("%w: check interleave, max offset, notify, notify max and reorder must not be negative", ErrScenario)
 	}
 	l := s.Limit
 	if l.Algorithm == "" {

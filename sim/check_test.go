@@ -176,6 +176,25 @@ func TestShrinkFindsMinimalSchedule(t *testing.T) {
 // checker for the default mode (cached, local-share): 40 schedules, each
 // key over each span within the envelope plus one allowance per fault
 // (CheckSpec.allowance). make sim-check runs 1,000.
+// TestFaultCheckReorderingLinks: owner and leased mode (fail-closed) keep
+// the envelope when every link delivers out of order (CheckSpec.Reorder,
+// exponential jitter of mean 5 ms): a one-hop message, such as a
+// taker's hand-off, may then arrive after a chain of two that started
+// later, such as a lift and the echo it allows.
+func TestFaultCheckReorderingLinks(t *testing.T) {
+	t.Parallel()
+	spec := checkSpecShort()
+	spec.Reorder = 5 * time.Millisecond
+	sc, err := NewSchedule(spec, 1).Scenario(spec, CheckModes()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := sc.Network; !n.Reorder || n.JitterDist != "exp" || n.Jitter.D() != spec.Reorder {
+		t.Fatalf("network %+v: want reordering links, exponential jitter of mean %v", n, spec.Reorder)
+	}
+	checkShortSpec(t, spec, CheckModes()[:2], seeds(20))
+}
+
 func TestFaultCheckCachedWithinAllowance(t *testing.T) {
 	t.Parallel()
 	checkShort(t, []CheckMode{CheckModes()[2]}, seeds(40))
@@ -343,7 +362,12 @@ func TestFailClosedEnvelopeUnderFaults(t *testing.T) {
 // seed's minimal schedule.
 func checkShort(t *testing.T, modes []CheckMode, n int) {
 	t.Helper()
-	spec := checkSpecShort()
+	checkShortSpec(t, checkSpecShort(), modes, n)
+}
+
+// checkShortSpec is checkShort with spec.
+func checkShortSpec(t *testing.T, spec CheckSpec, modes []CheckMode, n int) {
+	t.Helper()
 	rs, err := CheckSeeds(spec, modes, 1, n, 2, nil)
 	if err != nil {
 		t.Fatal(err)

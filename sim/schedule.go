@@ -231,6 +231,9 @@ func (s Schedule) Scenario(spec CheckSpec, m CheckMode) (Scenario, error) {
 	if s.Notify > 0 {
 		sc.Membership.Notify = s.Notify
 	}
+	if spec.Reorder > 0 {
+		sc.Network.Jitter, sc.Network.JitterDist, sc.Network.Reorder = Duration(spec.Reorder), "exp", true
+	}
 	for _, f := range s.Faults {
 		heal := Event{At: f.At + f.For, Action: "heal"}
 		switch f.Kind {

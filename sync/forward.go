@@ -280,11 +280,16 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 		if errors.Is(err, ErrNotOwner) || errors.Is(err, check.ErrLeaving) {
 			if it.here {
 				// The previous owner answered: whatever state it had for
-				// the key was handed off before, on the same queue. Unless
-				// another member may hold it (awaitFrom.also): then the
-				// check waits for its hand-off.
-				n.noteNotOwner(n.view, p.name, it.req.Key, rep.Items[i].GetOwner()) // await.go
-				if n.awaitsAlso(now, n.view, it.req.Key, p.name) && n.parkCheck(now, n.view, it) {
+				// the key was handed off before, on the same queue, and
+				// has arrived unless the answer says a hand-off is still
+				// unacknowledged (lost and sent again, or overtaken).
+				// Then, or when another member may hold the state
+				// (awaitFrom.also), the check waits for its hand-off.
+				pending := rep.Items[i].GetHandoffPending()
+				if !pending {
+					n.noteNotOwner(n.view, p.name, it.req.Key, rep.Items[i].GetOwner()) // await.go
+				}
+				if (pending || n.awaitsAlso(now, n.view, it.req.Key, p.name)) && n.parkCheck(now, n.view, it) {
 					continue
 				}
 				n.decideHere(now, c, v, it)
@@ -551,6 +556,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 	// check; states holds the states their answers carry (answerView).
 	m := -2
 	var states []byte
+	named := false // an answer names p as the owner
 	for i, it := range f.Items {
 		resp = check.Response{}
 		ownerIs := "" // the owner a not-owner answer names (Decision.owner)
@@ -660,9 +666,18 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 		decisionIntoWire(&decs[i], resp.Decision, resp.Err)
 		decs[i].Reconfigured = resp.Reconfigured
 		decs[i].Owner = ownerIs
+		named = named || ownerIs == p.name
 	}
 	if len(restore) > 0 {
 		n.sendHandoffs(now, v, map[*peer][]*peerv1.KeyState{p: restore})
+	}
+	if named && len(p.hoOut) > 0 {
+		// await.go: an answer naming p as the owner resolves p's wait for
+		// this node's hand-off only once p has acknowledged every one:
+		// one lost and sent again, or overtaken, follows the answer.
+		for i := range decs {
+			decs[i].HandoffPending = decs[i].Owner == p.name
+		}
 	}
 	if len(a.fwd) > 0 {
 		n.enqueueForwards(now, v, a.fwd)

@@ -14,6 +14,7 @@
 //	go run ./cmd/simcheck -schedule failing.json -mode leased/fail-closed
 //	go run ./cmd/simcheck -schedule failing.json -mode owner/fail-closed -shrink 0 -trace k2
 //	go run ./cmd/simcheck -notify 2.5s -n 300       # gossip of joins slower than FenceHold and HandoffWait
+//	go run ./cmd/simcheck -reorder 10ms -n 1000     # links that deliver out of order
 //
 // It exits 1 when a schedule failed, 2 on a usage or run error.
 package main
@@ -54,7 +55,7 @@ type config struct {
 	seed                           uint64
 	n, parallel, shrink            int
 	duration, maxOffset, notify    time.Duration
-	notifyMax                      time.Duration
+	notifyMax, reorder             time.Duration
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
@@ -70,6 +71,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.maxOffset, "max-offset", sim.DefaultCheckSpec().MaxOffset,
 		"largest clock offset a schedule gives a node, either way (default: the nodes' bound, sync.Config.MaxClockOffset; 0 draws none; beyond the bound the check sees its effect)")
 	fs.DurationVar(&c.notifyMax, "notify-max", 0, "draw each schedule's gossip delay for joins, leaves and heals uniformly in [200ms, this] from its seed (written in the schedule's JSON, so a failure replays; overrides -notify)")
+	fs.DurationVar(&c.reorder, "reorder", 0, "give every link an exponential jitter of this mean and let it deliver out of order (default: FIFO links, the simulator's 200µs of uniform jitter)")
 	fs.DurationVar(&c.notify, "notify", 0, "how long gossip takes to tell a member of a join, a graceful leave or a healed link (default: the simulator's, 200ms)")
 	fs.StringVar(&c.schedule, "schedule", "", "check the schedule in this JSON file (as a failure prints it) instead of drawing seeds")
 	fs.StringVar(&c.format, "format", "text", "output: text, or json (every result)")
@@ -84,8 +86,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-n %d: want at least 1", c.n)
 	case c.format != "text" && c.format != "json":
 		return c, fmt.Errorf("-format %q: want text or json", c.format)
-	case c.shrink < 0 || c.parallel < 0 || c.duration < 0 || c.maxOffset < 0 || c.notify < 0 || c.notifyMax < 0:
-		return c, errors.New("-shrink, -parallel, -duration, -max-offset, -notify and -notify-max must not be negative")
+	case c.shrink < 0 || c.parallel < 0 || c.duration < 0 || c.maxOffset < 0 || c.notify < 0 || c.notifyMax < 0 || c.reorder < 0:
+		return c, errors.New("-shrink, -parallel, -duration, -max-offset, -notify, -notify-max and -reorder must not be negative")
 	case c.trace != "" && c.schedule == "" && c.n != 1:
 		return c, fmt.Errorf("-trace %s: one schedule at a time (-schedule, or -n 1)", c.trace)
 	}
@@ -113,6 +115,7 @@ func run(args []string, stdout, stderr io.Writer, tty bool) (int, error) {
 	spec.MaxOffset = c.maxOffset
 	spec.Notify = c.notify
 	spec.NotifyMax = c.notifyMax
+	spec.Reorder = c.reorder
 	var results []*sim.CheckResult
 	var scheds []sim.Schedule
 	if c.schedule != "" || c.trace != "" {
@@ -185,6 +188,9 @@ func run(args []string, stdout, stderr io.Writer, tty bool) (int, error) {
 			fmt.Fprintf(stdout, "gossip tells a join, a leave or a heal in a delay drawn per schedule in [200ms, %v]\n", spec.NotifyMax)
 		} else if spec.Notify > 0 {
 			fmt.Fprintf(stdout, "gossip tells a join, a leave or a heal in %v\n", spec.Notify)
+		}
+		if spec.Reorder > 0 {
+			fmt.Fprintf(stdout, "links reorder: exponential jitter of mean %v\n", spec.Reorder)
 		}
 		if err := sim.WriteCheckSummary(stdout, sim.Summarize(modes, results)); err != nil {
 			return 2, err

@@ -1458,9 +1458,17 @@ type Decision struct {
 	// awaiting the sender's hand-off (sync/await.go, awaitOpen) decides a
 	// closed check of the key only once this names it: the sender's state of
 	// the key came before the answer, on the same queue.
-	Owner         string `protobuf:"bytes,43,opt,name=owner,proto3" json:"owner,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Owner string `protobuf:"bytes,43,opt,name=owner,proto3" json:"owner,omitempty"`
+	// handoff_pending, with owner naming the asking node, is set when the
+	// sender has hand-offs to the asking node not yet acknowledged: its state
+	// of the key may still be on its way (a batch lost on a stream that broke
+	// and sent again, or a link that reorders), so the answer does not
+	// resolve the asking node's wait for its hand-off (sync/await.go): the
+	// fault checker with -reorder found the answer overtaking the hand-off
+	// (owner seed 904: +1.00 over the envelope).
+	HandoffPending bool `protobuf:"varint,44,opt,name=handoff_pending,json=handoffPending,proto3" json:"handoff_pending,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
@@ -1575,6 +1583,13 @@ func (x *Decision) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *Decision) GetHandoffPending() bool {
+	if x != nil {
+		return x.HandoffPending
+	}
+	return false
 }
 
 // Handoff carries owned states to their new owner after a membership change.
@@ -2002,7 +2017,7 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\fForwardReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
 	"\x13forward_incarnation\x18\x02 \x01(\x04R\x12forwardIncarnation\x121\n" +
-	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\x05items\"\xf6\x02\n" +
+	"\x05items\x18\x03 \x03(\v2\x1b.ringlimit.peer.v1.DecisionR\x05items\"\x9f\x03\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -2015,7 +2030,8 @@ const file_ringlimit_peer_v1_peer_proto_rawDesc = "" +
 	"\freconfigured\x18( \x01(\bR\freconfigured\x12\x14\n" +
 	"\x05state\x18) \x01(\fR\x05state\x12\x14\n" +
 	"\x05share\x18* \x01(\x02R\x05share\x12\x14\n" +
-	"\x05owner\x18+ \x01(\tR\x05owner\"\xce\x01\n" +
+	"\x05owner\x18+ \x01(\tR\x05owner\x12'\n" +
+	"\x0fhandoff_pending\x18, \x01(\bR\x0ehandoffPending\"\xce\x01\n" +
 	"\aHandoff\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
 	"\x05items\x18\x02 \x03(\v2\x1b.ringlimit.peer.v1.KeyStateR\x05items\x12\x18\n" +
