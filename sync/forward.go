@@ -356,10 +356,14 @@ func (n *Node) reroute(now time.Time, c uint32, v *view, from *peer, it *fwdItem
 	if it.rerouted || it.here {
 		return false
 	}
+	// Marked first: routeAgain may decide it here and finish its call,
+	// which gives a Check's first item back to the node's pool, zeroed for
+	// the next Check (TestReroutedCheckLeavesPoolClean).
+	it.rerouted = true
 	if !n.routeAgain(now, c, v, from, it) {
+		it.rerouted = false // not sent: nothing finished it
 		return false
 	}
-	it.rerouted = true
 	return true
 }
 
