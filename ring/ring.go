@@ -98,11 +98,23 @@ func (r *Ring) WithoutMember(name string) (*Ring, error) {
 // Owner returns the name of the member that owns key, or ErrNoMembers. It
 // does not allocate and takes no lock: it hashes key once and reads one
 // table entry.
-func (r *Ring) Owner(key string) (string, error) {
+func (r *Ring) Owner(key string) (string, error) { return r.OwnerOfHash(KeyHash(key)) }
+
+// KeyHash returns the hash that places key on every ring: xxhash(key),
+// 64-bit XXH64, unseeded, the same in every process. A caller that needs
+// several of a key's lookups (its owner, its partition, on one ring or
+// several) hashes the key once and passes the hash to OwnerOfHash and
+// PartitionOfHash, which answer what Owner and PartitionOf answer for the
+// key.
+func KeyHash(key string) uint64 { return xxhash.Sum64String(key) }
+
+// OwnerOfHash returns the owner of the key whose KeyHash is h: what
+// Owner returns for that key.
+func (r *Ring) OwnerOfHash(h uint64) (string, error) {
 	if len(r.slot) == 0 {
 		return "", ErrNoMembers
 	}
-	return r.byHash[r.slot[xxhash.Sum64String(key)%uint64(len(r.slot))]], nil
+	return r.byHash[r.slot[h%uint64(len(r.slot))]], nil
 }
 
 // Owners returns n distinct members for key, the owner first and then its
@@ -130,11 +142,18 @@ func (r *Ring) Owners(key string, n int) ([]string, error) {
 // depends only on key and PartitionCount, not on the members.
 func (r *Ring) PartitionOf(key string) int { return PartitionOf(key, r.cfg.PartitionCount) }
 
+// PartitionOfHash returns the partition of the key whose KeyHash is h:
+// what PartitionOf returns for that key.
+func (r *Ring) PartitionOfHash(h uint64) int { return PartitionOfHash(h, r.cfg.PartitionCount) }
+
 // PartitionOf returns the partition of key on any ring of count
 // partitions (Config.PartitionCount, at least 1): xxhash(key) mod count.
-func PartitionOf(key string, count int) int {
-	return int(xxhash.Sum64String(key) % uint64(count))
-}
+func PartitionOf(key string, count int) int { return PartitionOfHash(KeyHash(key), count) }
+
+// PartitionOfHash returns the partition, on any ring of count partitions
+// (at least 1), of the key whose KeyHash is h: what PartitionOf returns
+// for that key.
+func PartitionOfHash(h uint64, count int) int { return int(h % uint64(count)) }
 
 // PartitionOwner returns the owner of partition id. It returns
 // ErrBadPartition for an id outside [0, PartitionCount) and ErrNoMembers on

@@ -2,9 +2,12 @@ package ring
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 func TestValidate(t *testing.T) {
@@ -299,5 +302,42 @@ func TestOwnerDoesNotAllocate(t *testing.T) {
 	key := string([]byte("a-key-built-at-run-time"))
 	if n := testing.AllocsPerRun(1000, func() { _, _ = h.Owner(key) }); n != 0 {
 		t.Errorf("Holder.Owner allocates %v times per call, want 0", n)
+	}
+}
+
+// TestLookupsByHash checks that OwnerOfHash and PartitionOfHash, given a
+// key's KeyHash, answer what Owner and PartitionOf answer for the key, on
+// rings of several sizes and partition counts, and on an empty ring.
+func TestLookupsByHash(t *testing.T) {
+	for _, pc := range []int{1, 7, 271, 1024} {
+		cfg := DefaultConfig()
+		cfg.PartitionCount = pc
+		for _, members := range []int{0, 1, 3, 5} {
+			if members > pc {
+				continue
+			}
+			r, err := New(cfg, names("node-", members)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2000 {
+				key := fmt.Sprintf("user:%07d", i*7919)
+				h := KeyHash(key)
+				if h != xxhash.Sum64String(key) {
+					t.Fatalf("KeyHash(%q) = %d, want xxhash %d", key, h, xxhash.Sum64String(key))
+				}
+				wo, werr := r.Owner(key)
+				o, err := r.OwnerOfHash(h)
+				if o != wo || !errors.Is(err, werr) {
+					t.Fatalf("partitions %d, members %d, key %q: OwnerOfHash = %q, %v; Owner = %q, %v", pc, members, key, o, err, wo, werr)
+				}
+				if p, wp := r.PartitionOfHash(h), r.PartitionOf(key); p != wp {
+					t.Fatalf("partitions %d, members %d, key %q: PartitionOfHash = %d, PartitionOf = %d", pc, members, key, p, wp)
+				}
+				if p, wp := PartitionOfHash(h, pc), PartitionOf(key, pc); p != wp {
+					t.Fatalf("partitions %d, key %q: package PartitionOfHash = %d, PartitionOf = %d", pc, key, p, wp)
+				}
+			}
+		}
 	}
 }

@@ -98,8 +98,9 @@ const (
 	mapCharge  = 48
 )
 
-// heldBucketCharge is what a held backup's token bucket costs (decoded on
-// its own, not in a Space).
+// heldBucketCharge is what a held backup's token bucket costs: the Space of
+// its heldAlloc (holdBackup), which a bucket decoded on its own would take
+// as well.
 var heldBucketCharge = sizeClass(unsafe.Sizeof(bucket.Space{}))
 
 // sizeClass returns the bytes Go's allocator hands out for an object of n

@@ -7,6 +7,7 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // cachedEntry returns the cached view of key, creating a fresh one (a new
@@ -39,9 +40,10 @@ const shareExact = 0.999
 // the owner gave it. A key never synced gets the share 1/N (N members) and
 // asks for an immediate flush, so a node seeing a key for the first time
 // admits at most limit/N before it hears from the owner. Once the hits the
-// owner has not seen reach the sync threshold, it flushes early.
-func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *check.Request, resp *check.Response) {
-	s := n.st.shardOf(r.Key)
+// owner has not seen reach the sync threshold, it flushes early. kh is
+// ring.KeyHash(r.Key).
+func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *check.Request, resp *check.Response, kh uint64) {
+	s := n.st.shardAt(kh)
 	e, o, fresh, reconf, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
 	resp.Reconfigured = reconf
 	if err != nil {
@@ -101,9 +103,10 @@ func (n *Node) decideCached(now time.Time, c uint32, v *view, p *peer, r *check.
 // still holds. Before, each view was also flushed every FlushInterval while
 // the key was checked, a flush and its answer per key and node besides the
 // forward and its reply: at 20 nodes and more, where the bench's keys are
-// all too small for shares, a third of the messages (issue #19).
-func (n *Node) keepView(now time.Time, c uint32, v *view, p *peer, r *check.Request) {
-	s := n.st.shardOf(r.Key)
+// all too small for shares, a third of the messages (issue #19). kh is
+// ring.KeyHash(r.Key).
+func (n *Node) keepView(now time.Time, c uint32, v *view, p *peer, r *check.Request, kh uint64) {
+	s := n.st.shardAt(kh)
 	e, _, _, _, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
 	if err != nil || e == nil {
 		return // the owner reports the error; an owned key is handed off
@@ -129,9 +132,10 @@ func (n *Node) keepView(now time.Time, c uint32, v *view, p *peer, r *check.Requ
 // none): m's interest in the key is registered, as a flush's would be, and
 // d carries the key's state and m's share, appended to buf, which it
 // returns (keepView). The state is read after the check, so m's copy is
-// current: addInterest clears it from the members to push to.
-func (n *Node) answerView(c uint32, m int, key string, d *peerv1.Decision, buf []byte) []byte {
-	s := n.st.shardOf(key)
+// current: addInterest clears it from the members to push to. kh is
+// ring.KeyHash(key).
+func (n *Node) answerView(c uint32, m int, key string, kh uint64, d *peerv1.Decision, buf []byte) []byte {
+	s := n.st.shardAt(kh)
 	e := n.st.lookupOwned(s, key)
 	if e == nil {
 		return buf
@@ -150,10 +154,11 @@ func (n *Node) answerView(c uint32, m int, key string, d *peerv1.Decision, buf [
 // own hits not yet applied at the owner, if any, are taken from it again,
 // as with a flush's answer.
 func (n *Node) refreshView(now time.Time, c uint32, p *peer, key string, d *peerv1.Decision) {
-	if n.view.owner(key) != p.name {
+	kh := ring.KeyHash(key) // the key's owner and shard
+	if n.view.ownerAt(kh) != p.name {
 		return // the key moved meanwhile: its new owner answers for it
 	}
-	s := n.st.shardOf(key)
+	s := n.st.shardAt(kh)
 	e := n.st.lookupCached(s, key)
 	if e == nil {
 		return
@@ -441,7 +446,7 @@ func (n *Node) onFlushAck(now time.Time, v *view, p *peer, ack *peerv1.FlushAck)
 	}
 	c := coarse(now)
 	// The items were listed shard by shard (flushTo).
-	n.st.lookupRuns(len(items), func(k int) (string, bool) { return items[k].Key, true },
+	n.st.lookupRuns(len(items), func(k int) (string, uint64, bool) { return items[k].Key, ring.KeyHash(items[k].Key), true },
 		func(s *shard, k int, e *cachedKey) {
 			var ks *peerv1.KeyState
 			if k < len(ack.Items) && ack.Items[k].GetKey() == items[k].Key {
@@ -618,12 +623,16 @@ func (n *Node) onPush(now time.Time, v *view, p *peer, push *peerv1.Push) {
 	// The owner lists the items shard by shard (tickPushes), under the
 	// same shard function.
 	items := push.Items
-	n.st.lookupRuns(len(items), func(k int) (string, bool) {
+	n.st.lookupRuns(len(items), func(k int) (string, uint64, bool) {
 		ks := items[k]
-		if ks == nil || v.owner(ks.Key) != p.name {
-			return "", false
+		if ks == nil {
+			return "", 0, false
 		}
-		return ks.Key, true
+		kh := ring.KeyHash(ks.Key) // the key's owner and shard
+		if v.ownerAt(kh) != p.name {
+			return "", 0, false
+		}
+		return ks.Key, kh, true
 	}, func(_ *shard, k int, e *cachedKey) {
 		n.installPush(now, c, e, items[k], inflight)
 	})

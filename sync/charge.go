@@ -260,7 +260,7 @@ func (n *Node) tickCharges(now time.Time, v *view) {
 				// cached mode under local-share, 999 before the lease).
 				continue
 			}
-			e, _, err := n.ownedEntry(s, key, d.l, 0, now, c, false) // a debt: admitted by another policy
+			e, _, err := n.ownedEntry(s, n.st.hash(key), key, d.l, 0, now, c, false) // a debt: admitted by another policy
 			if err == nil {
 				_ = e.b.Drain(n.bt(now), d.hits)
 				n.markChanged(s, key, e, -1)

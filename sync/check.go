@@ -5,6 +5,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // call tracks one Check whose answers are not all written yet: done runs
@@ -216,7 +217,8 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *check.Request, resp
 		n.record(resp)
 		return nil
 	}
-	owner := v.owner(r.Key)
+	kh := ring.KeyHash(r.Key) // the key's owner, backup target and shard
+	owner := v.ownerAt(kh)
 	if owner == "" {
 		resp.Err = check.ErrNoMembers
 		if n.isLeaving() {
@@ -261,15 +263,16 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *check.Request, resp
 			it.resp, it.req, it.pol, it.here = resp, *r, pol, true
 			return it
 		}
-		if mode != check.ModeCached && n.fenceBlocks(now, v, r) {
+		sh := n.st.hash(r.Key) // the key's slot in its shard's tables
+		if mode != check.ModeCached && n.fenceBlocks(now, v, r, kh, sh) {
 			// fence.go: decided once the key's backup is acknowledged.
 			it := a.item()
 			it.resp, it.req, it.pol = resp, *r, pol
 			n.metrics.FenceWaits.Add(1)
-			n.holdFenced(now, it)
+			n.holdFenced(now, it, kh, sh)
 			return nil
 		}
-		n.decideOwned(now, c, v, r, resp, mode == check.ModeCached)
+		n.decideOwned(now, c, v, r, resp, mode == check.ModeCached, kh, sh)
 		n.record(resp)
 		return nil
 	}
@@ -291,14 +294,14 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *check.Request, resp
 		if n.smallForShares(&r.Limit, v.size()) {
 			// Too small for shares: the owner decides, as in owner mode;
 			// the view is kept for the partition policy.
-			n.keepView(now, c, v, p, r)
+			n.keepView(now, c, v, p, r, kh)
 			it := a.item()
 			it.resp, it.req, it.pol = resp, *r, pol
 			return it
 		}
-		n.decideCached(now, c, v, p, r, resp)
+		n.decideCached(now, c, v, p, r, resp, kh)
 	case check.ModeLeased:
-		if n.decideLeased(now, c, v, p, r, resp, pol) {
+		if n.decideLeased(now, c, v, p, r, resp, pol, kh) {
 			it := a.item()
 			it.resp, it.req, it.pol = resp, *r, pol
 			return it
@@ -378,9 +381,9 @@ func (n *Node) decideLocal(now time.Time, c uint32, r *check.Request, resp *chec
 // reconf reports that a request of hits under l reconfigured it. closed
 // reports that the request it decides is of policy fail-closed in owner or
 // leased mode (policyOf; takeOwned): a key then started or promoted with no state
-// after this node's start or a takeover starts drained (lostkey.go).
-func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now time.Time, c uint32, closed bool) (e *ownedKey, reconf bool, err error) {
-	h := n.st.hash(key)
+// after this node's start or a takeover starts drained (lostkey.go). h is
+// key's store hash (store.hash).
+func (n *Node) ownedEntry(s *shard, h uint64, key string, l bucket.Limit, hits int64, now time.Time, c uint32, closed bool) (e *ownedKey, reconf bool, err error) {
 	if e = s.own.get(h, key); e == nil {
 		if v := s.view.get(h, key); v != nil {
 			n.dropLease(s, key)
@@ -418,18 +421,18 @@ func (n *Node) ownedEntry(s *shard, key string, l bucket.Limit, hits int64, now 
 // share of the tokens (takeBudget), so that the non-owners' budgets are not
 // taken twice, and pushes early once its own admissions since the key's
 // last push reach the sync threshold; in owner and leased modes it decides
-// exactly.
-func (n *Node) decideOwned(now time.Time, c uint32, v *view, r *check.Request, resp *check.Response, cached bool) {
-	if n.takeOwned(now, c, v, r, resp, cached) {
+// exactly. kh is ring.KeyHash(r.Key), sh its store hash (store.hash).
+func (n *Node) decideOwned(now time.Time, c uint32, v *view, r *check.Request, resp *check.Response, cached bool, kh, sh uint64) {
+	if n.takeOwned(now, c, v, r, resp, cached, kh, sh) {
 		n.pushSoon(now)
 	}
 }
 
 // takeOwned is decideOwned without the early push: it reports whether one
-// is due.
-func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, resp *check.Response, cached bool) (pushDue bool) {
-	s := n.st.shardOf(r.Key)
-	e, reconf, err := n.ownedEntry(s, r.Key, r.Limit, r.Hits, now, c, !cached && n.policyOf(r) == check.PolicyFailClosed)
+// is due. kh is ring.KeyHash(r.Key), sh its store hash (store.hash).
+func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, resp *check.Response, cached bool, kh, sh uint64) (pushDue bool) {
+	s := n.st.shardAt(kh)
+	e, reconf, err := n.ownedEntry(s, sh, r.Key, r.Limit, r.Hits, now, c, !cached && n.policyOf(r) == check.PolicyFailClosed)
 	if err != nil {
 		resp.Err = err
 		return false
@@ -455,7 +458,7 @@ func (n *Node) takeOwned(now time.Time, c uint32, v *view, r *check.Request, res
 	// target holds (its fence's mark) needs no backup of its own.
 	covered := false
 	if !cached && r.Limit.Algorithm != bucket.Concurrency {
-		covered = n.spendFence(now, v, e.fen, r.Key, r.Hits, r.Limit)
+		covered = n.spendFence(now, v, e.fen, r.Key, kh, r.Hits, r.Limit)
 	}
 	n.markChangedBackup(s, r.Key, e, -1, !covered || reconf) // a new limit is backed up
 	if !shared {

@@ -8,6 +8,7 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // fwdItem is one owner-mode check waiting for its owner's answer.
@@ -319,20 +320,22 @@ func (n *Node) onForwardReply(now time.Time, v *view, p *peer, rep *peerv1.Forwa
 // probe relayed for another node is answered not-owner and one of this
 // node's clients is decided by its partition policy.
 func (n *Node) decideHere(now time.Time, c uint32, v *view, it *fwdItem) {
-	if v.owner(it.req.Key) != n.cfg.Self || v.orphaned(it.req.Key) || v.unconfirmed(it.req.Key) ||
+	kh := ring.KeyHash(it.req.Key)
+	if v.ownerAt(kh) != n.cfg.Self || v.orphaned(it.req.Key) || v.unconfirmed(it.req.Key) ||
 		it.resp.Mode != check.ModeCached && v.takingOver(it.req.Key) || n.closedWaits(v, it) {
 		it.here = false
 		n.degradeForward(now, c, it)
 		return
 	}
 	it.resp.Owner = n.cfg.Self
-	if it.resp.Mode != check.ModeCached && n.fenceBlocks(now, v, &it.req) {
+	sh := n.st.hash(it.req.Key)
+	if it.resp.Mode != check.ModeCached && n.fenceBlocks(now, v, &it.req, kh, sh) {
 		n.metrics.FenceWaits.Add(1)
-		n.holdFenced(now, it) // fence.go: decided once the key's backup is acknowledged
+		n.holdFenced(now, it, kh, sh) // fence.go: decided once the key's backup is acknowledged
 		return
 	}
 	// A push is an optimisation: the next Tick sends it.
-	_ = n.takeOwned(now, c, v, &it.req, it.resp, it.resp.Mode == check.ModeCached)
+	_ = n.takeOwned(now, c, v, &it.req, it.resp, it.resp.Mode == check.ModeCached, kh, sh)
 	n.completeForward(it)
 }
 
@@ -568,6 +571,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			lastWire = w
 			lastL, lastErr = limitFromWire(w)
 		}
+		kh := ring.KeyHash(it.GetKey()) // the key's owner, backup target and shard (it may be nil: malformed)
 		switch l, err := lastL, lastErr; {
 		case err != nil || it.Key == "" || len(it.Key) > n.cfg.MaxKeyLen || it.Hits < 0:
 			n.metrics.Malformed.Add(1)
@@ -584,7 +588,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			// its policy.
 			n.metrics.NotOwner.Add(1)
 			resp.Err = ErrNotOwner
-			if it.Relayed && v.owner(it.Key) != n.cfg.Self {
+			if it.Relayed && v.ownerAt(kh) != n.cfg.Self {
 				// A probe from a node that sees itself as the owner (a
 				// restarted owner awaiting its backups, await.go): it gets
 				// the backup held here, as from a majority. A minority
@@ -607,10 +611,10 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 			n.metrics.UnconfirmedChecks.Add(1)
 			resp.Err = ErrNotOwner
 			decs[i].State = n.waitState(it) // the asking node's share starts from it
-		case v.owner(it.Key) != n.cfg.Self:
+		case v.ownerAt(kh) != n.cfg.Self:
 			n.metrics.NotOwner.Add(1)
 			resp.Err = ErrNotOwner
-			ownerIs = v.owner(it.Key)
+			ownerIs = v.ownerAt(kh)
 			if it.Relayed {
 				// Passed on, or a probe from a node that sees itself as
 				// the owner: give it the backup held here, if any.
@@ -629,7 +633,7 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 				}
 				break
 			}
-			owner := v.owner(it.Key)
+			owner := v.ownerAt(kh)
 			if q := v.peers[owner]; q != nil && q != p && !q.gone && !q.down(now) {
 				// The rings disagree: pass it on to the owner this node
 				// knows (which it may have just handed the key to).
@@ -647,24 +651,25 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 				fi.req, fi.pol, fi.here, fi.relay = r, n.cfg.Policy, true, true
 				continue
 			}
-			if it.Fenced && n.fenceBlocks(now, v, &r) {
+			sh := n.st.hash(r.Key) // the key's slot in its shard's tables
+			if it.Fenced && n.fenceBlocks(now, v, &r, kh, sh) {
 				// fence.go: decided once the key's backup is acknowledged;
 				// if that takes too long, answered not-owner (relay).
 				fi := hold(i)
 				fi.resp.Owner, fi.resp.Mode = n.cfg.Self, check.ModeOwner
 				fi.req, fi.pol, fi.relay = r, n.cfg.Policy, true
 				n.metrics.FenceWaits.Add(1)
-				n.holdFenced(now, fi)
+				n.holdFenced(now, fi, kh, sh)
 				continue
 			}
-			n.decideOwned(now, c, v, &r, &resp, false)
+			n.decideOwned(now, c, v, &r, &resp, false, kh, sh)
 			if !it.Fenced && !it.Relayed && resp.Err == nil {
 				// A cached-mode check: its answer refreshes the asking
 				// node's view (keepView).
 				if m < -1 {
 					m = n.view.member(p.name)
 				}
-				states = n.answerView(c, m, it.Key, &decs[i], states)
+				states = n.answerView(c, m, it.Key, kh, &decs[i], states)
 			}
 		}
 		decisionIntoWire(&decs[i], resp.Decision, resp.Err)

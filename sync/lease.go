@@ -222,9 +222,10 @@ const leaseWarmDemand = 0.5
 // for the key arrives (it is asked for at once), and whenever the lease does
 // not cover the check (a grant is then asked for, see lease.short). With
 // the owner unreachable, such a check is decided by the partition policy. A
-// lease never rejects a check the owner would admit.
-func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *check.Request, resp *check.Response, pol check.Policy) (forward bool) {
-	s := n.st.shardOf(r.Key)
+// lease never rejects a check the owner would admit. kh is
+// ring.KeyHash(r.Key).
+func (n *Node) decideLeased(now time.Time, c uint32, v *view, p *peer, r *check.Request, resp *check.Response, pol check.Policy, kh uint64) (forward bool) {
+	s := n.st.shardAt(kh)
 	e, o, _, reconf, err := n.cachedEntry(s, r.Key, r.Limit, r.Hits, now, c)
 	resp.Reconfigured = reconf
 	if err != nil {

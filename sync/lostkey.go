@@ -139,8 +139,12 @@ func (n *Node) takeoverStart(key string) (time.Time, bool) {
 	if v == nil || v.ring == nil {
 		return time.Time{}, false
 	}
+	c := v.confirm
+	if (c == nil || c.parts == nil) && len(n.taken) == 0 {
+		return time.Time{}, false // no takeover: the key's hash is not needed
+	}
 	id := v.ring.PartitionOf(key)
-	if c := v.confirm; c != nil && c.parts != nil && c.parts[id] {
+	if c != nil && c.parts != nil && c.parts[id] {
 		if c.until.IsZero() {
 			return time.Time{}, false // unconfirmed: not decided here
 		}

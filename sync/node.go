@@ -147,11 +147,15 @@ type view struct {
 }
 
 // owner returns key's owner, or "" on an empty ring.
-func (v *view) owner(key string) string {
+func (v *view) owner(key string) string { return v.ownerAt(ring.KeyHash(key)) }
+
+// ownerAt returns the owner of the key whose ring.KeyHash is kh, or "" on
+// an empty ring: owner for a caller that has the key's hash already.
+func (v *view) ownerAt(kh uint64) string {
 	if v.ring == nil {
 		return ""
 	}
-	o, err := v.ring.Owner(key)
+	o, err := v.ring.OwnerOfHash(kh)
 	if err != nil {
 		return ""
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/ringlimit/ringlimit/bucket"
 	"github.com/ringlimit/ringlimit/check"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
+	"github.com/ringlimit/ringlimit/ring"
 )
 
 // serveFlush applies a flush from p, once per (incarnation, seq), and
@@ -104,7 +105,8 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		n.metrics.Malformed.Add(1)
 		return &peerv1.KeyState{Key: it.GetKey()}, 0
 	}
-	if v.owner(it.Key) != n.cfg.Self {
+	kh := ring.KeyHash(it.Key) // the key's owner, backup target and shard
+	if v.ownerAt(kh) != n.cfg.Self {
 		n.metrics.NotOwner.Add(1)
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}, 0
 	}
@@ -122,7 +124,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 		n.metrics.NotOwner.Add(1)
 		return &peerv1.KeyState{Key: it.Key, NotOwner: true}, 0
 	}
-	s := n.st.shardOf(it.Key)
+	s := n.st.shardAt(kh)
 	// lostkey.go: the item's policy when it names fail-closed (a leased
 	// check of that policy behind it, FlushItem.fail_closed), else the
 	// node's default. Before, always the default: under local-share, a
@@ -131,7 +133,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 	// fail-closed checks spent it again (TestTakeoverBoundsFirstFlush: 150
 	// admitted of a key of 100).
 	closed := it.FailClosed || n.cfg.Policy == check.PolicyFailClosed
-	e, reconf, err := n.ownedEntry(s, it.Key, l, it.Hits, now, c, closed)
+	e, reconf, err := n.ownedEntry(s, n.st.hash(it.Key), it.Key, l, it.Hits, now, c, closed)
 	if err != nil {
 		n.metrics.Malformed.Add(1)
 		return &peerv1.KeyState{Key: it.Key}, 0
@@ -184,7 +186,7 @@ func (n *Node) applyFlushItem(now time.Time, c uint32, v *view, p *peer, m int, 
 	// (fence.go).
 	covered := true
 	if it.LeaseWant > 0 && len(v.lost) == 0 && !v.orphaned(it.Key) && !v.takingOver(it.Key) { // a minority side grants nothing, nor an orphaned key (quorum.go), nor one taken over not OwnerLeaseTTL since its confirmation (confirm.go)
-		granted, covered = n.grantLease(e, now, it)
+		granted, covered = n.grantLease(e, now, it, kh)
 		p.recordGrant(it.Key, granted, now, n.grantMemory())
 		grantID = n.noteGrant(s, e, p.name, granted, now) // leasecap.go
 	}
@@ -226,8 +228,9 @@ func activeShare(e *ownedKey, k int) float32 {
 // available now, at least one token when any is available, at most what it
 // asked for. The tokens are drained at once, so the leases outstanding never
 // exceed what the bucket had. covered reports whether the key's fence
-// covers the grant (fenceSpent): it needs no backup of its own.
-func (n *Node) grantLease(e *ownedKey, now time.Time, it *peerv1.FlushItem) (g int64, covered bool) {
+// covers the grant (fenceSpent): it needs no backup of its own. kh is
+// ring.KeyHash(it.Key).
+func (n *Node) grantLease(e *ownedKey, now time.Time, it *peerv1.FlushItem, kh uint64) (g int64, covered bool) {
 	peek, err := e.b.Take(n.bt(now), 0)
 	if err != nil || peek.Remaining <= 0 {
 		return 0, false
@@ -238,7 +241,7 @@ func (n *Node) grantLease(e *ownedKey, now time.Time, it *peerv1.FlushItem) (g i
 	}
 	g = int64(share * float64(peek.Remaining))
 	g = min(max(g, 1), it.LeaseWant, peek.Remaining)
-	if room := n.fenceRoom(now, n.view, e, it.Key, e.b.Config(), g); room >= 0 {
+	if room := n.fenceRoom(now, n.view, e, it.Key, kh, e.b.Config(), g); room >= 0 {
 		g = min(g, room) // fence.go: within what the backup target knows
 	}
 	if g <= 0 {
@@ -247,7 +250,7 @@ func (n *Node) grantLease(e *ownedKey, now time.Time, it *peerv1.FlushItem) (g i
 	if err := e.b.Drain(n.bt(now), g); err != nil {
 		return 0, false
 	}
-	covered = n.spendFence(now, n.view, e.fen, it.Key, g, e.b.Config())
+	covered = n.spendFence(now, n.view, e.fen, it.Key, kh, g, e.b.Config())
 	n.metrics.LeasesGranted.Add(1)
 	n.metrics.LeaseTokensGranted.Add(g)
 	return g, covered

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/ringlimit/ringlimit/bucket"
 	peerv1 "github.com/ringlimit/ringlimit/proto/ringlimit/peer/v1"
 	"github.com/ringlimit/ringlimit/ring"
@@ -379,14 +377,19 @@ func (st *store) hash(key string) uint64 { return maphash.String(st.seed, key) }
 // runs (lookupRuns), and the simulator reproduces a run to the byte. At
 // worst a client puts its keys in one shard: a longer sweep step there, not
 // a slower lookup.
-func (st *store) shardOf(key string) *shard {
-	return &st.shards[xxhash.Sum64String(key)&(numShards-1)]
-}
+func (st *store) shardOf(key string) *shard { return st.shardAt(ring.KeyHash(key)) }
+
+// shardAt returns the shard of the key whose ring.KeyHash is kh: shardOf
+// for a caller that has the key's hash already (it places the key on the
+// ring too).
+func (st *store) shardAt(kh uint64) *shard { return &st.shards[kh&(numShards-1)] }
 
 // lookup returns the record of key in s's tables, or nil; s is key's
 // shard.
-func (st *store) lookup(s *shard, key string) record {
-	h := st.hash(key)
+func (st *store) lookup(s *shard, key string) record { return st.lookupAt(s, st.hash(key), key) }
+
+// lookupAt is lookup for a caller that has key's store hash h already.
+func (st *store) lookupAt(s *shard, h uint64, key string) record {
 	if o := s.own.get(h, key); o != nil {
 		return o
 	}
@@ -572,15 +575,15 @@ func hotLess(a, b HotKey) bool {
 const lookupRun = 16
 
 // lookupRuns cuts the items 0..n-1 of a message into runs of up to
-// lookupRun consecutive items of one shard (key(i) gives item i's key, or
-// false to skip the item), looks up the cached views of a run's keys, and
+// lookupRun consecutive items of one shard (key(i) gives item i's key and
+// its ring.KeyHash, or false to skip the item), looks up the cached views of a run's keys, and
 // then calls apply(s, i, e) for each item i of the run, in order, with s its
 // shard and e its view (nil if none: no record, or an owned one). Looking a
 // run's views up before applying any lets those lookups, mostly cache
 // misses, overlap instead of each waiting behind the work on the item
 // before. It pays when the sender lists its items shard by shard (flush
 // answers, pushes); apply must not add or remove records of the shard.
-func (st *store) lookupRuns(n int, key func(int) (string, bool), apply func(s *shard, i int, e *cachedKey)) {
+func (st *store) lookupRuns(n int, key func(int) (string, uint64, bool), apply func(s *shard, i int, e *cachedKey)) {
 	var (
 		s      *shard
 		idx    [lookupRun]int
@@ -594,11 +597,12 @@ func (st *store) lookupRuns(n int, key func(int) (string, bool), apply func(s *s
 		var ki string
 		var hi uint64
 		if i < n {
+			var kh uint64
 			var ok bool
-			if ki, ok = key(i); !ok {
+			if ki, kh, ok = key(i); !ok {
 				continue
 			}
-			is, hi = st.shardOf(ki), st.hash(ki)
+			is, hi = st.shardAt(kh), st.hash(ki)
 		}
 		if k > 0 && (is != s || k == lookupRun) {
 			for r := range k {
