@@ -92,31 +92,7 @@ func TestLateViewChargedAfterTakeover(t *testing.T) {
 // the key's state to is never charged; nor is any view once the mark
 // lapsed.
 func TestLateViewChargesMostOverViews(t *testing.T) {
-	members, survivors := []string{"a", "b", "c"}, []string{"a", "b"}
-	key := keyMoving(t, "c", "b", members, survivors)
-	nw := newTestNet(t, withWait, members...)
-	b := nw.nodes["b"]
-	req := check.Request{Key: key, Hits: 500, Limit: perHour(1000), Mode: check.ModeCached, Policy: check.PolicyFailClosed}
-	if r := nw.checkAnswered(nw.nodes["c"], req); !r.Allowed {
-		t.Fatal("500 not admitted at c")
-	}
-	nw.run(300 * time.Millisecond) // backed up with b, pushed
-	nw.isolate("c")
-	nw.nodes["c"] = nil
-	nw.failNode(survivors, []string{"c"}, "a", "b")
-	nw.run(100 * time.Millisecond)
-	if b.late[key] == nil {
-		t.Fatal("b marked no late start for the key it took over")
-	}
-	left := func(spent int64) bucket.Bucket { // a state of the key with 1000 - spent left now
-		t.Helper()
-		at := b.bt(nw.now)
-		s, err := bucket.New(perHour(1000), at)
-		if err != nil || s.Drain(at, spent) != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	nw, b, key, left := takenOverFromC(t, []string{"a", "b", "c"})
 	for _, st := range []struct {
 		name  string
 		from  string
@@ -273,23 +249,8 @@ func TestLateMarkNamesEveryMemberShown(t *testing.T) {
 	for i := range 20 {
 		members = append(members, fmt.Sprintf("n%02d", i))
 	}
-	survivors := slices.DeleteFunc(slices.Clone(members), func(s string) bool { return s == "c" })
-	key := keyMoving(t, "c", "b", members, survivors)
-	nw := newTestNet(t, withWait, members...)
-	b := nw.nodes["b"]
-	req := check.Request{Key: key, Hits: 500, Limit: perHour(1000), Mode: check.ModeCached, Policy: check.PolicyFailClosed}
-	if r := nw.checkAnswered(nw.nodes["c"], req); !r.Allowed {
-		t.Fatal("500 not admitted at c")
-	}
-	nw.run(300 * time.Millisecond) // backed up with b
-	nw.isolate("c")
-	nw.nodes["c"] = nil
-	nw.failNode(survivors, []string{"c"}, survivors...)
-	nw.run(100 * time.Millisecond)
+	nw, b, key, view := takenOverFromC(t, members)
 	mk := b.late[key]
-	if mk == nil {
-		t.Fatal("b marked no late start for the key it took over")
-	}
 	shown := 0
 	for m, name := range b.view.names {
 		if strings.HasPrefix(name, "n") {
@@ -307,14 +268,6 @@ func TestLateMarkNamesEveryMemberShown(t *testing.T) {
 	if b.lateBytes != charged || charged <= lateBase {
 		t.Errorf("marks charged %d bytes, want %d (more than a mark with no list, %d)", b.lateBytes, charged, lateBase)
 	}
-	view := func(spent int64) bucket.Bucket {
-		at := b.bt(nw.now)
-		s, err := bucket.New(perHour(1000), at)
-		if err != nil || s.Drain(at, spent) != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
 	if got := b.lateBeyond(b.bt(nw.now), key, "n19", view(560)); got != 0 {
 		t.Errorf("a view from the 20th member shown the state charged %d, want 0", got)
 	}
@@ -326,4 +279,38 @@ func TestLateMarkNamesEveryMemberShown(t *testing.T) {
 	if len(b.late) != 0 || b.lateBytes != 0 {
 		t.Errorf("after the marks lapsed: %d marks, %d bytes charged; want none", len(b.late), b.lateBytes)
 	}
+}
+
+// takenOverFromC returns a network of members where c admitted 500 of a
+// key of 1000 an hour that b takes over when c crashes (backed up with b
+// first), b, the key, and a function that returns a state of the key with
+// 1000 - spent left now; b has marked the key's late start.
+func takenOverFromC(t *testing.T, members []string) (*testNet, *Node, string, func(spent int64) bucket.Bucket) {
+	t.Helper()
+	survivors := slices.DeleteFunc(slices.Clone(members), func(s string) bool { return s == "c" })
+	key := keyMoving(t, "c", "b", members, survivors)
+	nw := newTestNet(t, withWait, members...)
+	b := nw.nodes["b"]
+	req := check.Request{Key: key, Hits: 500, Limit: perHour(1000), Mode: check.ModeCached, Policy: check.PolicyFailClosed}
+	if r := nw.checkAnswered(nw.nodes["c"], req); !r.Allowed {
+		t.Fatal("500 not admitted at c")
+	}
+	nw.run(300 * time.Millisecond) // backed up with b, pushed
+	nw.isolate("c")
+	nw.nodes["c"] = nil
+	nw.failNode(survivors, []string{"c"}, survivors...)
+	nw.run(100 * time.Millisecond)
+	if b.late[key] == nil {
+		t.Fatal("b marked no late start for the key it took over")
+	}
+	left := func(spent int64) bucket.Bucket {
+		t.Helper()
+		at := b.bt(nw.now)
+		s, err := bucket.New(perHour(1000), at)
+		if err != nil || s.Drain(at, spent) != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	return nw, b, key, left
 }
