@@ -270,9 +270,9 @@ const (
 // least one, and reports whether it removed any. Cached entries with hits
 // still to flush and keys with a live lease are kept. Sorting costs
 // O(n log n) once per about n/8 insertions; the list of candidates is the
-// store's, reused, so an eviction allocates nothing. The owned, cached
-// and local keys it removes are marked as of now, the bucket time
-// (evicted.go).
+// store's, reused, so an eviction allocates nothing. The owned, cached,
+// local and local-share keys it removes are marked as of now, the bucket
+// time (evicted.go).
 func (st *store) evict(s *shard, now time.Time, c uint32) bool {
 	cands := st.cands[:0]
 	for k, o := range s.own.all() {
@@ -310,6 +310,7 @@ func (st *store) evict(s *shard, now time.Time, c uint32) bool {
 			st.markEvicted(st.hash(cd.key)^markLocal, cd.l.b, now)
 			st.removeFrom(s.local, cd.key, cd.l)
 		case inShare:
+			st.markEvicted(st.hash(cd.key)^markShare, cd.l.b, now)
 			st.removeFrom(s.share, cd.key, cd.l)
 		}
 	}

@@ -47,7 +47,8 @@ import (
 // 1000 an hour spent at its owner, 5 floods of a non-owner of MaxKeys 512:
 // 1665 more admitted; TestViewFloodKeepsSpentKeySpent). A view restarted
 // from its mark still flushes at once and takes the owner's state with the
-// answer. A local-share bucket starts from the key's view. Neither a
+// answer. A local-share bucket starts from the key's view, or, with none,
+// from the view's mark, or its own (markShare) if it was evicted. Neither a
 // Concurrency bucket nor a SmoothWarmingUp one is marked (markable): those
 // restart fresh, as before.
 //
@@ -65,6 +66,7 @@ const (
 	markOwned uint64 = 0
 	markLocal uint64 = 0x9e3779b97f4a7c15
 	markView  uint64 = 0xc2b2ae3d27d4eb4f
+	markShare uint64 = 0x165667b19e3779f9
 )
 
 // marks is the store's table of evicted marks.
@@ -271,6 +273,23 @@ func (st *store) newCachedMarked(key string, l bucket.Limit, now time.Time, c ui
 		return nil, err
 	}
 	return e, nil
+}
+
+// markedBucket returns a bucket of l drained as the mark of salted hash h
+// says at now (markedStart), or nil when none applies.
+func (st *store) markedBucket(h uint64, l bucket.Limit, now time.Time) bucket.Bucket {
+	if st.marks.slots == nil {
+		return nil
+	}
+	at, ok := st.markedStart(h, l, now)
+	if !ok {
+		return nil
+	}
+	b, ok := newDrained(l, at)
+	if !ok {
+		return nil
+	}
+	return b
 }
 
 // markGrants records in the grants of e, an owned token bucket record
