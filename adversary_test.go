@@ -348,9 +348,9 @@ func TestAdversaryViewFloodResetsCachedKey(t *testing.T) {
 	// The non-owners have seen the key (a peek): their views show it spent.
 	// A first sight admits C/N before the owner's answer, the documented
 	// rule; what follows are views that existed and were evicted.
-	// synced waits until every flush x sent was answered, after acked
-	// answers (a view with nothing to flush and nothing in flight can be
-	// evicted; a check or a peek makes it dirty until its next flush).
+	// synced waits until every flush x sent was answered, and more than
+	// after were (a view with nothing to flush and nothing in flight can
+	// be evicted; a check or a peek makes it dirty until its next flush).
 	synced := func(x int, after float64) float64 {
 		var acked float64
 		waitFor(t, 10*time.Second, nodes[x].Name()+"'s flushes answered", func() bool {
@@ -397,7 +397,10 @@ func TestAdversaryViewFloodResetsCachedKey(t *testing.T) {
 		}
 		total += got
 		t.Logf("round %d via %s (non-owner; owner %s): %d of 1000 admitted", round, nodes[x].Name(), owner, got)
-		acked[x] = synced(x, acked[x])
+		// Now the view's checks go to the owner until its answer syncs the
+		// view (they were decided on a fresh view, and flushed, before):
+		// whatever x flushed was answered.
+		acked[x] = synced(x, -1)
 	}
 	for _, x := range others {
 		if r := checkOne(t, clients[x], peek); r.Remaining != 0 {

@@ -46,8 +46,10 @@ import (
 // non-owner gave a spent key limit/N again per flood, without end (a key of
 // 1000 an hour spent at its owner, 5 floods of a non-owner of MaxKeys 512:
 // 1665 more admitted; TestViewFloodKeepsSpentKeySpent). A view restarted
-// from its mark still flushes at once and takes the owner's state with the
-// answer. A local-share bucket starts from the key's view, or, with none,
+// from its mark decides nothing until it is synced: its checks go to the
+// owner (viewMarked), whose answer installs its state, so that a flood's
+// shared marks refuse no first check the owner admits
+// (TestViewMarksCostNewKeys). A local-share bucket starts from the key's view, or, with none,
 // from the view's mark, or its own (markShare) if it was evicted. Neither a
 // Concurrency bucket nor a SmoothWarmingUp one is marked (markable): those
 // restart fresh, as before.
@@ -290,6 +292,29 @@ func (st *store) markedBucket(h uint64, l bucket.Limit, now time.Time) bucket.Bu
 		return nil
 	}
 	return b
+}
+
+// viewMarked reports whether a cached-mode check of key of limit l at now
+// goes to the owner because this node's view of the key was evicted: it
+// holds no view synced since (nor an owned record), and the view's mark
+// still applies. A view started again fresh would decide on a full bucket
+// with the first-sight share limit/N; one started drained as its mark says
+// would refuse checks the owner admits (a flood's shared marks fall on
+// keys never seen). The owner decides instead, and its answer installs
+// its state in the view (keepView, refreshView), which decides the next
+// checks.
+func (n *Node) viewMarked(now time.Time, key string, l bucket.Limit) bool {
+	if n.st.marks.slots == nil {
+		return false
+	}
+	s := n.st.shardOf(key)
+	if r := n.st.lookup(s, key); r != nil {
+		if e, ok := r.(*cachedKey); !ok || e.has(flagSynced) {
+			return false
+		}
+	}
+	_, ok := n.st.markedStart(n.st.hash(key)^markView, l, n.bt(now))
+	return ok
 }
 
 // markGrants records in the grants of e, an owned token bucket record
