@@ -310,8 +310,9 @@ func TestAdversaryParametersAcrossNodes(t *testing.T) {
 // round's view used to start fresh (views were not marked on eviction)
 // and admit the first-sight share C/N = 333 before the owner's answer:
 // 1665 admitted on top of the spent 1000 in 89 ms, for a bound of one
-// bucket + cached mode's drift, about 1000 + 23. Now each view restarts
-// from its eviction mark (sync/evicted.go): 0 more (3 runs).
+// bucket + cached mode's drift, about 1000 + 23. Now a view evicted is
+// marked, and the key's checks go to the owner until its answer syncs
+// the view again (sync/evicted.go, viewMarked): 0 more (3 runs).
 //
 //	go test -count=1 -run TestAdversaryViewFloodResetsCachedKey -v .
 func TestAdversaryViewFloodResetsCachedKey(t *testing.T) {
