@@ -276,8 +276,9 @@ const (
 // least one, and reports whether it removed any. Cached entries with hits
 // still to flush and keys with a live lease are kept. Sorting costs
 // O(n log n) once per about n/8 insertions; the list of candidates is the
-// store's, reused, so an eviction allocates nothing. The owned and local
-// keys it removes are marked as of now, the bucket time (evicted.go).
+// store's, reused, so an eviction allocates nothing. The owned, cached,
+// local and local-share keys it removes are marked as of now, the bucket
+// time (evicted.go).
 func (st *store) evict(s *shard, now time.Time, c uint32) bool {
 	cands := st.cands[:0]
 	for k, o := range s.own.all() {
@@ -303,15 +304,19 @@ func (st *store) evict(s *shard, now time.Time, c uint32) bool {
 	for _, cd := range cands[:min(n, len(cands))] {
 		switch cd.in {
 		case inTables:
-			if o, ok := cd.r.(*ownedKey); ok {
-				st.markEvicted(st.hash(cd.key)^markOwned, o.b, now)
-				st.markGrants(o) // evicted.go: its grants out, if any
+			switch r := cd.r.(type) {
+			case *ownedKey:
+				st.markEvicted(st.hash(cd.key)^markOwned, r.b, now)
+				st.markGrants(r) // evicted.go: its grants out, if any
+			case *cachedKey:
+				st.markEvicted(st.hash(cd.key)^markView, r.b, now)
 			}
 			st.removeEntry(s, cd.key, cd.r)
 		case inLocal:
 			st.markEvicted(st.hash(cd.key)^markLocal, cd.l.b, now)
 			st.removeFrom(s.local, cd.key, cd.l)
 		case inShare:
+			st.markEvicted(st.hash(cd.key)^markShare, cd.l.b, now)
 			st.removeFrom(s.share, cd.key, cd.l)
 		}
 	}

@@ -24,7 +24,7 @@ func (n *Node) cachedEntry(s *shard, key string, l bucket.Limit, hits int64, now
 		reconf, err = configure(&o.b, l, n.bt(now), hits)
 		return nil, o, false, reconf, err
 	}
-	if e, err = newCached(&n.st.lims, key, l, n.bt(now), c); err != nil {
+	if e, err = n.st.newCachedMarked(key, l, n.bt(now), c); err != nil { // evicted.go
 		return nil, nil, false, false, err
 	}
 	n.st.insertEntry(s, h, e, n.bt(now), c)

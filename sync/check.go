@@ -291,9 +291,10 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *check.Request, resp
 			n.degrade(now, c, v, r, resp, pol)
 			break
 		}
-		if n.smallForShares(&r.Limit, v.size()) {
-			// Too small for shares: the owner decides, as in owner mode;
-			// the view is kept for the partition policy.
+		if n.smallForShares(&r.Limit, v.size()) || n.viewMarked(now, r.Key, r.Limit) {
+			// Too small for shares, or a view evicted and not synced since
+			// (evicted.go): the owner decides, as in owner mode; the view
+			// is kept for the partition policy.
 			n.keepView(now, c, v, p, r, kh)
 			it := a.item()
 			it.resp, it.req, it.pol = resp, *r, pol

@@ -38,11 +38,19 @@ import (
 // A flood costs new keys their first burst, no longer a spent key its
 // limit.
 //
-// Owned records and local keys (ModeLocal) are marked and restarted so;
-// each role hashes the key with its own salt, so that a local key's mark
-// does not fall on the owned record of the same key. A cached view evicted
-// restarts fresh (it asks the owner at once and admits at most limit/N
-// meanwhile); a local-share bucket starts from the key's view. Neither a
+// Owned records, local keys (ModeLocal) and cached views are marked and
+// restarted so; each role hashes the key with its own salt, so that a local
+// key's mark does not fall on the owned record of the same key. A view
+// restarted fresh would decide on a full bucket with the first-sight share
+// limit/N until the owner's answer: a flood between two bursts through a
+// non-owner gave a spent key limit/N again per flood, without end (a key of
+// 1000 an hour spent at its owner, 5 floods of a non-owner of MaxKeys 512:
+// 1665 more admitted; TestViewFloodKeepsSpentKeySpent). A view restarted
+// from its mark decides nothing until it is synced: its checks go to the
+// owner (viewMarked), whose answer installs its state, so that a flood's
+// shared marks refuse no first check the owner admits
+// (TestViewMarksCostNewKeys). A local-share bucket starts from the key's view, or, with none,
+// from the view's mark, or its own (markShare) if it was evicted. Neither a
 // Concurrency bucket nor a SmoothWarmingUp one is marked (markable): those
 // restart fresh, as before.
 //
@@ -59,6 +67,8 @@ const markShift = 16
 const (
 	markOwned uint64 = 0
 	markLocal uint64 = 0x9e3779b97f4a7c15
+	markView  uint64 = 0xc2b2ae3d27d4eb4f
+	markShare uint64 = 0x165667b19e3779f9
 )
 
 // marks is the store's table of evicted marks.
@@ -245,6 +255,66 @@ func (st *store) newLocalMarked(key string, l bucket.Limit, now time.Time, c uin
 		return nil, err
 	}
 	return e, nil
+}
+
+// newCachedMarked is newCached for a cached view, started drained as its
+// mark says (markedStart) if it has one.
+func (st *store) newCachedMarked(key string, l bucket.Limit, now time.Time, c uint32) (*cachedKey, error) {
+	if st.marks.slots == nil {
+		return newCached(&st.lims, key, l, now, c)
+	}
+	at, ok := st.markedStart(st.hash(key)^markView, l, now)
+	if !ok {
+		return newCached(&st.lims, key, l, now, c)
+	}
+	e, err := newCached(&st.lims, key, l, at, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.b.Drain(at, e.b.Config().Capacity()); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// markedBucket returns a bucket of l drained as the mark of salted hash h
+// says at now (markedStart), or nil when none applies.
+func (st *store) markedBucket(h uint64, l bucket.Limit, now time.Time) bucket.Bucket {
+	if st.marks.slots == nil {
+		return nil
+	}
+	at, ok := st.markedStart(h, l, now)
+	if !ok {
+		return nil
+	}
+	b, ok := newDrained(l, at)
+	if !ok {
+		return nil
+	}
+	return b
+}
+
+// viewMarked reports whether a cached-mode check of key of limit l at now
+// goes to the owner because this node's view of the key was evicted: it
+// holds no view synced since (nor an owned record), and the view's mark
+// still applies. A view started again fresh would decide on a full bucket
+// with the first-sight share limit/N; one started drained as its mark says
+// would refuse checks the owner admits (a flood's shared marks fall on
+// keys never seen). The owner decides instead, and its answer installs
+// its state in the view (keepView, refreshView), which decides the next
+// checks.
+func (n *Node) viewMarked(now time.Time, key string, l bucket.Limit) bool {
+	if n.st.marks.slots == nil {
+		return false
+	}
+	s := n.st.shardOf(key)
+	if r := n.st.lookup(s, key); r != nil {
+		if e, ok := r.(*cachedKey); !ok || e.has(flagSynced) {
+			return false
+		}
+	}
+	_, ok := n.st.markedStart(n.st.hash(key)^markView, l, n.bt(now))
+	return ok
 }
 
 // markGrants records in the grants of e, an owned token bucket record

@@ -112,6 +112,13 @@ func (n *Node) newShare(now time.Time, c uint32, s *shard, r *check.Request, l b
 			e.b, reconf = b, rc
 		}
 	}
+	if m := n.st.markedBucket(n.st.hash(r.Key)^markShare, l, n.bt(now)); m != nil {
+		// evicted.go: a share of this key evicted in this episode (or
+		// one still refilling): at least as consumed as its mark says
+		// (most consumed wins). A view recreated since, fresh, would
+		// start the share full again.
+		_ = e.b.Merge(n.bt(now), m)
+	}
 	n.st.insertInto(s, s.share, r.Key, e, n.bt(now), c)
 	return e, reconf, nil
 }
@@ -143,10 +150,20 @@ func (n *Node) seedShare(now time.Time, c uint32, it *fwdItem, state []byte) {
 
 // shareStart returns the state a new local share of r's key starts from,
 // a copy, or nil: this node's view of the key, or else the backup of it
-// this node holds.
+// this node holds, or else a bucket drained as the key's view's eviction
+// mark says.
 func (n *Node) shareStart(now time.Time, s *shard, r *check.Request) bucket.Bucket {
 	if base := n.st.lookup(s, r.Key); base != nil {
 		return headOf(base).b.Clone()
 	}
-	return n.heldBucket(now, r.Key)
+	if b := n.heldBucket(now, r.Key); b != nil {
+		return b
+	}
+	// evicted.go: a view evicted, started as its mark says. Before, a
+	// flood of fresh keys through a node deciding a spent key by
+	// local-share evicted its view and its share, and the next check
+	// started a fresh share: a share per flood, not per episode
+	// (TestShareFloodKeepsSpentKeySpent: 500 admitted of a key spent, 0
+	// now).
+	return n.st.markedBucket(n.st.hash(r.Key)^markView, r.Limit, n.bt(now))
 }
