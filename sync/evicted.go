@@ -49,10 +49,12 @@ import (
 // from its mark decides nothing until it is synced: its checks go to the
 // owner (viewMarked), whose answer installs its state, so that a flood's
 // shared marks refuse no first check the owner admits
-// (TestViewMarksCostNewKeys). A local-share bucket starts from the key's view, or, with none,
-// from the view's mark, or its own (markShare) if it was evicted. Neither a
-// Concurrency bucket nor a SmoothWarmingUp one is marked (markable): those
-// restart fresh, as before.
+// (TestViewMarksCostNewKeys). A local-share bucket starts from the key's
+// view, or, with none, from the view's mark, or its own (markShare) if it
+// was evicted. A Concurrency bucket holding permits is marked with their
+// latest expiry and restarts with every permit held until then
+// (evictMarkable); a SmoothWarmingUp one is not marked and restarts fresh,
+// as before.
 //
 // Memory: markSlots(MaxKeys) slots of 8 bytes, a power of two from 1,024
 // to 65,536 (8 KiB to 512 KiB), allocated at the first mark. CPU: an
@@ -153,7 +155,7 @@ func (m *marks) until(h uint64, now time.Time) (time.Time, bool) {
 // markEvicted marks b, the bucket of a key of salted hash h evicted at
 // now, if it is not fresh.
 func (st *store) markEvicted(h uint64, b bucket.Bucket, now time.Time) {
-	if !markable(b.Config().Algorithm) || now.IsZero() || b.Idle(now) {
+	if !evictMarkable(b.Config().Algorithm) || now.IsZero() || b.Idle(now) {
 		return
 	}
 	d, err := b.Take(now, 0)
@@ -167,7 +169,7 @@ func (st *store) markEvicted(h uint64, b bucket.Bucket, now time.Time) {
 // then, is full again at full: full less the time a bucket of l drained
 // at now takes to be full (its ResetAt), at most now.
 func drainedSince(l bucket.Limit, now, full time.Time) (time.Time, bool) {
-	if !markable(l.Algorithm) {
+	if !evictMarkable(l.Algorithm) {
 		return time.Time{}, false
 	}
 	b, ok := newDrained(l, now)
@@ -205,6 +207,21 @@ func newDrained(l bucket.Limit, at time.Time) (bucket.Bucket, bool) {
 // showed one admitted where the evicted bucket would not have).
 func markable(a bucket.Algorithm) bool {
 	return a != bucket.Concurrency && a != bucket.SmoothWarmingUp
+}
+
+// evictMarkable reports whether the keys of algorithm a are marked when
+// evicted: every markable one, and a Concurrency bucket holding permits,
+// whose mark is the latest expiry of its permits (its ResetAt) and whose
+// restart holds every permit, anonymous, until then. Its holders cannot
+// release them: the key is refused until its permits would all have
+// expired, at most its Period. Before, an evicted semaphore restarted with
+// no permit held, and a stranger's flood of fresh keys freed the held
+// permits for new holders: 20 held at once for a limit of 5 after 3
+// floods (TestFloodKeepsConcurrencyPermitsHeld). Refusing until the
+// expiry is the safe side; a Concurrency key with no permit held (Idle)
+// is not marked.
+func evictMarkable(a bucket.Algorithm) bool {
+	return a != bucket.SmoothWarmingUp
 }
 
 // markedStart returns, for a new record of l at now of a key of salted

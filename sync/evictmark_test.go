@@ -71,8 +71,8 @@ func TestFloodKeepsEvictedKeySpent(t *testing.T) {
 	}
 }
 
-// TestMarkedStartNeverAdmitsMore: for every algorithm marked (markable:
-// all but Concurrency and SmoothWarmingUp), a
+// TestMarkedStartNeverAdmitsMore: for every algorithm marked when evicted
+// (evictMarkable: all but SmoothWarmingUp), a
 // bucket spent in part or whole, evicted (marked) and started again from
 // its mark admits, to a client that takes a hit every second for two
 // minutes, never more in total than the evicted bucket itself would have:
@@ -82,7 +82,7 @@ func TestFloodKeepsEvictedKeySpent(t *testing.T) {
 // holds 2.5 tokens (2 admitted at once).
 func TestMarkedStartNeverAdmitsMore(t *testing.T) {
 	algs := []bucket.Algorithm{bucket.TokenBucket, bucket.LeakyMeter, bucket.LeakyQueue, bucket.FixedWindow,
-		bucket.SlidingLog, bucket.SlidingCounter, bucket.GCRA, bucket.SmoothBursty}
+		bucket.SlidingLog, bucket.SlidingCounter, bucket.GCRA, bucket.SmoothBursty, bucket.Concurrency}
 	for _, alg := range algs {
 		for _, spend := range []int64{1, 5, 10} {
 			t.Run(fmt.Sprintf("%v/spend%d", alg, spend), func(t *testing.T) {
@@ -216,5 +216,50 @@ func TestFloodMarksCostNewKeys(t *testing.T) {
 		during, between, later, after)
 	if after != 100 {
 		t.Errorf("t0+2h: %d of 100 new keys admitted their burst, want 100", after)
+	}
+}
+
+// TestEvictedSemaphoreMarkedOnlyWhenHeld: a Concurrency key evicted while
+// it holds permits is marked with the latest expiry of its permits, and a
+// record started from the mark holds every permit until then (the cost of
+// the mark, on the safe side: the evicted holders cannot release theirs),
+// then frees them all; one evicted with no permit held is not marked.
+func TestEvictedSemaphoreMarkedOnlyWhenHeld(t *testing.T) {
+	l := bucket.Limit{Algorithm: bucket.Concurrency, Limit: 5, Period: time.Minute}
+	st := newStore(1000, 0, 0, &Metrics{})
+	sem, err := bucket.New(l, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := sem.(bucket.Semaphore)
+	if !ok {
+		t.Fatal("a Concurrency bucket is not a Semaphore")
+	}
+	_, _ = s.Acquire(t0, "h1", 1)
+	_, _ = s.Acquire(t0.Add(10*time.Second), "h2", 1) // the latest expiry: t0 + 70 s
+	const held, idle = 0x1111, 0x2222
+	evicted := t0.Add(20 * time.Second)
+	st.markEvicted(held, sem.Clone(), evicted)
+	s.Release(evicted, "h1")
+	s.Release(evicted, "h2")
+	st.markEvicted(idle, sem, evicted)
+	if _, ok := st.markedStart(idle, l, evicted); ok {
+		t.Error("a semaphore evicted with no permit held is marked")
+	}
+	at, ok := st.markedStart(held, l, evicted.Add(time.Second))
+	if !ok {
+		t.Fatal("a semaphore evicted with permits held is not marked")
+	}
+	b, ok := newDrained(l, at)
+	if !ok {
+		t.Fatal("no drained semaphore")
+	}
+	for _, tc := range []struct {
+		at   time.Duration // after t0
+		want bool
+	}{{21 * time.Second, false}, {69 * time.Second, false}, {71 * time.Second, true}} {
+		if d, _ := b.Take(t0.Add(tc.at), 5); d.Allowed != tc.want {
+			t.Errorf("t0+%v: 5 permits allowed %v, want %v (every permit held until the latest expiry, t0+70s)", tc.at, d.Allowed, tc.want)
+		}
 	}
 }
