@@ -284,3 +284,36 @@ func TestNotOwnerAnswerWaitsForLostHandoff(t *testing.T) {
 		})
 	}
 }
+
+// TestDroppedHandoffStateComesWithAnswer: the previous owner a cannot
+// reach the joiner c for longer than its hand-off's retries (the a→c link
+// silently down), so it drops the hand-off of a spent key; the link
+// heals, c probes a with a closed check, and a answers "not owner" with
+// nothing pending. The answer's hand-off of what a still holds of the key
+// (serveForward's restore: its record, a view since the key left it) goes
+// first, so c decides on the spent state, not a fresh bucket.
+func TestDroppedHandoffStateComesWithAnswer(t *testing.T) {
+	nw, c, key, l := spentKeyJoiner(t)
+	prev := nw.nodes["a"]
+	nw.cut[[2]string{"a", "c"}] = true
+	nw.setMembers(nw.names, "a", "b", "c") // a hands the key to c: lost, and again
+	cfg := DefaultConfig()
+	nw.run(time.Duration(cfg.MaxRetries+2) * cfg.RequestTimeout)
+	if got := prev.Metrics().HandoffsDropped.Load(); got == 0 {
+		t.Fatal("a dropped no hand-off: the test no longer covers the drop")
+	}
+	delete(nw.cut, [2]string{"a", "c"})
+	admitted := 0
+	for range 10 {
+		p := checkAsync(c, nw.now, check.Request{Key: key, Hits: 1, Limit: l, Mode: check.ModeOwner, Policy: check.PolicyFailClosed})
+		nw.run(100 * time.Millisecond)
+		if p.done && p.resps[0].Err == nil && p.resps[0].Allowed {
+			admitted++
+		}
+	}
+	// 60 a minute, spent about 3.5 s before the checks: at most 5 refilled
+	// by their end (3 admitted on 2026-11-26).
+	if admitted > 5 {
+		t.Errorf("%d of 10 closed checks of a spent key admitted at c after a dropped its hand-off; want at most 5", admitted)
+	}
+}
