@@ -291,7 +291,7 @@ func (n *Node) checkOne(now time.Time, c uint32, v *view, r *check.Request, resp
 			n.degrade(now, c, v, r, resp, pol)
 			break
 		}
-		if n.smallForShares(&r.Limit, v.size()) || n.viewMarked(now, r.Key, r.Limit) {
+		if n.smallForShares(&r.Limit, v.size()) || n.viewMarked(now, r.Key, kh, r.Limit) {
 			// Too small for shares, or a view evicted and not synced since
 			// (evicted.go): the owner decides, as in owner mode; the view
 			// is kept for the partition policy.

@@ -319,12 +319,12 @@ func (st *store) markedBucket(h uint64, l bucket.Limit, now time.Time) bucket.Bu
 // would refuse checks the owner admits (a flood's shared marks fall on
 // keys never seen). The owner decides instead, and its answer installs
 // its state in the view (keepView, refreshView), which decides the next
-// checks.
-func (n *Node) viewMarked(now time.Time, key string, l bucket.Limit) bool {
+// checks. kh is the key's ring.KeyHash, which the check has.
+func (n *Node) viewMarked(now time.Time, key string, kh uint64, l bucket.Limit) bool {
 	if n.st.marks.slots == nil {
 		return false
 	}
-	s := n.st.shardOf(key)
+	s := n.st.shardAt(kh)
 	if r := n.st.lookup(s, key); r != nil {
 		if e, ok := r.(*cachedKey); !ok || e.has(flagSynced) {
 			return false
