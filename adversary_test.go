@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/ringlimit/ringlimit/api"
 	ringlimitv1 "github.com/ringlimit/ringlimit/proto/ringlimit/v1"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -122,27 +121,9 @@ func leaveUnderConcurrentClients(t *testing.T, pol ringlimitv1.Policy, ownedByLe
 	if err != nil {
 		t.Fatal(err)
 	}
-	type tracked struct {
-		item         *ringlimitv1.CheckItem
-		admitted     atomic.Int64
-		slack, least int64
-	}
-	var keys []*tracked
-	for _, m := range []struct {
-		mode         ringlimitv1.Mode
-		slack, least int64
-	}{{ringlimitv1.Mode_MODE_OWNER, 0, 450}, {ringlimitv1.Mode_MODE_CACHED, 16, 100}, {ringlimitv1.Mode_MODE_LEASED, 0, 350}} {
-		found := 0
-		for i := 0; found < keysPerMode && i < 100000; i++ {
-			k := fmt.Sprintf("leave-%v-%v-%d", pol, m.mode, i)
-			if o, _ := before.Owner(api.Key("leave", k)); (o == "n4") != ownedByLeaver {
-				continue
-			}
-			found++
-			keys = append(keys, &tracked{item: &ringlimitv1.CheckItem{Name: "leave", UniqueKey: k, Hits: proto.Int64(1), Limit: limit,
-				Period: durationpb.New(time.Hour), Mode: m.mode, Policy: pol}, slack: m.slack, least: m.least})
-		}
-	}
+	keys := trackedKeys(before, "leave", fmt.Sprintf("leave-%v", pol), keysPerMode, limit, pol,
+		[]modeBounds{{ringlimitv1.Mode_MODE_OWNER, 0, 450}, {ringlimitv1.Mode_MODE_CACHED, 16, 100}, {ringlimitv1.Mode_MODE_LEASED, 0, 350}},
+		func(owner string) bool { return (owner == "n4") == ownedByLeaver })
 	var clients []ringlimitv1.RateLimiterClient
 	for _, n := range nodes {
 		clients = append(clients, dial(t, n))
@@ -201,16 +182,7 @@ func leaveUnderConcurrentClients(t *testing.T, pol ringlimitv1.Policy, ownedByLe
 	for err := range errs {
 		t.Fatal(err)
 	}
-	for _, k := range keys {
-		got := k.admitted.Load()
-		t.Logf("leaver owns the keys %v: %v key %s: %d admitted", ownedByLeaver, k.item.Mode, k.item.UniqueKey, got)
-		if got > limit+k.slack {
-			t.Errorf("%v key %s: %d admitted across n4's leave, limit %d (+%d allowed)", k.item.Mode, k.item.UniqueKey, got, limit, k.slack)
-		}
-		if got < k.least {
-			t.Errorf("%v key %s: %d admitted, want the key spent (at least %d of %d)", k.item.Mode, k.item.UniqueKey, got, k.least, limit)
-		}
-	}
+	checkTracked(t, keys, limit, fmt.Sprintf("n4's leave (n4 owns the keys: %v)", ownedByLeaver))
 	t.Logf("leave started after %d calls, membership settled after %d, %d calls in all; %d calls through n4 failed during its leave",
 		atLeave, afterLeave, calls.Load(), viaLeaverFailed.Load())
 }

@@ -127,31 +127,12 @@ func joinUnderConcurrentClients(t *testing.T, pol ringlimitv1.Policy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type tracked struct {
-		item     *ringlimitv1.CheckItem
-		admitted atomic.Int64
-		// slack is what the mode may admit above the limit, least what it
-		// must admit at all: owner mode spends the key; cached mode's
-		// non-owners can stay on their first-sight share (limit / members)
-		// through a join's ring disagreement, an under-admission.
-		slack, least int64
-	}
-	var keys []*tracked
-	for _, m := range []struct {
-		mode         ringlimitv1.Mode
-		slack, least int64
-	}{{ringlimitv1.Mode_MODE_OWNER, 0, 90}, {ringlimitv1.Mode_MODE_CACHED, 8, 20}, {ringlimitv1.Mode_MODE_LEASED, 0, 90}} {
-		found := 0
-		for i := 0; found < keysPerMode && i < 100000; i++ {
-			k := fmt.Sprintf("join-%v-%d", m.mode, i)
-			if o, _ := future.Owner(api.Key("join", k)); o != "n4" {
-				continue
-			}
-			found++
-			keys = append(keys, &tracked{item: &ringlimitv1.CheckItem{Name: "join", UniqueKey: k, Hits: proto.Int64(1), Limit: 100,
-				Period: durationpb.New(time.Hour), Mode: m.mode, Policy: pol}, slack: m.slack, least: m.least})
-		}
-	}
+	// Owner mode spends the key; cached mode's non-owners can stay on
+	// their first-sight share (limit / members) through a join's ring
+	// disagreement, an under-admission.
+	keys := trackedKeys(future, "join", "join", keysPerMode, 100, pol,
+		[]modeBounds{{ringlimitv1.Mode_MODE_OWNER, 0, 90}, {ringlimitv1.Mode_MODE_CACHED, 8, 20}, {ringlimitv1.Mode_MODE_LEASED, 0, 90}},
+		func(owner string) bool { return owner == "n4" })
 	var clients []ringlimitv1.RateLimiterClient
 	for _, n := range nodes {
 		clients = append(clients, dial(t, n))
@@ -191,15 +172,7 @@ func joinUnderConcurrentClients(t *testing.T, pol ringlimitv1.Policy) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	for _, k := range keys {
-		got := k.admitted.Load()
-		if got > 100+k.slack {
-			t.Errorf("%v key %s: %d admitted across n4's join, limit 100 (+%d allowed)", k.item.Mode, k.item.UniqueKey, got, k.slack)
-		}
-		if got < k.least {
-			t.Errorf("%v key %s: %d admitted, want the key spent (at least %d of 100) by the end", k.item.Mode, k.item.UniqueKey, got, k.least)
-		}
-	}
+	checkTracked(t, keys, 100, "n4's join")
 	t.Logf("%d calls across the join", calls.Load())
 }
 
@@ -212,4 +185,55 @@ func patientTimeouts(c *Config) {
 	c.Sync.RequestTimeout = 5 * time.Second
 	c.Sync.OwnerLeaseTTL = 10 * time.Second // at least 2 x RequestTimeout
 	c.API.CheckTimeout = 20 * time.Second
+}
+
+// trackedKey is a key the clients of a membership-change test check: what
+// it admitted, what its mode may admit above the limit (slack), and what
+// it must admit at least (least).
+type trackedKey struct {
+	item         *ringlimitv1.CheckItem
+	admitted     atomic.Int64
+	slack, least int64
+}
+
+// modeBounds is a mode's slack and least for trackedKeys.
+type modeBounds struct {
+	mode         ringlimitv1.Mode
+	slack, least int64
+}
+
+// trackedKeys returns perMode keys of each mode of modes, of limit an
+// hour under pol, named prefix-<mode>-<i> under rule name, whose owner on
+// r satisfies owned.
+func trackedKeys(r *ring.Ring, name, prefix string, perMode int, limit int64, pol ringlimitv1.Policy, modes []modeBounds, owned func(string) bool) []*trackedKey {
+	var keys []*trackedKey
+	for _, m := range modes {
+		found := 0
+		for i := 0; found < perMode && i < 100000; i++ {
+			k := fmt.Sprintf("%s-%v-%d", prefix, m.mode, i)
+			if o, _ := r.Owner(api.Key(name, k)); !owned(o) {
+				continue
+			}
+			found++
+			keys = append(keys, &trackedKey{item: &ringlimitv1.CheckItem{Name: name, UniqueKey: k, Hits: proto.Int64(1), Limit: limit,
+				Period: durationpb.New(time.Hour), Mode: m.mode, Policy: pol}, slack: m.slack, least: m.least})
+		}
+	}
+	return keys
+}
+
+// checkTracked fails t for every key that admitted more than limit and its
+// slack across change, or less than its least.
+func checkTracked(t *testing.T, keys []*trackedKey, limit int64, change string) {
+	t.Helper()
+	for _, k := range keys {
+		got := k.admitted.Load()
+		t.Logf("%v key %s: %d admitted across %s", k.item.Mode, k.item.UniqueKey, got, change)
+		if got > limit+k.slack {
+			t.Errorf("%v key %s: %d admitted across %s, limit %d (+%d allowed)", k.item.Mode, k.item.UniqueKey, got, change, limit, k.slack)
+		}
+		if got < k.least {
+			t.Errorf("%v key %s: %d admitted, want the key spent (at least %d of %d) by the end", k.item.Mode, k.item.UniqueKey, got, k.least, limit)
+		}
+	}
 }
