@@ -53,10 +53,15 @@ func (r *report) markdown(w io.Writer) {
 	}
 
 	fmt.Fprintln(w, "\nTargets of issue 19 (ratios of median calls/s; p50 in ms):")
-	fmt.Fprintln(w, "\n| ratio | target | measured | |")
-	fmt.Fprintln(w, "| --- | --- | ---: | --- |")
+	fmt.Fprintln(w, "\nneeds x baseline: for a ratio to another system, the calls/s the target asks for as a fraction of the no-limiter baseline's in the same workload (1 or more: more than a server that decides nothing reached); ringlimit x baseline: what ringlimit reached as that fraction.")
+	fmt.Fprintln(w, "\n| ratio | target | measured | needs x baseline | ringlimit x baseline | |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | --- |")
 	for _, t := range r.Targets {
-		fmt.Fprintf(w, "| %s | %s | %.2f | %s |\n", t.What, t.Want, t.Measured, t.verdict("**missed**", "(no target)"))
+		need, got := "-", "-"
+		if t.NeedsBaseline > 0 {
+			need, got = fmt.Sprintf("%.2f", t.NeedsBaseline), fmt.Sprintf("%.2f", t.Baseline)
+		}
+		fmt.Fprintf(w, "| %s | %s | %.2f | %s | %s | %s |\n", t.What, t.Want, t.Measured, need, got, t.verdict("**missed**", "(no target)"))
 	}
 
 	fmt.Fprintf(w, "\nAccuracy, %s: hits admitted where one bucket admits %d, each round:\n\n", wlHot, hotLimit)
