@@ -182,7 +182,7 @@ type backupFlight struct {
 // leaves its large array to the collector rather than keep it for good.
 const (
 	maxFreeFlights = 64
-	maxFreeMarks   = 256
+	maxFreeMarks   = 64
 )
 
 // newFlight returns an empty backup batch, with room for marks when a

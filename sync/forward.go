@@ -746,14 +746,21 @@ type relayedItem struct {
 // (issue 14: 70 of the 706 bytes per decision in CoreUniform/owner).
 type relayPool struct {
 	// free holds zeroed relayedItems, at most maxFreeRelays; lists holds
-	// empty later arrays, cleared, at most maxFreeRelays.
+	// empty later arrays, cleared, at most maxLaterKept of at most
+	// maxLaterKept answers each.
 	free  []*relayedItem
 	lists [][]laterAnswer
 }
 
 // maxFreeRelays bounds a relayPool: about the served checks waiting at
 // once on a busy node; beyond it, what is done is left to the collector.
-const maxFreeRelays = 1024
+// maxLaterKept bounds the later arrays kept, and the answers each holds:
+// one grown by a large forward (up to MaxBatch checks waiting) is left to
+// the collector rather than kept for good (64 KB at most kept).
+const (
+	maxFreeRelays = 1024
+	maxLaterKept  = 64
+)
 
 // get returns a zero relayedItem.
 func (p *relayPool) get() *relayedItem {
@@ -787,7 +794,7 @@ func (p *relayPool) put(later []laterAnswer) {
 		}
 	}
 	clear(later)
-	if cap(later) > 0 && len(p.lists) < maxFreeRelays {
+	if cap(later) > 0 && cap(later) <= maxLaterKept && len(p.lists) < maxLaterKept {
 		p.lists = append(p.lists, later[:0])
 	}
 }
