@@ -80,6 +80,12 @@ type durability struct {
 	outs   [][]*peerv1.KeyState
 	marks  [][]fenceMark
 	markAt [][]int
+	// flights holds the backup batches acknowledged or retired, zeroed
+	// but for their marks' arrays (emptied), for the next batches
+	// (putFlight): a batch's marks were an array of the round's that
+	// lived until the batch was answered (issue 14: 29 of the 706 bytes
+	// per decision in CoreUniform/owner). At most maxFreeFlights.
+	flights []*backupFlight
 	// succOf is the ring succ was computed from; succ is that ring without
 	// this node (nil when this node is not on it or alone): its owners are
 	// the targets of this node's backups.
@@ -169,6 +175,40 @@ type backupFlight struct {
 	marks []fenceMark
 	// early is set for a batch of an early round.
 	early bool
+}
+
+// maxFreeFlights bounds durability.flights, and maxFreeMarks the marks a
+// kept batch's array may hold: a batch of a round with many fenced keys
+// leaves its large array to the collector rather than keep it for good.
+const (
+	maxFreeFlights = 64
+	maxFreeMarks   = 64
+)
+
+// newFlight returns an empty backup batch, with room for marks when a
+// kept one has it.
+func (d *durability) newFlight() *backupFlight {
+	if k := len(d.flights); k > 0 {
+		fl := d.flights[k-1]
+		d.flights[k-1] = nil
+		d.flights = d.flights[:k-1]
+		return fl
+	}
+	return new(backupFlight)
+}
+
+// putFlight keeps fl, a batch acknowledged or retired that nothing refers
+// to any more, for reuse: its marks' array emptied, all else zero.
+func (d *durability) putFlight(fl *backupFlight) {
+	ms := fl.marks
+	clear(ms)
+	if cap(ms) > maxFreeMarks {
+		ms = nil
+	}
+	*fl = backupFlight{marks: ms[:0]}
+	if len(d.flights) < maxFreeFlights {
+		d.flights = append(d.flights, fl)
+	}
 }
 
 // fenceMark is a fence's bound once a backup is acknowledged: f.bound
@@ -467,6 +507,9 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 		}
 	}
 	n.unpromise(retired)
+	for _, fl := range retired {
+		d.putFlight(fl)
+	}
 	// room and out are indexed by member (v.names): room is how many
 	// states the member may be sent this round, -1 when it is no target
 	// (this node, or gone). They, and at, are kept from round to round.
@@ -484,7 +527,14 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 	out := resize(d.outs, len(v.names))
 	// marks holds, per member, the fences' marks of the states in out, in
 	// their order, and at the index in out of each.
-	marks := resize(d.marks, len(v.names))
+	// Both keep their arrays, each emptied by the last round: a batch
+	// takes a copy of its marks (putFlight).
+	marks := d.marks[:0:0]
+	if cap(d.marks) >= len(v.names) {
+		marks = d.marks[:len(v.names)]
+	} else {
+		marks = make([][]fenceMark, len(v.names))
+	}
 	at := d.markAt[:0:0]
 	if cap(d.markAt) >= len(v.names) {
 		at = d.markAt[:len(v.names)] // each emptied by the last round
@@ -593,14 +643,18 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 		for sent := 0; len(items) > 0; {
 			k := min(len(items), n.cfg.MaxBatch)
 			bp.seq++
-			fl := &backupFlight{seq: bp.seq, items: items[:k:k], sentAt: now, early: early}
+			fl := d.newFlight()
+			fl.seq, fl.items, fl.sentAt, fl.early = bp.seq, items[:k:k], now, early
 			j := 0
 			for j < len(idx) && idx[j] < sent+k {
 				ms[j].item = idx[j] - sent
 				j++
 			}
 			if j > 0 {
-				fl.marks, ms, idx = ms[:j:j], ms[j:], idx[j:]
+				fl.marks = append(fl.marks[:0], ms[:j]...)
+				ms, idx = ms[j:], idx[j:]
+			} else {
+				fl.marks = fl.marks[:0]
 			}
 			if early {
 				d.earlyOut++
@@ -615,10 +669,13 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 			items, sent = items[k:], sent+k
 		}
 	}
-	// The states and marks now belong to the batches: the next round makes
-	// its own; the index arrays are kept.
+	// The states now belong to the batches: the next round makes its own;
+	// the marks (copied into the batches) and index arrays are kept.
 	clear(out)
-	clear(marks)
+	for i := range marks {
+		clear(marks[i])
+		marks[i] = marks[i][:0]
+	}
 	for i := range at {
 		at[i] = at[i][:0]
 	}
@@ -748,7 +805,9 @@ func (n *Node) onBackupAck(now time.Time, p *peer, ack *peerv1.BackupAck) {
 		// (TestKnownMembersBoundedForGone).
 		n.st.releaseGone(p.name, known)
 	}
-	if fl.early {
+	early := fl.early
+	n.dur.putFlight(fl) // answered: nothing refers to it now
+	if early {
 		n.dur.earlyOut--
 		if n.earlyDue(now) {
 			n.tickBackups(now, n.view)

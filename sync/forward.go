@@ -540,9 +540,12 @@ func (n *Node) serveForward(now time.Time, v *view, p *peer, inc uint64, f *peer
 		if a.done == nil {
 			a.done = x.done
 		}
-		ri := &relayedItem{}
+		ri := n.relays.get()
 		ri.it.c, ri.it.resp = a.wait(), &ri.resp
-		x.later = append(x.later, laterAnswer{dec: &decs[i], resp: &ri.resp})
+		if x.later == nil {
+			x.later = n.relays.later()
+		}
+		x.later = append(x.later, laterAnswer{dec: &decs[i], ri: ri})
 		return &ri.it
 	}
 	relay := func(i int) *fwdItem {
@@ -719,28 +722,95 @@ type served struct {
 	r     peerv1.ForwardReply
 }
 
-// laterAnswer is a served check that waits on the network: its answer, and
-// the answer's wire form in the reply.
+// laterAnswer is a served check that waits on the network (its check and
+// answer, ri), and the answer's wire form in the reply.
 type laterAnswer struct {
-	dec  *peerv1.Decision
-	resp *check.Response
+	dec *peerv1.Decision
+	ri  *relayedItem
 }
 
-// relayedItem is a served check sent on to another node, with its answer.
+// relayedItem is a served check that waits on the network (held on its
+// fence, or sent on to another node), with its answer.
 type relayedItem struct {
 	it   fwdItem
 	resp check.Response
 }
 
-// done writes the answers that waited and sends the reply.
+// relayPool is a Node's free list of relayedItems and of served.later
+// arrays. A served forward's relayedItems and its later array go back to
+// it once the reply is written (served.done): every check of the forward
+// has completed then and left every queue, batch, fence and parked list,
+// as a Check's pooled callItem has when its call is done (callPool). In
+// owner mode nearly every key an owner is forwarded afresh waits on its
+// fence, and its relayedItem, about 230 bytes, was garbage once answered
+// (issue 14: 70 of the 706 bytes per decision in CoreUniform/owner).
+type relayPool struct {
+	// free holds zeroed relayedItems, at most maxFreeRelays; lists holds
+	// empty later arrays, cleared, at most maxLaterKept of at most
+	// maxLaterKept answers each.
+	free  []*relayedItem
+	lists [][]laterAnswer
+}
+
+// maxFreeRelays bounds a relayPool: about the served checks waiting at
+// once on a busy node; beyond it, what is done is left to the collector.
+// maxLaterKept bounds the later arrays kept, and the answers each holds:
+// one grown by a large forward (up to MaxBatch checks waiting) is left to
+// the collector rather than kept for good (64 KB at most kept).
+const (
+	maxFreeRelays = 1024
+	maxLaterKept  = 64
+)
+
+// get returns a zero relayedItem.
+func (p *relayPool) get() *relayedItem {
+	if k := len(p.free); k > 0 {
+		ri := p.free[k-1]
+		p.free[k-1] = nil
+		p.free = p.free[:k-1]
+		return ri
+	}
+	return new(relayedItem)
+}
+
+// later returns an empty later array, nil when none is free.
+func (p *relayPool) later() []laterAnswer {
+	if k := len(p.lists); k > 0 {
+		l := p.lists[k-1]
+		p.lists[k-1] = nil
+		p.lists = p.lists[:k-1]
+		return l
+	}
+	return nil
+}
+
+// put zeroes the relayedItems of later, whose checks are all answered,
+// and keeps them and the array for reuse.
+func (p *relayPool) put(later []laterAnswer) {
+	for _, l := range later {
+		*l.ri = relayedItem{} // drops what it refers to: the call, the key
+		if len(p.free) < maxFreeRelays {
+			p.free = append(p.free, l.ri)
+		}
+	}
+	clear(later)
+	if cap(later) > 0 && cap(later) <= maxLaterKept && len(p.lists) < maxLaterKept {
+		p.lists = append(p.lists, later[:0])
+	}
+}
+
+// done writes the answers that waited and sends the reply; the checks
+// that waited go back to the node's relayPool.
 func (x *served) done() {
 	for _, l := range x.later {
-		decisionIntoWire(l.dec, l.resp.Decision, l.resp.Err)
-		l.dec.Reconfigured = l.resp.Reconfigured
+		decisionIntoWire(l.dec, l.ri.resp.Decision, l.ri.resp.Err)
+		l.dec.Reconfigured = l.ri.resp.Reconfigured
 	}
 	x.w.ForwardReply = &x.r
 	x.e.Body = &x.w
 	x.n.sendEnvelope(x.to, &x.e)
+	x.n.relays.put(x.later)
+	x.later = nil
 }
 
 // recentForwards remembers the ids of the last forwards answered for one

@@ -35,6 +35,8 @@ type Node struct {
 	pushing bool
 	// calls recycles the calls of forwarded Checks (check.go).
 	calls callPool
+	// relays recycles the checks of served forwards that wait (forward.go).
+	relays relayPool
 
 	// members is the membership last given to SetMembers.
 	members []string
