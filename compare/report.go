@@ -52,9 +52,9 @@ type target struct {
 	// NeedsBaseline is, for a ratio to another system, the calls/s the
 	// target asks for as a fraction of the no-limiter baseline's in the
 	// same workload and run; Baseline is what ringlimit reached as that
-	// fraction. A need of 1 or more asks for more than a server that
-	// decides nothing reached: no limiter meets it on that machine in that
-	// run. Zero when not measured.
+	// fraction. A need of 1 or more asks a limiter to outrun a server that
+	// decides nothing, with gRPC's generated codec; ringlimit's own codec
+	// can (docs/comparison.md). Zero when not measured.
 	NeedsBaseline float64 `json:"needs_x_baseline,omitempty"`
 	Baseline      float64 `json:"ringlimit_x_baseline,omitempty"`
 }
