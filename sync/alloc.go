@@ -78,3 +78,27 @@ func (a *msgAlloc) state(in *bucket.Interner, b bucket.Bucket) []byte {
 	a.buf, _ = in.AppendBinary(a.buf, b)
 	return a.buf[n:len(a.buf):len(a.buf)]
 }
+
+// freeList keeps values of T given back for reuse, at most as many as its
+// caller says: a Node's checks (callPool), served checks (relayPool) and
+// backup batches (durability.flights). What is put must be reset as its
+// pool says and referred to by nothing else.
+type freeList[T any] []*T
+
+// get returns a value kept, or a new zero one.
+func (l *freeList[T]) get() *T {
+	if k := len(*l); k > 0 {
+		x := (*l)[k-1]
+		(*l)[k-1] = nil
+		*l = (*l)[:k-1]
+		return x
+	}
+	return new(T)
+}
+
+// put keeps x unless most are kept already.
+func (l *freeList[T]) put(x *T, most int) {
+	if len(*l) < most {
+		*l = append(*l, x)
+	}
+}

@@ -85,7 +85,7 @@ type durability struct {
 	// (putFlight): a batch's marks were an array of the round's that
 	// lived until the batch was answered (issue 14: 29 of the 706 bytes
 	// per decision in CoreUniform/owner). At most maxFreeFlights.
-	flights []*backupFlight
+	flights freeList[backupFlight]
 	// succOf is the ring succ was computed from; succ is that ring without
 	// this node (nil when this node is not on it or alone): its owners are
 	// the targets of this node's backups.
@@ -187,15 +187,7 @@ const (
 
 // newFlight returns an empty backup batch, with room for marks when a
 // kept one has it.
-func (d *durability) newFlight() *backupFlight {
-	if k := len(d.flights); k > 0 {
-		fl := d.flights[k-1]
-		d.flights[k-1] = nil
-		d.flights = d.flights[:k-1]
-		return fl
-	}
-	return new(backupFlight)
-}
+func (d *durability) newFlight() *backupFlight { return d.flights.get() }
 
 // putFlight keeps fl, a batch acknowledged or retired that nothing refers
 // to any more, for reuse: its marks' array emptied, all else zero.
@@ -206,9 +198,7 @@ func (d *durability) putFlight(fl *backupFlight) {
 		ms = nil
 	}
 	*fl = backupFlight{marks: ms[:0]}
-	if len(d.flights) < maxFreeFlights {
-		d.flights = append(d.flights, fl)
-	}
+	d.flights.put(fl, maxFreeFlights)
 }
 
 // fenceMark is a fence's bound once a backup is acknowledged: f.bound

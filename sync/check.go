@@ -68,7 +68,7 @@ type callItem struct {
 type callPool struct {
 	// free holds the callItems ready for reuse, zeroed; at most
 	// maxFreeCalls.
-	free []*callItem
+	free freeList[callItem]
 }
 
 // maxFreeCalls bounds a callPool: about the forwarded checks in flight at
@@ -76,22 +76,12 @@ type callPool struct {
 const maxFreeCalls = 1024
 
 // get returns a zero callItem.
-func (p *callPool) get() *callItem {
-	if k := len(p.free); k > 0 {
-		x := p.free[k-1]
-		p.free[k-1] = nil
-		p.free = p.free[:k-1]
-		return x
-	}
-	return new(callItem)
-}
+func (p *callPool) get() *callItem { return p.free.get() }
 
 // put zeroes x, whose call is done, and keeps it for reuse.
 func (p *callPool) put(x *callItem) {
 	*x = callItem{} // drops what it refers to: the caller's done, its Response
-	if len(p.free) < maxFreeCalls {
-		p.free = append(p.free, x)
-	}
+	p.free.put(x, maxFreeCalls)
 }
 
 // item registers one more answer that will be written later and returns a

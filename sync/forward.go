@@ -748,7 +748,7 @@ type relayPool struct {
 	// free holds zeroed relayedItems, at most maxFreeRelays; lists holds
 	// empty later arrays, cleared, at most maxLaterKept of at most
 	// maxLaterKept answers each.
-	free  []*relayedItem
+	free  freeList[relayedItem]
 	lists [][]laterAnswer
 }
 
@@ -763,15 +763,7 @@ const (
 )
 
 // get returns a zero relayedItem.
-func (p *relayPool) get() *relayedItem {
-	if k := len(p.free); k > 0 {
-		ri := p.free[k-1]
-		p.free[k-1] = nil
-		p.free = p.free[:k-1]
-		return ri
-	}
-	return new(relayedItem)
-}
+func (p *relayPool) get() *relayedItem { return p.free.get() }
 
 // later returns an empty later array, nil when none is free.
 func (p *relayPool) later() []laterAnswer {
@@ -789,9 +781,7 @@ func (p *relayPool) later() []laterAnswer {
 func (p *relayPool) put(later []laterAnswer) {
 	for _, l := range later {
 		*l.ri = relayedItem{} // drops what it refers to: the call, the key
-		if len(p.free) < maxFreeRelays {
-			p.free = append(p.free, l.ri)
-		}
+		p.free.put(l.ri, maxFreeRelays)
 	}
 	clear(later)
 	if cap(later) > 0 && cap(later) <= maxLaterKept && len(p.lists) < maxLaterKept {
