@@ -518,7 +518,7 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 	// marks holds, per member, the fences' marks of the states in out, in
 	// their order, and at the index in out of each.
 	// Both keep their arrays, each emptied by the last round: a batch
-	// takes a copy of its marks (putFlight).
+	// copies its marks into its own array (below; putFlight keeps it).
 	marks := d.marks[:0:0]
 	if cap(d.marks) >= len(v.names) {
 		marks = d.marks[:len(v.names)]
