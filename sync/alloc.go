@@ -80,25 +80,34 @@ func (a *msgAlloc) state(in *bucket.Interner, b bucket.Bucket) []byte {
 }
 
 // freeList keeps values of T given back for reuse, at most as many as its
-// caller says: a Node's checks (callPool), served checks (relayPool) and
-// backup batches (durability.flights). What is put must be reset as its
-// pool says and referred to by nothing else.
-type freeList[T any] []*T
+// caller says: a Node's checks (callPool), served checks and their answer
+// arrays (relayPool), backup batches (durability.flights) and fences'
+// arrays of holds (fences.free). What is put must be reset as its pool
+// says and referred to by nothing else.
+type freeList[T any] []T
 
-// get returns a value kept, or a new zero one.
-func (l *freeList[T]) get() *T {
+// take returns the value last put, or T's zero value when none is kept.
+func (l *freeList[T]) take() T {
+	var x T
 	if k := len(*l); k > 0 {
-		x := (*l)[k-1]
-		(*l)[k-1] = nil
+		x = (*l)[k-1]
+		(*l)[k-1] = *new(T)
 		*l = (*l)[:k-1]
-		return x
 	}
-	return new(T)
+	return x
 }
 
 // put keeps x unless most are kept already.
-func (l *freeList[T]) put(x *T, most int) {
+func (l *freeList[T]) put(x T, most int) {
 	if len(*l) < most {
 		*l = append(*l, x)
 	}
+}
+
+// takeOrNew returns a value kept in l, or a new zero one.
+func takeOrNew[T any](l *freeList[*T]) *T {
+	if x := l.take(); x != nil {
+		return x
+	}
+	return new(T)
 }

@@ -85,7 +85,7 @@ type durability struct {
 	// (putFlight): a batch's marks were an array of the round's that
 	// lived until the batch was answered (issue 14: 29 of the 706 bytes
 	// per decision in CoreUniform/owner). At most maxFreeFlights.
-	flights freeList[backupFlight]
+	flights freeList[*backupFlight]
 	// succOf is the ring succ was computed from; succ is that ring without
 	// this node (nil when this node is not on it or alone): its owners are
 	// the targets of this node's backups.
@@ -187,7 +187,7 @@ const (
 
 // newFlight returns an empty backup batch, with room for marks when a
 // kept one has it.
-func (d *durability) newFlight() *backupFlight { return d.flights.get() }
+func (d *durability) newFlight() *backupFlight { return takeOrNew(&d.flights) }
 
 // putFlight keeps fl, a batch acknowledged or retired that nothing refers
 // to any more, for reuse: its marks' array emptied, all else zero.

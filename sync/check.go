@@ -68,7 +68,7 @@ type callItem struct {
 type callPool struct {
 	// free holds the callItems ready for reuse, zeroed; at most
 	// maxFreeCalls.
-	free freeList[callItem]
+	free freeList[*callItem]
 }
 
 // maxFreeCalls bounds a callPool: about the forwarded checks in flight at
@@ -76,7 +76,7 @@ type callPool struct {
 const maxFreeCalls = 1024
 
 // get returns a zero callItem.
-func (p *callPool) get() *callItem { return p.free.get() }
+func (p *callPool) get() *callItem { return takeOrNew(&p.free) }
 
 // put zeroes x, whose call is done, and keeps it for reuse.
 func (p *callPool) put(x *callItem) {

@@ -146,7 +146,7 @@ type fences struct {
 	// array of one hold was an allocation of its own (issue 14: 63,000 of
 	// the 700,000 allocations of 100,000 owner-mode decisions in
 	// CoreUniform). At most maxFreeHolds.
-	free [][]fenceHold
+	free freeList[[]fenceHold]
 }
 
 // maxFreeHolds bounds fences.free: about the fences with checks waiting
@@ -596,11 +596,7 @@ func (n *Node) holdFenced(now time.Time, it *fwdItem, kh, sh uint64) {
 		f = &fence{} // not fenced (fenceBlocks held it all the same): Tick decides it
 	}
 	if f.holds == nil {
-		if k := len(n.fen.free); k > 0 {
-			f.holds = n.fen.free[k-1]
-			n.fen.free[k-1] = nil
-			n.fen.free = n.fen.free[:k-1]
-		}
+		f.holds = n.fen.free.take()
 	}
 	f.holds = append(f.holds, fenceHold{it: it, until: until})
 	n.listFence(f)
@@ -700,8 +696,8 @@ func (n *Node) releaseFence(now time.Time, c uint32, v *view, f *fence) {
 	case k == 0:
 		// f.holds holds what was held meanwhile, if anything; holds is no
 		// one's now.
-		if cap(holds) > 0 && len(n.fen.free) < maxFreeHolds {
-			n.fen.free = append(n.fen.free, holds[:0])
+		if cap(holds) > 0 {
+			n.fen.free.put(holds[:0], maxFreeHolds)
 		}
 	case len(f.holds) == 0:
 		f.holds = holds[:k]

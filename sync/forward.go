@@ -748,8 +748,8 @@ type relayPool struct {
 	// free holds zeroed relayedItems, at most maxFreeRelays; lists holds
 	// empty later arrays, cleared, at most maxLaterKept of at most
 	// maxLaterKept answers each.
-	free  freeList[relayedItem]
-	lists [][]laterAnswer
+	free  freeList[*relayedItem]
+	lists freeList[[]laterAnswer]
 }
 
 // maxFreeRelays bounds a relayPool: about the served checks waiting at
@@ -763,18 +763,10 @@ const (
 )
 
 // get returns a zero relayedItem.
-func (p *relayPool) get() *relayedItem { return p.free.get() }
+func (p *relayPool) get() *relayedItem { return takeOrNew(&p.free) }
 
 // later returns an empty later array, nil when none is free.
-func (p *relayPool) later() []laterAnswer {
-	if k := len(p.lists); k > 0 {
-		l := p.lists[k-1]
-		p.lists[k-1] = nil
-		p.lists = p.lists[:k-1]
-		return l
-	}
-	return nil
-}
+func (p *relayPool) later() []laterAnswer { return p.lists.take() }
 
 // put zeroes the relayedItems of later, whose checks are all answered,
 // and keeps them and the array for reuse.
@@ -784,8 +776,8 @@ func (p *relayPool) put(later []laterAnswer) {
 		p.free.put(l.ri, maxFreeRelays)
 	}
 	clear(later)
-	if cap(later) > 0 && cap(later) <= maxLaterKept && len(p.lists) < maxLaterKept {
-		p.lists = append(p.lists, later[:0])
+	if cap(later) > 0 && cap(later) <= maxLaterKept {
+		p.lists.put(later[:0], maxLaterKept)
 	}
 }
 
