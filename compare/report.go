@@ -247,18 +247,22 @@ func (r *report) ratio(wa, a, wb, b string) float64 {
 // targets are the performance targets of issue #19, item 3, as measured.
 func (r *report) targets() []target {
 	var t []target
-	atLeast := func(what string, want, got float64) {
-		if got > 0 {
-			t = append(t, target{What: what, Want: fmt.Sprintf(">= %.2gx", want), Measured: got, Met: got >= want})
+	// atLeast adds the target when it was measured (got > 0) and returns
+	// it, nil otherwise.
+	atLeast := func(what string, want, got float64) *target {
+		if got <= 0 {
+			return nil
 		}
+		t = append(t, target{What: what, Want: fmt.Sprintf(">= %.2gx", want), Measured: got, Met: got >= want})
+		return &t[len(t)-1]
 	}
 	// against is atLeast for a ratio of ringlimit's system rl to another
 	// system's in workload wl, with what it asks of a limiter as a
 	// fraction of the no-limiter baseline.
 	against := func(what string, want float64, wl, rl, other string) {
-		atLeast(what, want, r.ratio(wl, rl, wl, other))
-		if o := r.ratio(wl, other, wl, sysBaseline); o > 0 && len(t) > 0 && t[len(t)-1].What == what {
-			t[len(t)-1].NeedsBaseline, t[len(t)-1].Baseline = want*o, r.ratio(wl, rl, wl, sysBaseline)
+		tg := atLeast(what, want, r.ratio(wl, rl, wl, other))
+		if o := r.ratio(wl, other, wl, sysBaseline); tg != nil && o > 0 {
+			tg.NeedsBaseline, tg.Baseline = want*o, r.ratio(wl, rl, wl, sysBaseline)
 		}
 	}
 	atLeast("c=32 cached / baseline", 0.8, r.ratio(wlSingle32, sysRLCached, wlSingle32, sysBaseline))
