@@ -76,12 +76,25 @@ func (nw *benchNet) deliverUntil(t time.Time) {
 // the check, its forwards, flushes, pushes, acks, leases and ticks. Figures
 // in docs/bench.md (issue #14: at most 1 µs per decision).
 func BenchmarkCoreUniform(b *testing.B) {
+	benchCoreUniform(b, 5, 100_000)
+}
+
+// BenchmarkCoreCompareShape is BenchmarkCoreUniform in the shape of make
+// compare's 100-check calls (docs/comparison.md): 3 nodes, 10,000 keys,
+// 100,000 checks per simulated second (make compare's calls carried
+// 78,000 to 145,000 checks/s in its recorded runs).
+func BenchmarkCoreCompareShape(b *testing.B) {
+	benchCoreUniform(b, 3, 10_000)
+}
+
+// benchCoreUniform runs BenchmarkCoreUniform's workload on nodes nodes
+// with checks of keys keys drawn uniformly, in each mode.
+func benchCoreUniform(b *testing.B, nodes, keys int) {
 	for _, mode := range []check.Mode{check.ModeOwner, check.ModeCached, check.ModeLeased} {
 		b.Run(mode.String(), func(b *testing.B) {
 			const (
-				nodes, keys = 5, 100_000
-				gap         = 10 * time.Microsecond // 100k checks per second
-				tickEvery   = 5 * time.Millisecond
+				gap       = 10 * time.Microsecond // 100k checks per second
+				tickEvery = 5 * time.Millisecond
 			)
 			names := make([]string, nodes)
 			for i := range names {
@@ -102,7 +115,7 @@ func BenchmarkCoreUniform(b *testing.B) {
 			}
 			// A request's key is made when the request is read, as a
 			// driver decodes it: a fresh string, in cache, where a table of
-			// 100,000 prepared keys would charge the core a cache miss
+			// prepared keys would charge the core a cache miss
 			// production does not pay. Its text is user:%07d.
 			keyBuf := []byte("user:0000000")
 			rng := rand.New(rand.NewPCG(1, 2))
