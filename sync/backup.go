@@ -98,6 +98,13 @@ type durability struct {
 	// a retired batch matches none of the new ones
 	// (TestStaleAckAfterTargetReAdded).
 	lastSeq uint64
+	// peerSeq is the highest flush or hand-off seq of the peers abandoned
+	// (membership.go, abandon): a peer made again for a member that comes
+	// back (newPeer) numbers its flushes and hand-offs after it. The
+	// member may never have dropped this node, and dedups its flushes by
+	// (incarnation, seq): numbered from 1 again, they were taken for
+	// retries and their hits dropped (TestFlushSeqAfterOwnerReAdded).
+	peerSeq uint64
 	// departed maps a member that announced its leave (a leaving hand-off,
 	// or ErrLeaving in a forward's answer) to the incarnation that left and
 	// its peer state: it stays off the ring until the driver's membership
