@@ -92,6 +92,19 @@ type durability struct {
 	succOf, succ *ring.Ring
 	// out holds, per target, the batches not acknowledged yet.
 	out map[string]*backupPeer
+	// lastSeq is the highest seq of the backupPeers deleted from out (a
+	// target that left, its batches retired): one made again for the same
+	// name numbers its batches after it, so that a late acknowledgement of
+	// a retired batch matches none of the new ones
+	// (TestStaleAckAfterTargetReAdded).
+	lastSeq uint64
+	// peerSeq is the highest flush or hand-off seq of the peers abandoned
+	// (membership.go, abandon): a peer made again for a member that comes
+	// back (newPeer) numbers its flushes and hand-offs after it. The
+	// member may never have dropped this node, and dedups its flushes by
+	// (incarnation, seq): numbered from 1 again, they were taken for
+	// retries and their hits dropped (TestFlushSeqAfterOwnerReAdded).
+	peerSeq uint64
 	// departed maps a member that announced its leave (a leaving hand-off,
 	// or ErrLeaving in a forward's answer) to the incarnation that left and
 	// its peer state: it stays off the ring until the driver's membership
@@ -479,6 +492,7 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 			return true
 		})
 		if gone && len(bp.out) == 0 {
+			d.lastSeq = max(d.lastSeq, bp.seq)
 			delete(d.out, name)
 		}
 	}
@@ -627,7 +641,7 @@ func (n *Node) backupRound(now time.Time, v *view, early bool) {
 		}
 		bp := d.out[name]
 		if bp == nil {
-			bp = &backupPeer{}
+			bp = &backupPeer{seq: d.lastSeq}
 			d.out[name] = bp
 		}
 		for sent := 0; len(items) > 0; {

@@ -324,6 +324,7 @@ func (n *Node) handOnKept(nv *view, out map[*peer][]*peerv1.KeyState) {
 // grants) go to the keys' new owners.
 func (n *Node) abandon(now time.Time, nv *view, p *peer) {
 	p.gone = true
+	n.dur.peerSeq = max(n.dur.peerSeq, p.seq, p.hoSeq) // for its next peer (newPeer)
 	n.failForwards(now, p)
 	if f := p.flight; f != nil {
 		p.flight = nil

@@ -367,7 +367,7 @@ func (n *Node) tickLift(now time.Time, v *view) {
 // checker's owner seed 535: n1 saw n4 back first and echoed it, and n4
 // admitted on k5 before n3, which had taken k5 over, handed it back).
 func (n *Node) newPeer(nv *view, name string) *peer {
-	p := &peer{name: name}
+	p := &peer{name: name, seq: n.dur.peerSeq, hoSeq: n.dur.peerSeq} // see durability.peerSeq
 	senders := make([]string, 0, len(n.lease.named))
 	for from, names := range n.lease.named {
 		if from != name && slices.Contains(names, name) && nv.ring.Has(from) && nv.lost[from] == nil {
