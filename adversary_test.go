@@ -136,6 +136,7 @@ func leaveUnderConcurrentClients(t *testing.T, pol ringlimitv1.Policy, ownedByLe
 	)
 	errs := make(chan error, 64)
 	stopAt.Store(400000)
+	start := time.Now()
 	for w := range 32 {
 		wg.Go(func() {
 			for i := w; ; i++ {
@@ -178,11 +179,12 @@ func leaveUnderConcurrentClients(t *testing.T, pol ringlimitv1.Policy, ownedByLe
 	// Enough calls after the leave to spend every key.
 	stopAt.Store(afterLeave + int64(len(keys))*limit*2)
 	wg.Wait()
+	span := time.Since(start)
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
 	}
-	checkTracked(t, keys, limit, fmt.Sprintf("n4's leave (n4 owns the keys: %v)", ownedByLeaver))
+	checkTracked(t, keys, limit, span, fmt.Sprintf("n4's leave (n4 owns the keys: %v)", ownedByLeaver))
 	t.Logf("leave started after %d calls, membership settled after %d, %d calls in all; %d calls through n4 failed during its leave",
 		atLeave, afterLeave, calls.Load(), viaLeaverFailed.Load())
 }
