@@ -1184,6 +1184,46 @@ func (n *Node) backupsPeerRestarted(now time.Time, v *view, p *peer) {
 	n.restoreHeld(now, v, keys, hs)
 }
 
+// backupsTargetRestarted takes back what p's previous life acknowledged,
+// p seen with a new incarnation without a membership change: that life
+// held the backups of the keys whose backup target p is, the new one holds
+// none. Their fences start again from what they spent (gen: a late
+// acknowledgement from the previous life raises nothing), and every owned
+// key whose target p is is marked for the next backup round, as after a
+// change of target (rebackup). Before, the fences kept the bound the
+// previous life acknowledged, and a key that did not change was never
+// backed up again: after this node's crash p took it over from no state
+// (TestBackupTargetRestarted: a spent key of 100 an hour admitted 100
+// again).
+func (n *Node) backupsTargetRestarted(v *view, p *peer) {
+	succ := n.successorRing(v.ring)
+	if succ == nil {
+		return
+	}
+	n.targetsOf(v, succ)
+	peers := n.dur.targets.peer
+	for key, f := range n.allFences() {
+		if peers[succ.PartitionOf(key)] == p || f.holdFrom == p.name {
+			f.bound, f.promised = f.spent, f.spent
+			f.gen++
+		}
+	}
+	var keys []string
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		keys = keys[:0]
+		for key := range s.own.all() {
+			if peers[succ.PartitionOf(key)] == p {
+				keys = append(keys, key)
+			}
+		}
+		slices.Sort(keys) // the backup messages are reproducible (rebackup)
+		for _, key := range keys {
+			markBackup(s, n.st.lookupOwned(s, key))
+		}
+	}
+}
+
 // rebackup marks, after a membership change from old to nv, the
 // owned keys that need a backup on a new target: those whose partition's
 // target changed and those this node has just gained.
