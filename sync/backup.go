@@ -105,6 +105,11 @@ type durability struct {
 	// (incarnation, seq): numbered from 1 again, they were taken for
 	// retries and their hits dropped (TestFlushSeqAfterOwnerReAdded).
 	peerSeq uint64
+	// inbound keeps, by name, what the peers abandoned (membership.go,
+	// abandon) had applied of their members' flushes (peer.inInc, inSeq,
+	// lastAck), for the peer made again when the member comes back
+	// (newPeer); at most maxInbound names.
+	inbound map[string]inboundFlushes
 	// departed maps a member that announced its leave (a leaving hand-off,
 	// or ErrLeaving in a forward's answer) to the incarnation that left and
 	// its peer state: it stays off the ring until the driver's membership
@@ -168,6 +173,48 @@ type durability struct {
 	// the held states of a run of items up before merging any, and looks
 	// them up again once one was dropped meanwhile.
 	roomDrops uint64
+}
+
+// inboundFlushes is a member's flush dedup state as owner (peer.inInc,
+// inSeq, lastAck), kept while the member is out of this node's view. The
+// member may never have dropped this node: a flush it sends again (its
+// answer lost) must still be taken for the duplicate it is. Before, the
+// peer made again applied it a second time, counting its hits twice
+// (TestFlushRetryAfterSenderReAdded: 50 hits drained twice at the
+// owner), and so would its reported lease spends be (leasecap.go,
+// spentLive: the cap rising by as much while the tokens are still held).
+type inboundFlushes struct {
+	inc, seq uint64
+	ack      *peerv1.FlushAck
+}
+
+// maxInbound bounds durability.inbound: the members out of this node's
+// view whose flush dedup is kept (a ring has at most PartitionCount
+// members). Beyond it the first name in order is forgotten: a flush of it
+// sent again after its return would be applied twice, as before.
+const maxInbound = 1024
+
+// keepInbound keeps p's flush dedup state, p being abandoned.
+func (d *durability) keepInbound(p *peer) {
+	if p.inInc == 0 {
+		return
+	}
+	if d.inbound == nil {
+		d.inbound = map[string]inboundFlushes{}
+	}
+	if _, ok := d.inbound[p.name]; !ok && len(d.inbound) >= maxInbound {
+		delete(d.inbound, slices.Min(slices.Collect(maps.Keys(d.inbound))))
+	}
+	d.inbound[p.name] = inboundFlushes{inc: p.inInc, seq: p.inSeq, ack: p.lastAck}
+}
+
+// restoreInbound gives p, a peer made again for a member that comes
+// back, the flush dedup state kept for it (keepInbound).
+func (d *durability) restoreInbound(p *peer) {
+	if in, ok := d.inbound[p.name]; ok {
+		p.inInc, p.inSeq, p.lastAck = in.inc, in.seq, in.ack
+		delete(d.inbound, p.name)
+	}
 }
 
 // backupPeer is this node's backup traffic to one target.
@@ -1182,6 +1229,46 @@ func (n *Node) backupsPeerRestarted(now time.Time, v *view, p *peer) {
 		return
 	}
 	n.restoreHeld(now, v, keys, hs)
+}
+
+// backupsTargetRestarted takes back what p's previous life acknowledged,
+// p seen with a new incarnation without a membership change: that life
+// held the backups of the keys whose backup target p is, the new one holds
+// none. Their fences start again from what they spent (gen: a late
+// acknowledgement from the previous life raises nothing), and every owned
+// key whose target p is is marked for the next backup round, as after a
+// change of target (rebackup). Before, the fences kept the bound the
+// previous life acknowledged, and a key that did not change was never
+// backed up again: after this node's crash p took it over from no state
+// (TestBackupTargetRestarted: a spent key of 100 an hour admitted 100
+// again).
+func (n *Node) backupsTargetRestarted(v *view, p *peer) {
+	succ := n.successorRing(v.ring)
+	if succ == nil {
+		return
+	}
+	n.targetsOf(v, succ)
+	peers := n.dur.targets.peer
+	for key, f := range n.allFences() {
+		if peers[succ.PartitionOf(key)] == p || f.holdFrom == p.name {
+			f.bound, f.promised = f.spent, f.spent
+			f.gen++
+		}
+	}
+	var keys []string
+	for i := range n.st.shards {
+		s := &n.st.shards[i]
+		keys = keys[:0]
+		for key := range s.own.all() {
+			if peers[succ.PartitionOf(key)] == p {
+				keys = append(keys, key)
+			}
+		}
+		slices.Sort(keys) // the backup messages are reproducible (rebackup)
+		for _, key := range keys {
+			markBackup(s, n.st.lookupOwned(s, key))
+		}
+	}
 }
 
 // rebackup marks, after a membership change from old to nv, the

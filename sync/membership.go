@@ -325,6 +325,7 @@ func (n *Node) handOnKept(nv *view, out map[*peer][]*peerv1.KeyState) {
 func (n *Node) abandon(now time.Time, nv *view, p *peer) {
 	p.gone = true
 	n.dur.peerSeq = max(n.dur.peerSeq, p.seq, p.hoSeq) // for its next peer (newPeer)
+	n.dur.keepInbound(p)                               // backup.go: and what it applied of p's flushes
 	n.failForwards(now, p)
 	if f := p.flight; f != nil {
 		p.flight = nil

@@ -350,6 +350,7 @@ func (n *Node) Step(now time.Time, env *peerv1.Envelope) {
 		if prev != 0 {
 			n.peerRestarted(v, p)
 			n.backupsPeerRestarted(now, v, p)
+			n.backupsTargetRestarted(v, p) // backup.go
 		}
 		n.resendHandoffs(now, p, env) // membership.go: before env is answered
 	}

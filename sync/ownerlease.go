@@ -368,6 +368,7 @@ func (n *Node) tickLift(now time.Time, v *view) {
 // admitted on k5 before n3, which had taken k5 over, handed it back).
 func (n *Node) newPeer(nv *view, name string) *peer {
 	p := &peer{name: name, seq: n.dur.peerSeq, hoSeq: n.dur.peerSeq} // see durability.peerSeq
+	n.dur.restoreInbound(p)                                          // backup.go
 	senders := make([]string, 0, len(n.lease.named))
 	for from, names := range n.lease.named {
 		if from != name && slices.Contains(names, name) && nv.ring.Has(from) && nv.lost[from] == nil {
