@@ -150,19 +150,10 @@ func TestLateReplyMissesReusedRelay(t *testing.T) {
 // acknowledged. (The round's marks are scratch kept from round to round:
 // a batch that kept a slice of them would see the next round's keys.)
 func TestBackupBatchesKeepTheirMarks(t *testing.T) {
-	nw := newTestNet(t, nil, "a", "b")
-	b := nw.nodes["b"]
-	keys := keysOwnedBy(t, "b", []string{"a", "b"}, 4)
-	ms := time.Millisecond
-
 	// One key's wait settled first: the batches and marks' arrays after it
 	// are recycled ones.
-	warm := checkAsync(b, nw.now, ownerReq(keys[3]))
-	nw.settle()
-	if !warm.done || len(b.dur.flights) == 0 {
-		t.Fatalf("warm-up: done=%v, %d batches free, want done and one free", warm.done, len(b.dur.flights))
-	}
-	acks := capture(nw, "a", "b", "backupack")
+	nw, b, keys, acks := fencedAfterWarmUp(t, 4, "backup batches", func(b *Node) int { return len(b.dur.flights) })
+	ms := time.Millisecond
 
 	// keys[0]'s check asks for a backup at once; keys[1]'s, asked while it
 	// is in flight, goes in the next early round, ForwardWindow on.
@@ -188,9 +179,7 @@ func TestBackupBatchesKeepTheirMarks(t *testing.T) {
 	if f := b.fenceOf(keys[1]); f.bound != 0 {
 		t.Fatalf("%s's fence raised to %d by %s's acknowledgement", keys[1], f.bound, keys[0])
 	}
-	if !first.done || first.resps[0].Remaining != 99 || first.resps[0].Degraded {
-		t.Fatalf("%s after its acknowledgement: %+v done=%v, want decided, 99 remaining", keys[0], first.resps[0], first.done)
-	}
+	decidedAfterAck(t, keys[0], first)
 
 	// Acknowledged again: nothing. A third key's batch reuses the first's.
 	b.Step(nw.now, ack1)
@@ -209,17 +198,13 @@ func TestBackupBatchesKeepTheirMarks(t *testing.T) {
 
 	// Each of the others by its own acknowledgement.
 	b.Step(nw.now, ack2)
-	if !second.done || second.resps[0].Remaining != 99 || second.resps[0].Degraded {
-		t.Fatalf("%s after its acknowledgement: %+v done=%v, want decided, 99 remaining", keys[1], second.resps[0], second.done)
-	}
+	decidedAfterAck(t, keys[1], second)
 	if third.done {
 		t.Fatalf("%s decided by %s's acknowledgement", keys[2], keys[1])
 	}
 	nw.drop = nil
 	nw.settle()
-	if !third.done || third.resps[0].Remaining != 99 || third.resps[0].Degraded {
-		t.Fatalf("%s after its acknowledgement: %+v done=%v, want decided, 99 remaining", keys[2], third.resps[0], third.done)
-	}
+	decidedAfterAck(t, keys[2], third)
 	for _, k := range keys {
 		if f := b.fenceOf(k); f == nil || f.spent > f.bound {
 			t.Errorf("%s: fence %+v, want its spending within the acknowledged bound", k, f)
@@ -233,17 +218,8 @@ func TestBackupBatchesKeepTheirMarks(t *testing.T) {
 // the first key's acknowledgement would re-examine the second key's check
 // while the first key's waited on, unanswered.
 func TestFenceHoldsKeptNotRecycled(t *testing.T) {
-	nw := newTestNet(t, nil, "a", "b")
-	b := nw.nodes["b"]
-	keys := keysOwnedBy(t, "b", []string{"a", "b"}, 3)
+	nw, b, keys, acks := fencedAfterWarmUp(t, 3, "hold arrays", func(b *Node) int { return len(b.fen.free) })
 	ms := time.Millisecond
-
-	warm := checkAsync(b, nw.now, ownerReq(keys[2]))
-	nw.settle()
-	if !warm.done || len(b.fen.free) == 0 {
-		t.Fatalf("warm-up: done=%v, %d hold arrays free, want done and one free", warm.done, len(b.fen.free))
-	}
-	acks := capture(nw, "a", "b", "backupack")
 
 	first := checkAsync(b, nw.now, ownerReq(keys[0]))
 	nw.deliver(nw.now.Add(2 * ms))
@@ -263,14 +239,39 @@ func TestFenceHoldsKeptNotRecycled(t *testing.T) {
 		t.Fatalf("%d acknowledgements held, want 2", len(*acks))
 	}
 	b.Step(nw.now, (*acks)[0])
-	if !first.done || first.resps[0].Remaining != 99 || first.resps[0].Degraded {
-		t.Fatalf("%s after its acknowledgement: %+v done=%v, want decided, 99 remaining", keys[0], first.resps[0], first.done)
-	}
+	decidedAfterAck(t, keys[0], first)
 	if second.done {
 		t.Fatalf("%s decided by %s's acknowledgement", keys[1], keys[0])
 	}
 	b.Step(nw.now, (*acks)[1])
-	if !second.done || second.resps[0].Remaining != 99 || second.resps[0].Degraded {
-		t.Fatalf("%s after its acknowledgement: %+v done=%v, want decided, 99 remaining", keys[1], second.resps[0], second.done)
+	decidedAfterAck(t, keys[1], second)
+}
+
+// decidedAfterAck fails t unless c, the check of one hit of key, is
+// decided with 99 remaining (a key of 100), not degraded: its fence rose
+// with its own backup's acknowledgement.
+func decidedAfterAck(t *testing.T, key string, c *pending) {
+	t.Helper()
+	if !c.done || c.resps[0].Remaining != 99 || c.resps[0].Degraded {
+		t.Fatalf("%s after its acknowledgement: %+v done=%v, want decided, 99 remaining", key, c.resps[0], c.done)
 	}
+}
+
+// fencedAfterWarmUp returns a two-node network of a and b, n keys b owns,
+// and the list the backup acknowledgements from a to b are captured into
+// (held, not delivered), after the last key's owner-mode check waited on
+// its fence and was decided: free(b), the count of objects of the kind
+// named what on b's free list, must then be positive (the next ones are
+// recycled).
+func fencedAfterWarmUp(t *testing.T, n int, what string, free func(*Node) int) (*testNet, *Node, []string, *[]*peerv1.Envelope) {
+	t.Helper()
+	nw := newTestNet(t, nil, "a", "b")
+	b := nw.nodes["b"]
+	keys := keysOwnedBy(t, "b", []string{"a", "b"}, n)
+	warm := checkAsync(b, nw.now, ownerReq(keys[n-1]))
+	nw.settle()
+	if !warm.done || free(b) == 0 {
+		t.Fatalf("warm-up: done=%v, %d %s free, want done and one free", warm.done, free(b), what)
+	}
+	return nw, b, keys, capture(nw, "a", "b", "backupack")
 }
