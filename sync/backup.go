@@ -1255,20 +1255,7 @@ func (n *Node) backupsTargetRestarted(v *view, p *peer) {
 			f.gen++
 		}
 	}
-	var keys []string
-	for i := range n.st.shards {
-		s := &n.st.shards[i]
-		keys = keys[:0]
-		for key := range s.own.all() {
-			if peers[succ.PartitionOf(key)] == p {
-				keys = append(keys, key)
-			}
-		}
-		slices.Sort(keys) // the backup messages are reproducible (rebackup)
-		for _, key := range keys {
-			markBackup(s, n.st.lookupOwned(s, key))
-		}
-	}
+	n.markOwnedForBackup(func(key string) bool { return peers[succ.PartitionOf(key)] == p })
 }
 
 // rebackup marks, after a membership change from old to nv, the
@@ -1307,15 +1294,20 @@ func (n *Node) rebackup(old, nv *view) {
 	if !any {
 		return
 	}
-	// Keys are listed in sorted order, not the map's, so that the backup
-	// messages are the same from run to run (the simulator's results are
-	// reproducible from a seed).
+	n.markOwnedForBackup(func(key string) bool { return mark[nv.ring.PartitionOf(key)] })
+}
+
+// markOwnedForBackup marks for the next backup round every owned key for
+// which want is true. Keys are marked in sorted order, not the map's, so
+// that the backup messages are the same from run to run (the simulator's
+// results are reproducible from a seed).
+func (n *Node) markOwnedForBackup(want func(key string) bool) {
 	var keys []string
 	for i := range n.st.shards {
 		s := &n.st.shards[i]
 		keys = keys[:0]
 		for key := range s.own.all() {
-			if mark[nv.ring.PartitionOf(key)] {
+			if want(key) {
 				keys = append(keys, key)
 			}
 		}
